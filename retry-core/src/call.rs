@@ -1,0 +1,254 @@
+//! Retrying a closure with a run-time [`Policy`], without the macro.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+
+use crate::classify::{Classify, Decision};
+use crate::policy::Policy;
+use crate::retrying::Retrying;
+use crate::state::{Next, State};
+
+impl Policy {
+    /// Retries the future `op` makes, classifying errors with [`Classify`]; `.await` the result.
+    ///
+    /// `op` is called once per attempt. Adjust the call with [`RetryCall::retry_if`],
+    /// [`RetryCall::on_retry`] and [`RetryCall::name`] before awaiting it.
+    ///
+    /// ```
+    /// use retry_core::{Jitter, Policy};
+    /// use std::{io, time::Duration};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let policy = Policy::new().max_attempts(3).base(Duration::from_millis(10));
+    /// let mut calls = 0;
+    /// let result: io::Result<&str> = policy
+    ///     .retry(|| {
+    ///         calls += 1;
+    ///         let n = calls;
+    ///         async move {
+    ///             if n < 3 { Err(io::ErrorKind::ConnectionReset.into()) } else { Ok("paid") }
+    ///         }
+    ///     })
+    ///     .await;
+    /// assert_eq!(result.unwrap(), "paid");
+    /// assert_eq!(calls, 3);
+    /// # }
+    /// ```
+    pub fn retry<Op, Fut, T, E>(&self, op: Op) -> RetryCall<'_, Op, fn(&E) -> Decision, NoHook>
+    where
+        Op: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+    {
+        RetryCall {
+            policy: self,
+            op,
+            classify: <E as Classify>::classify,
+            on_retry: NoHook,
+            name: "closure",
+        }
+    }
+}
+
+/// A hook that does nothing, the default of [`RetryCall::on_retry`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHook;
+
+/// A closure retry being set up; `.await` it to run it. Made by [`Policy::retry`].
+#[must_use = "a retry does nothing until it is awaited"]
+#[derive(Debug)]
+pub struct RetryCall<'p, Op, C, H> {
+    policy: &'p Policy,
+    op: Op,
+    classify: C,
+    on_retry: H,
+    name: &'static str,
+}
+
+impl<'p, Op, C, H> RetryCall<'p, Op, C, H> {
+    /// Classifies errors with `classify` instead of their [`Classify`] impl.
+    ///
+    /// ```
+    /// use retry_core::{Decision, Policy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let mut calls = 0;
+    /// let r: Result<(), u16> = Policy::new()
+    ///     .retry(|| { calls += 1; async { Err(404) } })
+    ///     .retry_if(|status: &u16| if *status >= 500 { Decision::Retry } else { Decision::Stop })
+    ///     .await;
+    /// assert_eq!((r, calls), (Err(404), 1));
+    /// # }
+    /// ```
+    pub fn retry_if<E, C2>(self, classify: C2) -> RetryCall<'p, Op, C2, H>
+    where
+        C2: FnMut(&E) -> Decision,
+    {
+        RetryCall {
+            policy: self.policy,
+            op: self.op,
+            classify,
+            on_retry: self.on_retry,
+            name: self.name,
+        }
+    }
+
+    /// Calls `hook(attempt, &error, wait)` before each wait; `attempt` is the one that failed.
+    ///
+    /// ```
+    /// use retry_core::Policy;
+    /// use std::{io, time::Duration};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let mut seen = Vec::new();
+    /// let _: io::Result<()> = Policy::new()
+    ///     .retry(|| async { Err(io::ErrorKind::TimedOut.into()) })
+    ///     .on_retry(|attempt, _e: &io::Error, _wait: Duration| seen.push(attempt))
+    ///     .await;
+    /// assert_eq!(seen, [1, 2]);
+    /// # }
+    /// ```
+    pub fn on_retry<E, H2>(self, hook: H2) -> RetryCall<'p, Op, C, H2>
+    where
+        H2: FnMut(u32, &E, Duration),
+    {
+        RetryCall {
+            policy: self.policy,
+            op: self.op,
+            classify: self.classify,
+            on_retry: hook,
+            name: self.name,
+        }
+    }
+
+    /// Names the operation in tracing events (default `"closure"`).
+    ///
+    /// ```
+    /// let call = retry_core::Policy::new()
+    ///     .retry(|| async { std::io::Result::Ok(()) })
+    ///     .name("fetch_quote");
+    /// # drop(call);
+    /// ```
+    pub fn name(mut self, name: &'static str) -> Self {
+        self.name = name;
+        self
+    }
+}
+
+/// Calls a hook with the arguments of [`RetryCall::on_retry`].
+pub trait RetryHook<E> {
+    /// Called before each wait.
+    fn before_wait(&mut self, attempt: u32, error: &E, wait: Duration);
+}
+
+impl<E> RetryHook<E> for NoHook {
+    fn before_wait(&mut self, _: u32, _: &E, _: Duration) {}
+}
+
+impl<E, H: FnMut(u32, &E, Duration)> RetryHook<E> for H {
+    fn before_wait(&mut self, attempt: u32, error: &E, wait: Duration) {
+        self(attempt, error, wait)
+    }
+}
+
+impl<'p, Op, Fut, T, E, C, H> IntoFuture for RetryCall<'p, Op, C, H>
+where
+    Op: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    C: FnMut(&E) -> Decision,
+    H: RetryHook<E>,
+{
+    type Output = Result<T, E>;
+    type IntoFuture = Retrying<RetryFuture<'p, Op, Fut, C, H>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Retrying::new(
+            self.name,
+            RetryFuture {
+                state: State::new(self.policy),
+                op: self.op,
+                classify: self.classify,
+                on_retry: self.on_retry,
+                phase: Phase::Idle,
+            },
+        )
+    }
+}
+
+pin_project! {
+    #[project = PhaseProj]
+    enum Phase<Fut> {
+        Idle,
+        Running { #[pin] attempt: Fut },
+        Waiting { #[pin] sleep: tokio::time::Sleep },
+        Done,
+    }
+}
+
+pin_project! {
+    /// The loop of a closure retry; see [`Policy::retry`].
+    #[must_use = "futures do nothing unless you `.await` or poll them"]
+    pub struct RetryFuture<'p, Op, Fut, C, H> {
+        state: State<'p>,
+        op: Op,
+        classify: C,
+        on_retry: H,
+        #[pin]
+        phase: Phase<Fut>,
+    }
+}
+
+impl<Op, Fut, T, E, C, H> Future for RetryFuture<'_, Op, Fut, C, H>
+where
+    Op: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    C: FnMut(&E) -> Decision,
+    H: RetryHook<E>,
+{
+    type Output = Result<T, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.phase.as_mut().project() {
+                PhaseProj::Idle => {
+                    this.state.start_attempt();
+                    let attempt = (this.op)();
+                    this.phase.set(Phase::Running { attempt });
+                }
+                PhaseProj::Running { attempt } => {
+                    let outcome = ready!(attempt.poll(cx));
+                    let hook = &mut *this.on_retry;
+                    let next = this
+                        .state
+                        .after_attempt(outcome, &mut *this.classify, |n, e, w| {
+                            hook.before_wait(n, e, w)
+                        });
+                    match next {
+                        Next::Return(result) => {
+                            this.phase.set(Phase::Done);
+                            return Poll::Ready(result);
+                        }
+                        // A zero wait arms no timer.
+                        Next::Retry(wait) if wait.is_zero() => this.phase.set(Phase::Idle),
+                        Next::Retry(wait) => this.phase.set(Phase::Waiting {
+                            sleep: tokio::time::sleep(wait),
+                        }),
+                    }
+                }
+                PhaseProj::Waiting { sleep } => {
+                    ready!(sleep.poll(cx));
+                    this.phase.set(Phase::Idle);
+                }
+                PhaseProj::Done => panic!("`RetryFuture` polled after completion"),
+            }
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Which errors may be retried, and when.
+
+use std::io;
+use std::time::Duration;
+
+/// What to do after an attempt failed with a given error.
+///
+/// ```
+/// use retry_core::{Classify, Decision};
+///
+/// enum PayError { Busy, CardDeclined }
+///
+/// impl Classify for PayError {
+///     fn classify(&self) -> Decision {
+///         match self {
+///             PayError::Busy => Decision::Retry,
+///             PayError::CardDeclined => Decision::Stop,
+///         }
+///     }
+/// }
+/// assert_eq!(PayError::CardDeclined.classify(), Decision::Stop);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Decision {
+    /// Transient: try again after the policy's backoff.
+    Retry,
+    /// The other side asked us to come back no sooner than this (`Retry-After`). The wait is
+    /// `max(this, backoff)`; it is never shortened by jitter nor bounded by `cap`.
+    RetryAfter(Duration),
+    /// Can never succeed as sent: give up now.
+    Stop,
+}
+
+/// Classifies an error as retryable or not.
+///
+/// Every error a `#[retryable]` function returns must say whether it may be retried, so nothing
+/// is ever retried by accident. Implement it by hand, derive it, or pass `retry_if = path` to the
+/// attribute instead.
+///
+/// ```
+/// use retry_core::{Classify, Decision};
+/// use std::io;
+///
+/// let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
+/// assert_eq!(refused.classify(), Decision::Retry);
+/// let missing = io::Error::from(io::ErrorKind::NotFound);
+/// assert_eq!(missing.classify(), Decision::Stop);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not say whether it may be retried",
+    label = "`{Self}` does not implement `retry_core::Classify`",
+    note = "implement `retry_core::Classify` for `{Self}`, or pass `retry_if = path` to `#[retryable]` with a `fn(&{Self}) -> retry_core::Decision`"
+)]
+pub trait Classify {
+    /// Decides whether the failed call may be tried again.
+    fn classify(&self) -> Decision;
+}
+
+impl<C: Classify + ?Sized> Classify for &C {
+    fn classify(&self) -> Decision {
+        (**self).classify()
+    }
+}
+
+impl<C: Classify + ?Sized> Classify for Box<C> {
+    fn classify(&self) -> Decision {
+        (**self).classify()
+    }
+}
+
+/// Failures of the connection are transient; everything else (not found, permission denied,
+/// invalid data, ...) will fail the same way next time.
+impl Classify for io::Error {
+    fn classify(&self) -> Decision {
+        use io::ErrorKind::*;
+        match self.kind() {
+            ConnectionRefused | ConnectionReset | ConnectionAborted | TimedOut | BrokenPipe
+            | Interrupted => Decision::Retry,
+            _ => Decision::Stop,
+        }
+    }
+}
+
+/// An attempt ran longer than its `attempt_timeout`.
+///
+/// Functions with `attempt_timeout` need `E: From<Elapsed>`; a timed-out attempt is retryable.
+///
+/// ```
+/// use retry_core::{Classify, Decision, Elapsed};
+/// use std::time::Duration;
+///
+/// let e = Elapsed::new(Duration::from_secs(2));
+/// assert_eq!(e.to_string(), "attempt timed out after 2s");
+/// assert_eq!(e.classify(), Decision::Retry);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Elapsed {
+    limit: Duration,
+}
+
+impl Elapsed {
+    /// An elapsed attempt that was allowed `limit`.
+    pub const fn new(limit: Duration) -> Self {
+        Elapsed { limit }
+    }
+
+    /// The bound the attempt exceeded.
+    pub const fn limit(&self) -> Duration {
+        self.limit
+    }
+}
+
+impl std::fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "attempt timed out after {:?}", self.limit)
+    }
+}
+
+impl std::error::Error for Elapsed {}
+
+impl Classify for Elapsed {
+    fn classify(&self) -> Decision {
+        Decision::Retry
+    }
+}
+
+impl From<Elapsed> for io::Error {
+    fn from(e: Elapsed) -> Self {
+        io::Error::new(io::ErrorKind::TimedOut, e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_of_the_connection_are_retried_and_others_are_not() {
+        for kind in [
+            io::ErrorKind::ConnectionRefused,
+            io::ErrorKind::ConnectionReset,
+            io::ErrorKind::ConnectionAborted,
+            io::ErrorKind::TimedOut,
+            io::ErrorKind::BrokenPipe,
+            io::ErrorKind::Interrupted,
+        ] {
+            assert_eq!(
+                io::Error::from(kind).classify(),
+                Decision::Retry,
+                "{kind:?}"
+            );
+        }
+        for kind in [
+            io::ErrorKind::NotFound,
+            io::ErrorKind::PermissionDenied,
+            io::ErrorKind::InvalidData,
+            io::ErrorKind::InvalidInput,
+            io::ErrorKind::AddrInUse,
+        ] {
+            assert_eq!(io::Error::from(kind).classify(), Decision::Stop, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn an_elapsed_attempt_becomes_a_timed_out_io_error() {
+        let e: io::Error = Elapsed::new(Duration::from_millis(5)).into();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(e.classify(), Decision::Retry);
+    }
+}

@@ -1,0 +1,261 @@
+//! The knobs of a retry: how many attempts, how long to wait, when to give up.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// How random the wait before a retry is, after Marc Brooker's
+/// ["Exponential Backoff And Jitter"](https://aws.amazon.com/blogs/architecture/exponential-backoff-and-jitter/).
+///
+/// `d` is the exponential backoff `min(cap, base · 2^(attempt-1))`.
+///
+/// ```
+/// use retry_core::Jitter;
+///
+/// assert_eq!("equal".parse::<Jitter>(), Ok(Jitter::Equal));
+/// assert_eq!(Jitter::default(), Jitter::Full);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Jitter {
+    /// Exactly `d`. Clients that failed together retry together: use only in tests.
+    None,
+    /// Uniform in `[0, d]`. The default: the least work for the recovering server.
+    #[default]
+    Full,
+    /// Uniform in `[d/2, d]`: the common `random(d × 0.5, d)`, never much shorter than `d`.
+    Equal,
+    /// `min(cap, uniform in [base, 3 · previous wait])`: grows from the previous wait, not from
+    /// the attempt number.
+    Decorrelated,
+}
+
+impl Jitter {
+    /// The names the `jitter = "..."` argument and [`FromStr`] accept.
+    pub const NAMES: [&'static str; 4] = ["none", "full", "equal", "decorrelated"];
+
+    /// The name of this jitter as written in `jitter = "..."`.
+    ///
+    /// ```
+    /// assert_eq!(retry_core::Jitter::Decorrelated.name(), "decorrelated");
+    /// ```
+    pub const fn name(self) -> &'static str {
+        match self {
+            Jitter::None => "none",
+            Jitter::Full => "full",
+            Jitter::Equal => "equal",
+            Jitter::Decorrelated => "decorrelated",
+        }
+    }
+}
+
+impl fmt::Display for Jitter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A jitter name that is not one of [`Jitter::NAMES`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownJitter(String);
+
+impl fmt::Display for UnknownJitter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown jitter `{}`; expected one of \"none\", \"full\", \"equal\", \"decorrelated\"",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownJitter {}
+
+impl FromStr for Jitter {
+    type Err = UnknownJitter;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(Jitter::None),
+            "full" => Ok(Jitter::Full),
+            "equal" => Ok(Jitter::Equal),
+            "decorrelated" => Ok(Jitter::Decorrelated),
+            other => Err(UnknownJitter(other.to_owned())),
+        }
+    }
+}
+
+/// A retry policy: the same knobs as `#[retryable(...)]`, built at run time (e.g. from config).
+///
+/// Every method is `const`, so a policy can live in a `static`. Out-of-range values are clamped
+/// rather than rejected: at least one attempt is always made.
+///
+/// ```
+/// use retry_core::{Jitter, Policy};
+/// use std::time::Duration;
+///
+/// let policy = Policy::new()
+///     .max_attempts(5)
+///     .base(Duration::from_millis(100))
+///     .cap(Duration::from_secs(10))
+///     .jitter(Jitter::Equal)
+///     .deadline(Duration::from_secs(60));
+/// assert_eq!(policy.get_max_attempts(), 5);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    max_attempts: u32,
+    base: Duration,
+    cap: Duration,
+    jitter: Jitter,
+    deadline: Option<Duration>,
+    max_retry_after: Duration,
+    seed: Option<u64>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy::new()
+    }
+}
+
+impl Policy {
+    /// Default total attempts.
+    pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+    /// Default first wait.
+    pub const DEFAULT_BASE: Duration = Duration::from_secs(1);
+    /// Default longest single wait of our own backoff.
+    pub const DEFAULT_CAP: Duration = Duration::from_secs(30);
+    /// Default longest `Retry-After` we accept.
+    pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+
+    /// The defaults: 3 attempts, base 1 s, cap 30 s, full jitter, no deadline, `Retry-After` up
+    /// to 5 min.
+    ///
+    /// ```
+    /// let p = retry_core::Policy::new();
+    /// assert_eq!(p.get_max_attempts(), 3);
+    /// ```
+    pub const fn new() -> Self {
+        Policy {
+            max_attempts: Self::DEFAULT_MAX_ATTEMPTS,
+            base: Self::DEFAULT_BASE,
+            cap: Self::DEFAULT_CAP,
+            jitter: Jitter::Full,
+            deadline: None,
+            max_retry_after: Self::DEFAULT_MAX_RETRY_AFTER,
+            seed: None,
+        }
+    }
+
+    /// Total attempts, the first one included; `0` is taken as `1`.
+    ///
+    /// ```
+    /// assert_eq!(retry_core::Policy::new().max_attempts(0).get_max_attempts(), 1);
+    /// ```
+    pub const fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = if n == 0 { 1 } else { n };
+        self
+    }
+
+    /// The wait after the first failed attempt, before jitter.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let p = retry_core::Policy::new().base(Duration::from_millis(50));
+    /// assert_eq!(p.get_base(), Duration::from_millis(50));
+    /// ```
+    pub const fn base(mut self, base: Duration) -> Self {
+        self.base = base;
+        self
+    }
+
+    /// The longest single wait of our own backoff (a server's `Retry-After` may ask for more).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let p = retry_core::Policy::new().cap(Duration::from_secs(5));
+    /// assert_eq!(p.get_cap(), Duration::from_secs(5));
+    /// ```
+    pub const fn cap(mut self, cap: Duration) -> Self {
+        self.cap = cap;
+        self
+    }
+
+    /// How the wait is randomised; see [`Jitter`].
+    ///
+    /// ```
+    /// use retry_core::{Jitter, Policy};
+    /// assert_eq!(Policy::new().jitter(Jitter::None).get_jitter(), Jitter::None);
+    /// ```
+    pub const fn jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Total time from the start of the first attempt: a wait that would cross it means give up
+    /// now. Time spent inside attempts counts; an attempt in flight is not cancelled.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let p = retry_core::Policy::new().deadline(Duration::from_secs(120));
+    /// assert_eq!(p.get_deadline(), Some(Duration::from_secs(120)));
+    /// ```
+    pub const fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// The longest `Retry-After` we accept; a server asking for more makes us give up at once
+    /// rather than come back sooner than asked.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let p = retry_core::Policy::new().max_retry_after(Duration::from_secs(60));
+    /// assert_eq!(p.get_max_retry_after(), Duration::from_secs(60));
+    /// ```
+    pub const fn max_retry_after(mut self, limit: Duration) -> Self {
+        self.max_retry_after = limit;
+        self
+    }
+
+    /// Makes the jitter reproducible. For tests only: clients sharing a seed wait in lockstep,
+    /// which is the thundering herd jitter exists to prevent.
+    ///
+    /// ```
+    /// let p = retry_core::Policy::new().seed(7);
+    /// assert_eq!(p.get_seed(), Some(7));
+    /// ```
+    pub const fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Total attempts.
+    pub const fn get_max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+    /// First wait, before jitter.
+    pub const fn get_base(&self) -> Duration {
+        self.base
+    }
+    /// Longest single wait of our own backoff.
+    pub const fn get_cap(&self) -> Duration {
+        self.cap
+    }
+    /// The jitter.
+    pub const fn get_jitter(&self) -> Jitter {
+        self.jitter
+    }
+    /// The deadline, if any.
+    pub const fn get_deadline(&self) -> Option<Duration> {
+        self.deadline
+    }
+    /// Longest accepted `Retry-After`.
+    pub const fn get_max_retry_after(&self) -> Duration {
+        self.max_retry_after
+    }
+    /// The test seed, if any.
+    pub const fn get_seed(&self) -> Option<u64> {
+        self.seed
+    }
+}

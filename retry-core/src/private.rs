@@ -1,0 +1,77 @@
+//! What the macros' generated code calls. Not public API: no semver guarantee, may change in any
+//! release. Everything here is a thin door onto the runtime; decisions live in [`State`].
+
+use std::future::Future;
+use std::time::Duration;
+
+pub use crate::state::{Next, State};
+pub use crate::{Classify, Decision, Elapsed, Jitter, Policy, Retrying};
+pub use core;
+
+/// Wraps a generated retry loop in the named future type.
+#[inline]
+pub fn retrying<F: Future>(name: &'static str, inner: F) -> Retrying<F> {
+    Retrying::new(name, inner)
+}
+
+/// The argument for an attempt: the original on the last attempt, a clone before it.
+#[inline]
+pub fn take_or_clone<T: Clone>(slot: &mut Option<T>, last: bool) -> T {
+    match slot.take() {
+        Some(value) if last => value,
+        Some(value) => {
+            let copy = value.clone();
+            *slot = Some(value);
+            copy
+        }
+        // The state machine never starts an attempt after the last one.
+        None => unreachable!("retry_core: attempt started after the last one"),
+    }
+}
+
+/// The output of a `#[retryable]` function: a `Result`.
+#[diagnostic::on_unimplemented(
+    message = "`#[retryable]` functions must return a `Result`, not `{Self}`",
+    label = "expected `Result<T, E>` here",
+    note = "return `Result<T, E>` where `E: retry_core::Classify` (type aliases such as `std::io::Result<T>` work)"
+)]
+pub trait RetryOutput {}
+
+impl<T, E> RetryOutput for Result<T, E> {}
+
+/// Fixes the output type of one attempt's `async` block to the function's return type, so `?`
+/// inside the body converts errors as it does in the original function.
+#[inline]
+pub fn attempt<R: RetryOutput, F: Future<Output = R>>(attempt: F) -> F {
+    attempt
+}
+
+/// The default classifier: the error's own [`Classify`] impl.
+#[inline]
+pub fn by_classify<E: Classify>(error: &E) -> Decision {
+    error.classify()
+}
+
+/// The default `on_retry` hook: nothing.
+#[inline]
+pub fn no_hook<E>(_attempt: u32, _error: &E, _wait: Duration) {}
+
+/// Waits between attempts; a zero wait arms no timer.
+#[inline]
+pub async fn pause(wait: Duration) {
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// Bounds one attempt by `limit`; a timed-out attempt fails with `E::from(Elapsed)`.
+pub async fn with_timeout<T, E, F>(limit: Duration, attempt: F) -> Result<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<Elapsed>,
+{
+    match tokio::time::timeout(limit, attempt).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(E::from(Elapsed::new(limit))),
+    }
+}

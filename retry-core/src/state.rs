@@ -1,0 +1,180 @@
+//! The retry state machine: every decision between two attempts is taken here, once, for both
+//! the code `#[retryable]` emits and [`Policy::retry`](crate::Policy::retry).
+
+use std::fmt;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
+use crate::classify::Decision;
+use crate::policy::Policy;
+
+/// Why a retrying call stopped trying and returned its last error.
+///
+/// ```
+/// use retry_core::GiveUp;
+/// assert_eq!(GiveUp::Exhausted { attempts: 5 }.to_string(), "gave up after 5 attempts");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GiveUp {
+    /// The error was classified [`Decision::Stop`].
+    NotRetryable,
+    /// Every attempt the policy allows failed.
+    Exhausted {
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The server asked for a longer wait than `max_retry_after`.
+    RetryAfterTooLong {
+        /// What the server asked for.
+        asked: Duration,
+        /// The policy's `max_retry_after`.
+        limit: Duration,
+    },
+    /// The next wait would cross the policy's deadline.
+    Deadline {
+        /// The policy's deadline.
+        deadline: Duration,
+        /// Time already spent since the first attempt started.
+        spent: Duration,
+        /// The wait that did not fit.
+        wait: Duration,
+    },
+}
+
+impl fmt::Display for GiveUp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GiveUp::NotRetryable => f.write_str("not retryable"),
+            GiveUp::Exhausted { attempts } => write!(f, "gave up after {attempts} attempts"),
+            GiveUp::RetryAfterTooLong { asked, limit } => write!(
+                f,
+                "Retry-After {} s exceeds max_retry_after {} s",
+                asked.as_secs(),
+                limit.as_secs()
+            ),
+            GiveUp::Deadline {
+                deadline,
+                spent,
+                wait,
+            } => write!(
+                f,
+                "a {wait:?} wait after {spent:?} would cross the {deadline:?} deadline"
+            ),
+        }
+    }
+}
+
+/// What the caller of [`State::after_attempt`] does next.
+#[derive(Debug)]
+pub enum Next<T, E> {
+    /// Return this to the caller: a success, or the last error on give-up.
+    Return(Result<T, E>),
+    /// Wait this long (zero: not at all), then start another attempt.
+    Retry(Duration),
+}
+
+/// Bookkeeping of one retrying call.
+#[derive(Debug)]
+pub struct State<'p> {
+    policy: &'p Policy,
+    attempt: u32,
+    started: Option<Instant>,
+    // Created on the first wait only: a call that succeeds at once never seeds an RNG.
+    backoff: Option<Backoff>,
+}
+
+impl<'p> State<'p> {
+    /// A call that has made no attempt yet.
+    pub fn new(policy: &'p Policy) -> Self {
+        State {
+            policy,
+            attempt: 0,
+            started: None,
+            backoff: None,
+        }
+    }
+
+    /// Counts the attempt about to start; `true` when the policy allows no other after it, so
+    /// by-value arguments can be moved into it instead of cloned.
+    pub fn start_attempt(&mut self) -> bool {
+        if self.started.is_none() {
+            self.started = Some(Instant::now());
+        }
+        self.attempt = self.attempt.saturating_add(1);
+        self.attempt >= self.policy.get_max_attempts()
+    }
+
+    /// Attempts started so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Decides what follows an attempt's outcome. `on_retry` sees the attempt number, the error
+    /// and the chosen wait before the error is dropped; on give-up the error is returned.
+    pub fn after_attempt<T, E>(
+        &mut self,
+        outcome: Result<T, E>,
+        classify: impl FnOnce(&E) -> Decision,
+        on_retry: impl FnOnce(u32, &E, Duration),
+    ) -> Next<T, E> {
+        let error = match outcome {
+            Ok(value) => return Next::Return(Ok(value)),
+            Err(error) => error,
+        };
+        let decision = classify(&error);
+        match self.judge(decision) {
+            Ok(wait) => {
+                tracing::debug!(
+                    attempt = self.attempt,
+                    ?decision,
+                    wait_ms = wait.as_millis() as u64,
+                    "attempt failed; retrying"
+                );
+                on_retry(self.attempt, &error, wait);
+                Next::Retry(wait)
+            }
+            Err(reason) => {
+                tracing::warn!(attempt = self.attempt, ?decision, %reason, "giving up");
+                Next::Return(Err(error))
+            }
+        }
+    }
+
+    /// The wait before the next attempt, or why there is none.
+    fn judge(&mut self, decision: Decision) -> Result<Duration, GiveUp> {
+        let policy = self.policy;
+        let floor = match decision {
+            Decision::Stop => return Err(GiveUp::NotRetryable),
+            _ if self.attempt >= policy.get_max_attempts() => {
+                return Err(GiveUp::Exhausted {
+                    attempts: self.attempt,
+                });
+            }
+            Decision::RetryAfter(asked) if asked > policy.get_max_retry_after() => {
+                return Err(GiveUp::RetryAfterTooLong {
+                    asked,
+                    limit: policy.get_max_retry_after(),
+                });
+            }
+            Decision::RetryAfter(asked) => asked,
+            Decision::Retry => Duration::ZERO,
+        };
+        let backoff = self.backoff.get_or_insert_with(|| Backoff::new(policy));
+        // `Retry-After` is a floor: jitter may lengthen the wait but never shorten it.
+        let wait = backoff.next_delay().max(floor);
+        if let (Some(deadline), Some(started)) = (policy.get_deadline(), self.started) {
+            let spent = started.elapsed();
+            if spent.saturating_add(wait) > deadline {
+                return Err(GiveUp::Deadline {
+                    deadline,
+                    spent,
+                    wait,
+                });
+            }
+        }
+        Ok(wait)
+    }
+}

@@ -1,0 +1,16 @@
+//! Procedural macros of [`retry-core`](https://docs.rs/retry-core). Depend on `retry-core`,
+//! which re-exports them; the code they generate calls `retry_core::__private`.
+
+mod args;
+mod duration;
+mod errors;
+mod retryable;
+mod suggest;
+
+use proc_macro::TokenStream;
+
+/// Retries an `async fn` according to its arguments; documented in `retry_core::retryable`.
+#[proc_macro_attribute]
+pub fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
+    retryable::expand(attr.into(), item.into()).into()
+}

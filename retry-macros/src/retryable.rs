@@ -1,0 +1,332 @@
+//! `#[retryable]`: rewrites an `async fn` into a fn returning `Retrying<impl Future>` whose body
+//! is the retry loop, driven by `__private::State`.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{FnArg, Ident, Item, ItemFn, Pat, ReturnType, Type};
+
+use crate::args::RetryArgs;
+use crate::errors::Errors;
+
+pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let mut args = RetryArgs::default();
+    let parser = syn::meta::parser(|meta| args.parse_one(meta, &mut errors));
+    if let Err(e) = syn::parse::Parser::parse2(parser, attr) {
+        errors.push(e);
+    }
+    args.check(&mut errors);
+
+    let function = match syn::parse2::<Item>(item.clone()) {
+        Ok(Item::Fn(function)) => function,
+        Ok(other) => {
+            let message = match other {
+                Item::Verbatim(_) => {
+                    "`#[retryable]` needs a function body; on a trait method, put it on the method in the `impl` instead"
+                }
+                _ => "`#[retryable]` applies to `async fn` only",
+            };
+            errors.at(first_token_span(&other), message);
+            return with_errors(errors, item);
+        }
+        Err(e) => {
+            errors.push(e);
+            return with_errors(errors, item);
+        }
+    };
+    check_signature(&function, &mut errors);
+    if !errors.is_empty() {
+        // The user's function, unchanged, keeps IDEs working and avoids a cascade of
+        // "cannot find function" errors.
+        return with_errors(errors, strip_second_retryable(function).into_token_stream());
+    }
+    rewrite(&args, function)
+}
+
+fn with_errors(errors: Errors, item: TokenStream) -> TokenStream {
+    let errors = errors.into_compile_errors();
+    quote!(#errors #item)
+}
+
+fn first_token_span(item: &Item) -> Span {
+    item.to_token_stream()
+        .into_iter()
+        .next()
+        .map_or_else(Span::call_site, |t| t.span())
+}
+
+fn is_retryable_attr(attr: &syn::Attribute) -> bool {
+    attr.path()
+        .segments
+        .last()
+        .is_some_and(|s| s.ident == "retryable")
+}
+
+fn strip_second_retryable(mut function: ItemFn) -> ItemFn {
+    function.attrs.retain(|a| !is_retryable_attr(a));
+    function
+}
+
+fn check_signature(function: &ItemFn, errors: &mut Errors) {
+    let sig = &function.sig;
+    if let Some(second) = function.attrs.iter().find(|a| is_retryable_attr(a)) {
+        errors.at(
+            second.span(),
+            format!(
+                "`#[retryable]` is applied to `{}` twice; retry in only one layer: remove one of them",
+                sig.ident
+            ),
+        );
+    }
+    if sig.asyncness.is_none() {
+        errors.at(
+            sig.fn_token.span,
+            "`#[retryable]` needs an `async fn`; write `async fn` (the retry loop awaits between attempts)",
+        );
+    }
+    if let ReturnType::Default = sig.output {
+        errors.at(
+            sig.paren_token.span.close(),
+            format!(
+                "`#[retryable]` needs a function returning `Result<T, E>`; `{}` returns `()`, so there is no error to retry on",
+                sig.ident
+            ),
+        );
+    }
+    for input in &sig.inputs {
+        if let FnArg::Receiver(receiver) = input {
+            let by_reference = match &receiver.kind {
+                syn::ReceiverKind::Reference(..) => true,
+                syn::ReceiverKind::Typed(_, ty) => matches!(**ty, Type::Reference(_)),
+                _ => false,
+            };
+            if !by_reference {
+                errors.at(
+                    receiver.self_token.span,
+                    "`#[retryable]` methods take `&self` or `&mut self`: a by-value `self` is gone after the first attempt; borrow it, or clone it inside the body",
+                );
+            }
+        }
+    }
+}
+
+/// How an argument reaches each attempt.
+enum Passing {
+    /// `&mut T`: reborrowed for each attempt.
+    Reborrow,
+    /// Everything else: cloned for every attempt but the last, which gets the original.
+    CloneUntilLast,
+}
+
+struct Argument {
+    /// What the body binds (`x`, `mut x`, `(a, b)`).
+    pat: Pat,
+    /// The name the signature binds the argument to.
+    outer: Ident,
+    passing: Passing,
+    ty: Type,
+}
+
+fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        modifiers: _,
+        mut sig,
+        block,
+    } = function;
+    let krate = args
+        .krate
+        .clone()
+        .unwrap_or_else(|| syn::parse_quote!(::retry_core));
+    let private = quote!(#krate::__private);
+    let name = sig.ident.to_string();
+    let ReturnType::Type(arrow, output) = sig.output.clone() else {
+        unreachable!("checked in check_signature")
+    };
+    let output_span = output.span();
+
+    let mut arguments = Vec::new();
+    for (index, input) in sig.inputs.iter_mut().enumerate() {
+        let FnArg::Typed(typed) = input else { continue };
+        let pat = (*typed.pat).clone();
+        let outer = match &pat {
+            // Keep the user's name in the signature (rustdoc shows it); `mut` moves inside.
+            Pat::Ident(ident) if ident.by_ref.is_none() && ident.subpat.is_none() => {
+                ident.ident.clone()
+            }
+            _ => format_ident!("__retry_arg{}", index, span = Span::mixed_site()),
+        };
+        *typed.pat = syn::parse_quote!(#outer);
+        let passing = match &*typed.ty {
+            Type::Reference(r) if r.mutability.is_some() => Passing::Reborrow,
+            _ => Passing::CloneUntilLast,
+        };
+        arguments.push(Argument {
+            pat,
+            outer,
+            passing,
+            ty: (*typed.ty).clone(),
+        });
+    }
+
+    sig.asyncness = None;
+    sig.output = syn::parse_quote_spanned! {output_span=>
+        #arrow #krate::Retrying<impl ::core::future::Future<Output = #output>>
+    };
+
+    let slot = |i: usize| format_ident!("__retry_slot{}", i, span = Span::mixed_site());
+    let this_attempt = |i: usize| format_ident!("__retry_attempt{}", i, span = Span::mixed_site());
+    let last = Ident::new("__retry_last", Span::mixed_site());
+    let mut slots = Vec::new();
+    let mut per_attempt = Vec::new();
+    let mut bindings = Vec::new();
+    for (i, argument) in arguments.iter().enumerate() {
+        let Argument {
+            pat,
+            outer,
+            passing,
+            ty,
+        } = argument;
+        let (slot, this_attempt) = (slot(i), this_attempt(i));
+        match passing {
+            Passing::Reborrow => {
+                per_attempt.push(quote!(let #this_attempt = &mut *#outer;));
+            }
+            Passing::CloneUntilLast => {
+                slots.push(quote!(let mut #slot = ::core::option::Option::Some(#outer);));
+                // Spanned on the type, so a missing `Clone` points at the argument.
+                per_attempt.push(quote_spanned! {ty.span()=>
+                    let #this_attempt = #private::take_or_clone(&mut #slot, #last);
+                });
+            }
+        }
+        // The pattern is bound inside the attempt's block, so the body sees a fresh value
+        // each time, and `mut` and destructuring work as written.
+        let pat = strip_type_ascription(pat);
+        bindings.push(quote!(let #pat = #this_attempt;));
+    }
+
+    let state = Ident::new("__retry_state", Span::mixed_site());
+    let policy_static = Ident::new("__RETRY_POLICY", Span::mixed_site());
+    let (policy_item, policy_ref) = match &args.policy {
+        Some(expr) => {
+            let held = Ident::new("__retry_policy", Span::mixed_site());
+            (
+                quote!(),
+                quote_spanned! {expr.span()=>
+                    let #held = #expr;
+                    let mut #state = #private::State::new(::core::convert::AsRef::<#private::Policy>::as_ref(&#held));
+                },
+            )
+        }
+        None => {
+            let knobs = policy_knobs(args, &private);
+            (
+                quote!(static #policy_static: #private::Policy = #private::Policy::new() #knobs;),
+                quote!(let mut #state = #private::State::new(&#policy_static);),
+            )
+        }
+    };
+
+    let classify = match &args.retry_if {
+        Some(path) => quote!(#path),
+        None => quote_spanned!(output_span=> #private::by_classify),
+    };
+    let on_retry = match &args.on_retry {
+        Some(path) => quote!(#path),
+        None => quote!(#private::no_hook),
+    };
+
+    let stmts = &block.stmts;
+    let attempt_block = quote_spanned! {output_span=>
+        #private::attempt::<#output, _>(async {
+            #(#bindings)*
+            #(#stmts)*
+        })
+    };
+    let attempt = match &args.attempt_timeout {
+        Some(limit) => {
+            let limit = duration_tokens(limit.value);
+            quote_spanned!(limit_span(args)=> #private::with_timeout(#limit, #attempt_block).await)
+        }
+        None => quote!(#attempt_block.await),
+    };
+
+    // `'__retry_loop` is never named by the user: the body runs inside its own async block.
+    let outcome = Ident::new("__retry_outcome", Span::mixed_site());
+    let returned = Ident::new("__retry_returned", Span::mixed_site());
+    let wait = Ident::new("__retry_wait", Span::mixed_site());
+    quote! {
+        #(#attrs)*
+        #[allow(refining_impl_trait)]
+        #vis #sig {
+            #policy_item
+            #private::retrying(#name, async move {
+                #policy_ref
+                #(#slots)*
+                loop {
+                    let #last = #state.start_attempt();
+                    #(#per_attempt)*
+                    let #outcome = #attempt;
+                    match #state.after_attempt(#outcome, #classify, #on_retry) {
+                        #private::Next::Return(#returned) => return #returned,
+                        #private::Next::Retry(#wait) => #private::pause(#wait).await,
+                    }
+                }
+            })
+        }
+    }
+}
+
+/// `x: T` patterns do not occur inside fn args, but a `Pat::Type` would need its type dropped
+/// to be rebound with `let`.
+fn strip_type_ascription(pat: &Pat) -> &Pat {
+    match pat {
+        Pat::Type(typed) => &typed.pat,
+        other => other,
+    }
+}
+
+fn limit_span(args: &RetryArgs) -> Span {
+    args.attempt_timeout
+        .as_ref()
+        .map_or_else(Span::call_site, |l| l.span)
+}
+
+fn duration_tokens(d: std::time::Duration) -> TokenStream {
+    let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
+    quote!(::core::time::Duration::new(#secs, #nanos))
+}
+
+fn policy_knobs(args: &RetryArgs, private: &TokenStream) -> TokenStream {
+    let mut calls = TokenStream::new();
+    if let Some(max) = &args.max {
+        let n = max.value;
+        calls.extend(quote!(.max_attempts(#n)));
+    }
+    for (method, value) in [
+        ("base", &args.base),
+        ("cap", &args.cap),
+        ("deadline", &args.deadline),
+        ("max_retry_after", &args.max_retry_after),
+    ] {
+        if let Some(d) = value {
+            let method = Ident::new(method, Span::call_site());
+            let d = duration_tokens(d.value);
+            calls.extend(quote!(.#method(#d)));
+        }
+    }
+    if let Some(jitter) = &args.jitter {
+        let variant = match jitter.value.as_str() {
+            "none" => "None",
+            "equal" => "Equal",
+            "decorrelated" => "Decorrelated",
+            _ => "Full",
+        };
+        let variant = Ident::new(variant, Span::call_site());
+        calls.extend(quote!(.jitter(#private::Jitter::#variant)));
+    }
+    calls
+}
