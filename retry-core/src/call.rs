@@ -39,19 +39,40 @@ impl Policy {
     /// assert_eq!(calls, 3);
     /// # }
     /// ```
-    pub fn retry<Op, Fut, T, E>(&self, op: Op) -> RetryCall<'_, Op, fn(&E) -> Decision, NoHook>
+    pub fn retry<Op, Fut, T, E>(&self, op: Op) -> RetryCall<'_, Op, ByClassify, NoHook>
     where
         Op: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
-        E: Classify,
     {
         RetryCall {
             policy: self,
             op,
-            classify: <E as Classify>::classify,
+            classify: ByClassify,
             on_retry: NoHook,
             name: "closure",
         }
+    }
+}
+
+/// Classifies errors with their [`Classify`] impl, the default of [`RetryCall::retry_if`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ByClassify;
+
+/// Decides about an error: [`ByClassify`], or a closure given to [`RetryCall::retry_if`].
+pub trait Classifier<E> {
+    /// See [`Classify::classify`].
+    fn decide(&mut self, error: &E) -> Decision;
+}
+
+impl<E: Classify> Classifier<E> for ByClassify {
+    fn decide(&mut self, error: &E) -> Decision {
+        error.classify()
+    }
+}
+
+impl<E, F: FnMut(&E) -> Decision> Classifier<E> for F {
+    fn decide(&mut self, error: &E) -> Decision {
+        self(error)
     }
 }
 
@@ -162,7 +183,7 @@ impl<'p, Op, Fut, T, E, C, H> IntoFuture for RetryCall<'p, Op, C, H>
 where
     Op: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
-    C: FnMut(&E) -> Decision,
+    C: Classifier<E>,
     H: RetryHook<E>,
 {
     type Output = Result<T, E>;
@@ -209,7 +230,7 @@ impl<Op, Fut, T, E, C, H> Future for RetryFuture<'_, Op, Fut, C, H>
 where
     Op: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
-    C: FnMut(&E) -> Decision,
+    C: Classifier<E>,
     H: RetryHook<E>,
 {
     type Output = Result<T, E>;
@@ -225,12 +246,12 @@ where
                 }
                 PhaseProj::Running { attempt } => {
                     let outcome = ready!(attempt.poll(cx));
-                    let hook = &mut *this.on_retry;
-                    let next = this
-                        .state
-                        .after_attempt(outcome, &mut *this.classify, |n, e, w| {
-                            hook.before_wait(n, e, w)
-                        });
+                    let (classify, hook) = (&mut *this.classify, &mut *this.on_retry);
+                    let next = this.state.after_attempt(
+                        outcome,
+                        |e| classify.decide(e),
+                        |n, e, w| hook.before_wait(n, e, w),
+                    );
                     match next {
                         Next::Return(result) => {
                             this.phase.set(Phase::Done);

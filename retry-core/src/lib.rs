@@ -9,7 +9,7 @@ mod policy;
 mod retrying;
 mod state;
 
-pub use call::{NoHook, RetryCall, RetryFuture, RetryHook};
+pub use call::{ByClassify, Classifier, NoHook, RetryCall, RetryFuture, RetryHook};
 pub use classify::{Classify, Decision, Elapsed};
 pub use policy::{Jitter, Policy, UnknownJitter};
 pub use retrying::Retrying;

@@ -112,6 +112,13 @@ pub struct Policy {
     seed: Option<u64>,
 }
 
+/// Lets `#[retryable(policy = expr)]` take a `Policy`, a `&Policy` or an `Arc<Policy>`.
+impl AsRef<Policy> for Policy {
+    fn as_ref(&self) -> &Policy {
+        self
+    }
+}
+
 impl Default for Policy {
     fn default() -> Self {
         Policy::new()

@@ -29,15 +29,48 @@ pub fn take_or_clone<T: Clone>(slot: &mut Option<T>, last: bool) -> T {
     }
 }
 
-/// The output of a `#[retryable]` function: a `Result`.
+/// The output of a `#[retryable]` function: a `Result`, seen through this trait so a function
+/// returning anything else gets one clear error instead of several type mismatches.
 #[diagnostic::on_unimplemented(
     message = "`#[retryable]` functions must return a `Result`, not `{Self}`",
     label = "expected `Result<T, E>` here",
     note = "return `Result<T, E>` where `E: retry_core::Classify` (type aliases such as `std::io::Result<T>` work)"
 )]
-pub trait RetryOutput {}
+pub trait RetryOutput: Sized {
+    /// The success type.
+    type Ok;
+    /// The error type.
+    type Err;
+    /// As a plain `Result`.
+    fn into_result(self) -> Result<Self::Ok, Self::Err>;
+    /// Back from a plain `Result`.
+    fn from_result(result: Result<Self::Ok, Self::Err>) -> Self;
+}
 
-impl<T, E> RetryOutput for Result<T, E> {}
+impl<T, E> RetryOutput for Result<T, E> {
+    type Ok = T;
+    type Err = E;
+    #[inline]
+    fn into_result(self) -> Self {
+        self
+    }
+    #[inline]
+    fn from_result(result: Self) -> Self {
+        result
+    }
+}
+
+/// See [`RetryOutput::into_result`].
+#[inline]
+pub fn into_result<R: RetryOutput>(output: R) -> Result<R::Ok, R::Err> {
+    output.into_result()
+}
+
+/// See [`RetryOutput::from_result`].
+#[inline]
+pub fn from_result<R: RetryOutput>(result: Result<R::Ok, R::Err>) -> R {
+    R::from_result(result)
+}
 
 /// Fixes the output type of one attempt's `async` block to the function's return type, so `?`
 /// inside the body converts errors as it does in the original function.

@@ -72,7 +72,7 @@ fn check_signature(function: &ItemFn, errors: &mut Errors) {
     let sig = &function.sig;
     if let Some(second) = function.attrs.iter().find(|a| is_retryable_attr(a)) {
         errors.at(
-            second.span(),
+            second.path().span(),
             format!(
                 "`#[retryable]` is applied to `{}` twice; retry in only one layer: remove one of them",
                 sig.ident
@@ -141,6 +141,8 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
         .clone()
         .unwrap_or_else(|| syn::parse_quote!(::retry_core));
     let private = quote!(#krate::__private);
+    // The runtime's path with the span of a user token, so an unmet bound points at the token.
+    let private_at = |span: Span| respan(private.clone(), span);
     let name = sig.ident.to_string();
     let ReturnType::Type(arrow, output) = sig.output.clone() else {
         unreachable!("checked in check_signature")
@@ -176,8 +178,21 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
         #arrow #krate::Retrying<impl ::core::future::Future<Output = #output>>
     };
 
-    let slot = |i: usize| format_ident!("__retry_slot{}", i, span = Span::mixed_site());
-    let this_attempt = |i: usize| format_ident!("__retry_attempt{}", i, span = Span::mixed_site());
+    // Hygienic names, located at the argument's type so errors about it point there.
+    let slot = |i: usize, at: Span| {
+        format_ident!(
+            "__retry_slot{}",
+            i,
+            span = Span::mixed_site().located_at(at)
+        )
+    };
+    let this_attempt = |i: usize, at: Span| {
+        format_ident!(
+            "__retry_attempt{}",
+            i,
+            span = Span::mixed_site().located_at(at)
+        )
+    };
     let last = Ident::new("__retry_last", Span::mixed_site());
     let mut slots = Vec::new();
     let mut per_attempt = Vec::new();
@@ -189,7 +204,7 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
             passing,
             ty,
         } = argument;
-        let (slot, this_attempt) = (slot(i), this_attempt(i));
+        let (slot, this_attempt) = (slot(i, ty.span()), this_attempt(i, ty.span()));
         match passing {
             Passing::Reborrow => {
                 per_attempt.push(quote!(let #this_attempt = &mut *#outer;));
@@ -197,6 +212,7 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
             Passing::CloneUntilLast => {
                 slots.push(quote!(let mut #slot = ::core::option::Option::Some(#outer);));
                 // Spanned on the type, so a missing `Clone` points at the argument.
+                let private = private_at(ty.span());
                 per_attempt.push(quote_spanned! {ty.span()=>
                     let #this_attempt = #private::take_or_clone(&mut #slot, #last);
                 });
@@ -209,30 +225,29 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
     }
 
     let state = Ident::new("__retry_state", Span::mixed_site());
-    let policy_static = Ident::new("__RETRY_POLICY", Span::mixed_site());
-    let (policy_item, policy_ref) = match &args.policy {
-        Some(expr) => {
-            let held = Ident::new("__retry_policy", Span::mixed_site());
-            (
-                quote!(),
-                quote_spanned! {expr.span()=>
-                    let #held = #expr;
-                    let mut #state = #private::State::new(::core::convert::AsRef::<#private::Policy>::as_ref(&#held));
-                },
-            )
-        }
+    let held = Ident::new("__retry_policy", Span::mixed_site());
+    let policy = match &args.policy {
+        Some(expr) => quote_spanned!(expr.span()=> #expr),
         None => {
+            // The static sits in its own block so the body cannot see (or be shadowed by) it.
             let knobs = policy_knobs(args, &private);
-            (
-                quote!(static #policy_static: #private::Policy = #private::Policy::new() #knobs;),
-                quote!(let mut #state = #private::State::new(&#policy_static);),
-            )
+            quote!({
+                static POLICY: #private::Policy = #private::Policy::new() #knobs;
+                &POLICY
+            })
         }
+    };
+    let policy_ref = quote! {
+        let #held = #policy;
+        let mut #state = #private::State::new(::core::convert::AsRef::<#private::Policy>::as_ref(&#held));
     };
 
     let classify = match &args.retry_if {
         Some(path) => quote!(#path),
-        None => quote_spanned!(output_span=> #private::by_classify),
+        None => {
+            let private = private_at(output_span);
+            quote_spanned!(output_span=> #private::by_classify)
+        }
     };
     let on_retry = match &args.on_retry {
         Some(path) => quote!(#path),
@@ -240,29 +255,31 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
     };
 
     let stmts = &block.stmts;
+    let private_out = private_at(output_span);
     let attempt_block = quote_spanned! {output_span=>
-        #private::attempt::<#output, _>(async {
+        #private_out::attempt::<#output, _>(async {
             #(#bindings)*
             #(#stmts)*
         })
     };
     let attempt = match &args.attempt_timeout {
         Some(limit) => {
+            let (private, span) = (private_at(limit.span), limit.span);
             let limit = duration_tokens(limit.value);
-            quote_spanned!(limit_span(args)=> #private::with_timeout(#limit, #attempt_block).await)
+            quote_spanned!(span=> #private::with_timeout(#limit, #attempt_block).await)
         }
         None => quote!(#attempt_block.await),
     };
 
     // `'__retry_loop` is never named by the user: the body runs inside its own async block.
-    let outcome = Ident::new("__retry_outcome", Span::mixed_site());
-    let returned = Ident::new("__retry_returned", Span::mixed_site());
+    let at_output = Span::mixed_site().located_at(output_span);
+    let outcome = Ident::new("__retry_outcome", at_output);
+    let returned = Ident::new("__retry_returned", at_output);
     let wait = Ident::new("__retry_wait", Span::mixed_site());
     quote! {
         #(#attrs)*
         #[allow(refining_impl_trait)]
         #vis #sig {
-            #policy_item
             #private::retrying(#name, async move {
                 #policy_ref
                 #(#slots)*
@@ -270,8 +287,8 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
                     let #last = #state.start_attempt();
                     #(#per_attempt)*
                     let #outcome = #attempt;
-                    match #state.after_attempt(#outcome, #classify, #on_retry) {
-                        #private::Next::Return(#returned) => return #returned,
+                    match #state.after_attempt(#private_out::into_result(#outcome), #classify, #on_retry) {
+                        #private::Next::Return(#returned) => return #private_out::from_result::<#output>(#returned),
                         #private::Next::Retry(#wait) => #private::pause(#wait).await,
                     }
                 }
@@ -289,10 +306,21 @@ fn strip_type_ascription(pat: &Pat) -> &Pat {
     }
 }
 
-fn limit_span(args: &RetryArgs) -> Span {
-    args.attempt_timeout
-        .as_ref()
-        .map_or_else(Span::call_site, |l| l.span)
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tree| {
+            if let proc_macro2::TokenTree::Group(group) = &tree {
+                let mut inner =
+                    proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                tree = inner.into();
+            } else {
+                tree.set_span(span);
+            }
+            tree
+        })
+        .collect()
 }
 
 fn duration_tokens(d: std::time::Duration) -> TokenStream {

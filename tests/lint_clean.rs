@@ -1,0 +1,36 @@
+//! The expansion is lint-clean: this file is checked by `cargo clippy --all-targets` in CI under
+//! the strictest lints a user is likely to enable.
+#![deny(warnings, clippy::pedantic)]
+
+use std::io;
+
+use retry_core::retryable;
+
+/// A documented client.
+pub struct Client {
+    hits: u32,
+}
+
+impl Client {
+    /// Fetches once more.
+    ///
+    /// # Errors
+    /// When the upstream is down.
+    #[retryable(max = 3, base = "1ms", cap = "10ms", jitter = "equal", deadline = "1s")]
+    pub async fn fetch(&mut self, label: String, (a, b): (u8, u8)) -> io::Result<String> {
+        self.hits += 1;
+        Ok(format!("{label}{a}{b}{}", self.hits))
+    }
+}
+
+#[retryable(max = 2, base = "1ms", attempt_timeout = "1s")]
+async fn generic<T: AsRef<str> + Clone + Send>(value: T) -> io::Result<usize> {
+    Ok(value.as_ref().len())
+}
+
+#[tokio::test(start_paused = true)]
+async fn expansions_compile_without_warnings() {
+    let mut client = Client { hits: 0 };
+    assert_eq!(client.fetch("x".to_owned(), (1, 2)).await.unwrap(), "x121");
+    assert_eq!(generic("abc").await.unwrap(), 3);
+}

@@ -1,0 +1,6 @@
+use retry_core::retryable;
+
+#[retryable(max = 3)]
+async fn fetch() {}
+
+fn main() {}
