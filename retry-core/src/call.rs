@@ -152,10 +152,15 @@ impl<'p, Op, C, H> RetryCall<'p, Op, C, H> {
     /// Names the operation in tracing events (default `"closure"`).
     ///
     /// ```
-    /// let call = retry_core::Policy::new()
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let policy = retry_core::Policy::new();
+    /// let ok = policy
     ///     .retry(|| async { std::io::Result::Ok(()) })
-    ///     .name("fetch_quote");
-    /// # drop(call);
+    ///     .name("fetch_quote")
+    ///     .await;
+    /// assert!(ok.is_ok());
+    /// # }
     /// ```
     pub fn name(mut self, name: &'static str) -> Self {
         self.name = name;
