@@ -19,6 +19,9 @@ use crate::policy::{Jitter, Policy};
 /// assert_eq!(exponential(ms(10), ms(1000), 60), ms(1000));
 /// ```
 pub fn exponential(base: Duration, cap: Duration, failed_attempt: u32) -> Duration {
+    if base.is_zero() {
+        return Duration::ZERO;
+    }
     let doublings = failed_attempt.saturating_sub(1);
     1u32.checked_shl(doublings)
         .and_then(|factor| base.checked_mul(factor))

@@ -1,6 +1,7 @@
 //! Retrying a closure with a run-time [`Policy`], without the macro.
 
 use std::future::{Future, IntoFuture};
+use std::panic::Location;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -39,6 +40,7 @@ impl Policy {
     /// assert_eq!(calls, 3);
     /// # }
     /// ```
+    #[track_caller]
     pub fn retry<Op, Fut, T, E>(&self, op: Op) -> RetryCall<'_, Op, ByClassify, NoHook>
     where
         Op: FnMut() -> Fut,
@@ -50,6 +52,7 @@ impl Policy {
             classify: ByClassify,
             on_retry: NoHook,
             name: "closure",
+            caller: Location::caller(),
         }
     }
 }
@@ -89,6 +92,7 @@ pub struct RetryCall<'p, Op, C, H> {
     classify: C,
     on_retry: H,
     name: &'static str,
+    caller: &'static Location<'static>,
 }
 
 impl<'p, Op, C, H> RetryCall<'p, Op, C, H> {
@@ -117,6 +121,7 @@ impl<'p, Op, C, H> RetryCall<'p, Op, C, H> {
             classify,
             on_retry: self.on_retry,
             name: self.name,
+            caller: self.caller,
         }
     }
 
@@ -146,6 +151,7 @@ impl<'p, Op, C, H> RetryCall<'p, Op, C, H> {
             classify: self.classify,
             on_retry: hook,
             name: self.name,
+            caller: self.caller,
         }
     }
 
@@ -197,8 +203,9 @@ where
     fn into_future(self) -> Self::IntoFuture {
         Retrying::new(
             self.name,
+            self.caller,
             RetryFuture {
-                state: State::new(self.policy),
+                state: State::new(self.policy, self.name),
                 op: self.op,
                 classify: self.classify,
                 on_retry: self.on_retry,

@@ -5,8 +5,10 @@
 pub mod backoff;
 mod call;
 mod classify;
+pub mod metrics;
 mod policy;
 mod retrying;
+pub mod scope;
 mod state;
 
 pub use call::{ByClassify, Classifier, NoHook, RetryCall, RetryFuture, RetryHook};

@@ -2,6 +2,7 @@
 //! release. Everything here is a thin door onto the runtime; decisions live in [`State`].
 
 use std::future::Future;
+use std::panic::Location;
 use std::time::Duration;
 
 pub use crate::state::{Next, State};
@@ -10,8 +11,12 @@ pub use core;
 
 /// Wraps a generated retry loop in the named future type.
 #[inline]
-pub fn retrying<F: Future>(name: &'static str, inner: F) -> Retrying<F> {
-    Retrying::new(name, inner)
+pub fn retrying<F: Future>(
+    function: &'static str,
+    caller: &'static Location<'static>,
+    inner: F,
+) -> Retrying<F> {
+    Retrying::new(function, caller, inner)
 }
 
 /// The argument for an attempt: the original on the last attempt, a clone before it.

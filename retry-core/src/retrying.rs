@@ -1,10 +1,14 @@
 //! The future a retrying call returns.
 
 use std::future::Future;
+use std::panic::Location;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
+
+use crate::metrics;
+use crate::scope::{self, Frame};
 
 pin_project! {
     /// The future returned by a `#[retryable]` function and by [`Policy::retry`](crate::Policy::retry).
@@ -12,6 +16,10 @@ pin_project! {
     /// It resolves to the function's own `Result<T, E>`: the first success, or the last error on
     /// give-up. Awaiting it works as for any future; being a named type lets the compiler see
     /// where one retrying call is awaited inside another.
+    ///
+    /// When it starts inside another retry in the same task (see [`scope`](crate::scope)), it
+    /// makes a single attempt and says so once, in a `tracing` warning and the
+    /// `retry_core_nested_suppressed_total` metric.
     ///
     /// ```
     /// use retry_core::{retryable, Retrying};
@@ -33,16 +41,66 @@ pin_project! {
         #[pin]
         inner: F,
         span: tracing::Span,
+        function: &'static str,
+        caller: &'static Location<'static>,
+        layer: Layer,
     }
 }
 
+/// Where this retry stands among the retries of its task; decided on the first poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layer {
+    NotStarted,
+    /// The one layer that retries.
+    Outermost,
+    /// Started inside another retry: one attempt only.
+    Nested {
+        outer: &'static str,
+    },
+    /// Asked for one attempt with [`Retrying::single_attempt`].
+    Single,
+}
+
 impl<F> Retrying<F> {
-    /// Wraps the retry loop of the function `name`.
-    pub(crate) fn new(name: &'static str, inner: F) -> Self {
+    /// Wraps the retry loop of the function `function`, called from `caller`.
+    pub(crate) fn new(
+        function: &'static str,
+        caller: &'static Location<'static>,
+        inner: F,
+    ) -> Self {
         Retrying {
             inner,
-            span: tracing::debug_span!("retry", function = name),
+            span: tracing::debug_span!("retry", function),
+            function,
+            caller,
+            layer: Layer::NotStarted,
         }
+    }
+
+    /// Runs the retrying call exactly once, without retries: the explicit way to call a
+    /// retryable function inside another retry's body.
+    ///
+    /// ```
+    /// use retry_core::retryable;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// static CALLS: AtomicU32 = AtomicU32::new(0);
+    ///
+    /// #[retryable(max = 4, base = "1ms")]
+    /// async fn flaky() -> std::io::Result<()> {
+    ///     CALLS.fetch_add(1, Ordering::SeqCst);
+    ///     Err(std::io::ErrorKind::TimedOut.into())
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// assert!(flaky().single_attempt().await.is_err());
+    /// assert_eq!(CALLS.load(Ordering::SeqCst), 1);
+    /// # }
+    /// ```
+    pub fn single_attempt(mut self) -> Self {
+        self.layer = Layer::Single;
+        self
     }
 }
 
@@ -51,13 +109,49 @@ impl<F: Future> Future for Retrying<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let _entered = this.span.enter();
+        let _span = this.span.enter();
+        let outer_frame = scope::current();
+        if *this.layer == Layer::NotStarted {
+            *this.layer = match outer_frame {
+                Some(outer) => {
+                    tracing::warn!(
+                        function = *this.function,
+                        outer = outer.outer,
+                        caller = %this.caller,
+                        "retry in only one layer: `{}` started inside the retry of `{}`, so it makes a single attempt",
+                        this.function,
+                        outer.outer,
+                    );
+                    metrics::nested_suppressed(this.function);
+                    Layer::Nested { outer: outer.outer }
+                }
+                None => Layer::Outermost,
+            };
+        }
+        let frame = match *this.layer {
+            Layer::Outermost | Layer::NotStarted => Frame {
+                outer: this.function,
+                single: false,
+            },
+            Layer::Nested { outer } => Frame {
+                outer,
+                single: true,
+            },
+            Layer::Single => Frame {
+                outer: outer_frame.map_or(*this.function, |f| f.outer),
+                single: true,
+            },
+        };
+        let _scope = scope::enter(frame);
         this.inner.poll(cx)
     }
 }
 
 impl<F> std::fmt::Debug for Retrying<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Retrying").finish_non_exhaustive()
+        f.debug_struct("Retrying")
+            .field("function", &self.function)
+            .field("layer", &self.layer)
+            .finish_non_exhaustive()
     }
 }

@@ -8,7 +8,9 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::classify::Decision;
+use crate::metrics;
 use crate::policy::Policy;
+use crate::scope;
 
 /// Why a retrying call stopped trying and returned its last error.
 ///
@@ -33,6 +35,9 @@ pub enum GiveUp {
         /// The policy's `max_retry_after`.
         limit: Duration,
     },
+    /// An outer retry is running in the same task, so this one made a single attempt and leaves
+    /// the retrying to the outer layer.
+    SingleAttempt,
     /// The next wait would cross the policy's deadline.
     Deadline {
         /// The policy's deadline.
@@ -44,11 +49,29 @@ pub enum GiveUp {
     },
 }
 
+impl GiveUp {
+    /// A short stable name, used as the `reason` label of metrics.
+    ///
+    /// ```
+    /// assert_eq!(retry_core::GiveUp::NotRetryable.label(), "not_retryable");
+    /// ```
+    pub const fn label(&self) -> &'static str {
+        match self {
+            GiveUp::NotRetryable => "not_retryable",
+            GiveUp::Exhausted { .. } => "exhausted",
+            GiveUp::SingleAttempt => "single_attempt",
+            GiveUp::RetryAfterTooLong { .. } => "retry_after_too_long",
+            GiveUp::Deadline { .. } => "deadline",
+        }
+    }
+}
+
 impl fmt::Display for GiveUp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GiveUp::NotRetryable => f.write_str("not retryable"),
             GiveUp::Exhausted { attempts } => write!(f, "gave up after {attempts} attempts"),
+            GiveUp::SingleAttempt => f.write_str("single attempt: the outer layer retries"),
             GiveUp::RetryAfterTooLong { asked, limit } => write!(
                 f,
                 "Retry-After {} s exceeds max_retry_after {} s",
@@ -80,6 +103,9 @@ pub enum Next<T, E> {
 #[derive(Debug)]
 pub struct State<'p> {
     policy: &'p Policy,
+    function: &'static str,
+    /// Attempts allowed: the policy's, or 1 inside another retry; set by the first attempt.
+    limit: u32,
     attempt: u32,
     started: Option<Instant>,
     // Created on the first wait only: a call that succeeds at once never seeds an RNG.
@@ -88,9 +114,11 @@ pub struct State<'p> {
 
 impl<'p> State<'p> {
     /// A call that has made no attempt yet.
-    pub fn new(policy: &'p Policy) -> Self {
+    pub fn new(policy: &'p Policy, function: &'static str) -> Self {
         State {
             policy,
+            function,
+            limit: policy.get_max_attempts(),
             attempt: 0,
             started: None,
             backoff: None,
@@ -101,10 +129,16 @@ impl<'p> State<'p> {
     /// by-value arguments can be moved into it instead of cloned.
     pub fn start_attempt(&mut self) -> bool {
         if self.started.is_none() {
+            // The first attempt runs inside the poll of this call's `Retrying`, whose scope
+            // frame says whether it is the one layer that retries.
             self.started = Some(Instant::now());
+            if scope::current().is_some_and(|frame| frame.single) {
+                self.limit = 1;
+            }
+            metrics::call_started(self.function);
         }
         self.attempt = self.attempt.saturating_add(1);
-        self.attempt >= self.policy.get_max_attempts()
+        self.attempt >= self.limit
     }
 
     /// Attempts started so far.
@@ -133,11 +167,13 @@ impl<'p> State<'p> {
                     wait_ms = wait.as_millis() as u64,
                     "attempt failed; retrying"
                 );
+                metrics::retried(self.function);
                 on_retry(self.attempt, &error, wait);
                 Next::Retry(wait)
             }
             Err(reason) => {
                 tracing::warn!(attempt = self.attempt, ?decision, %reason, "giving up");
+                metrics::gave_up(self.function, reason.label());
                 Next::Return(Err(error))
             }
         }
@@ -148,7 +184,10 @@ impl<'p> State<'p> {
         let policy = self.policy;
         let floor = match decision {
             Decision::Stop => return Err(GiveUp::NotRetryable),
-            _ if self.attempt >= policy.get_max_attempts() => {
+            _ if self.limit == 1 && policy.get_max_attempts() > 1 => {
+                return Err(GiveUp::SingleAttempt);
+            }
+            _ if self.attempt >= self.limit => {
                 return Err(GiveUp::Exhausted {
                     attempts: self.attempt,
                 });

@@ -239,7 +239,7 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
     };
     let policy_ref = quote! {
         let #held = #policy;
-        let mut #state = #private::State::new(::core::convert::AsRef::<#private::Policy>::as_ref(&#held));
+        let mut #state = #private::State::new(::core::convert::AsRef::<#private::Policy>::as_ref(&#held), #name);
     };
 
     let classify = match &args.retry_if {
@@ -279,8 +279,10 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
     quote! {
         #(#attrs)*
         #[allow(refining_impl_trait)]
+        // The caller's location names the call site when a nested retry is collapsed.
+        #[track_caller]
         #vis #sig {
-            #private::retrying(#name, async move {
+            #private::retrying(#name, ::core::panic::Location::caller(), async move {
                 #policy_ref
                 #(#slots)*
                 loop {

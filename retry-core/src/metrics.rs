@@ -1,0 +1,36 @@
+//! Metrics through the `metrics` facade. Names are stable: dashboards and alerts depend on them.
+//!
+//! | name | kind | labels | counts |
+//! |---|---|---|---|
+//! | `retry_core_calls_total` | counter | `function` | retrying calls started |
+//! | `retry_core_retries_total` | counter | `function` | waits before another attempt |
+//! | `retry_core_give_ups_total` | counter | `function`, `reason` | calls that returned their last error after failing |
+//! | `retry_core_nested_suppressed_total` | counter | `function` | inner retries collapsed to one attempt |
+
+/// Metric names, for dashboards and tests.
+pub mod names {
+    /// Retrying calls started.
+    pub const CALLS: &str = "retry_core_calls_total";
+    /// Waits before another attempt.
+    pub const RETRIES: &str = "retry_core_retries_total";
+    /// Calls that gave up.
+    pub const GIVE_UPS: &str = "retry_core_give_ups_total";
+    /// Inner retries collapsed to a single attempt because an outer one was running.
+    pub const NESTED_SUPPRESSED: &str = "retry_core_nested_suppressed_total";
+}
+
+pub(crate) fn call_started(function: &'static str) {
+    ::metrics::counter!(names::CALLS, "function" => function).increment(1);
+}
+
+pub(crate) fn retried(function: &'static str) {
+    ::metrics::counter!(names::RETRIES, "function" => function).increment(1);
+}
+
+pub(crate) fn gave_up(function: &'static str, reason: &'static str) {
+    ::metrics::counter!(names::GIVE_UPS, "function" => function, "reason" => reason).increment(1);
+}
+
+pub(crate) fn nested_suppressed(function: &'static str) {
+    ::metrics::counter!(names::NESTED_SUPPRESSED, "function" => function).increment(1);
+}
