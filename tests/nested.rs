@@ -110,10 +110,7 @@ async fn single_attempt_runs_once_without_a_scope() {
 async fn a_spawned_task_does_not_inherit_the_scope_unless_carried() {
     #[retryable(max = 2, base = "10ms")]
     async fn spawns(dep: Arc<Dependency>, carry: bool) -> std::io::Result<()> {
-        let task = {
-            let dep = dep.clone();
-            async move { inner(&dep).await }
-        };
+        let task = call_inner(dep.clone());
         let handle = if carry {
             tokio::spawn(scope::in_current_scope(task))
         } else {
@@ -121,6 +118,9 @@ async fn a_spawned_task_does_not_inherit_the_scope_unless_carried() {
         };
         handle.await??;
         Ok(())
+    }
+    async fn call_inner(dep: Arc<Dependency>) -> std::io::Result<()> {
+        inner(&dep).await
     }
     let dep = Arc::new(Dependency::default());
     assert!(spawns(dep.clone(), false).await.is_err());

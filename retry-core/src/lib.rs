@@ -14,7 +14,7 @@ mod state;
 pub use call::{ByClassify, Classifier, NoHook, RetryCall, RetryFuture, RetryHook};
 pub use classify::{Classify, Decision, Elapsed};
 pub use policy::{Jitter, Policy, UnknownJitter};
-pub use retrying::Retrying;
+pub use retrying::{Retrying, SingleAttempt};
 pub use state::GiveUp;
 
 /// Retries an `async fn` that returns `Result<T, E>`, with exponential backoff and jitter.

@@ -113,3 +113,64 @@ where
         Err(_) => Err(E::from(Elapsed::new(limit))),
     }
 }
+
+/// The operand of an `.await` inside a `#[retryable]` body, on its way to the compile-time
+/// nesting check: `Probe(operand).check()` picks the inherent method below for a [`Retrying`]
+/// operand (inherent methods win over trait methods) and [`ProbePlain::check`] for anything
+/// else. The macro then passes the result through a per-site function whose bound only
+/// [`Plain`] meets, so awaiting a retrying call fails to compile with the site's own message.
+pub struct Probe<T>(pub T);
+
+/// An awaited operand that is not a [`Retrying`] future.
+pub struct Plain<T>(T);
+
+/// An awaited operand that is a [`Retrying`] future: a retry nested in another.
+pub struct Nested<T>(T);
+
+impl<F> Probe<Retrying<F>> {
+    /// Marks a retrying operand.
+    #[inline]
+    pub fn check(self) -> Nested<Retrying<F>> {
+        Nested(self.0)
+    }
+}
+
+/// The fallback of [`Probe`]'s check, for operands that do not retry.
+pub trait ProbePlain {
+    /// The marked operand.
+    type Marked;
+    /// Marks a plain operand.
+    fn check(self) -> Self::Marked;
+}
+
+impl<T> ProbePlain for Probe<T> {
+    type Marked = Plain<T>;
+    #[inline]
+    fn check(self) -> Plain<T> {
+        Plain(self.0)
+    }
+}
+
+/// Unwraps a marked operand.
+pub trait Operand {
+    /// The operand itself.
+    type Inner;
+    /// The operand, ready to be awaited.
+    fn into_inner(self) -> Self::Inner;
+}
+
+impl<T> Operand for Plain<T> {
+    type Inner = T;
+    #[inline]
+    fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> Operand for Nested<T> {
+    type Inner = T;
+    #[inline]
+    fn into_inner(self) -> T {
+        self.0
+    }
+}

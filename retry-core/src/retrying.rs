@@ -98,9 +98,28 @@ impl<F> Retrying<F> {
     /// assert_eq!(CALLS.load(Ordering::SeqCst), 1);
     /// # }
     /// ```
-    pub fn single_attempt(mut self) -> Self {
+    pub fn single_attempt(mut self) -> SingleAttempt<F> {
         self.layer = Layer::Single;
-        self
+        SingleAttempt { inner: self }
+    }
+}
+
+pin_project! {
+    /// A retrying call made to run exactly once; see [`Retrying::single_attempt`]. A distinct
+    /// type, so awaiting it inside a retry body compiles.
+    #[must_use = "futures do nothing unless you `.await` or poll them"]
+    #[derive(Debug)]
+    pub struct SingleAttempt<F> {
+        #[pin]
+        inner: Retrying<F>,
+    }
+}
+
+impl<F: Future> Future for SingleAttempt<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.project().inner.poll(cx)
     }
 }
 

@@ -4,6 +4,8 @@
 mod args;
 mod duration;
 mod errors;
+mod nesting;
+mod respan;
 mod retryable;
 mod suggest;
 

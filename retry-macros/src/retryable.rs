@@ -8,6 +8,9 @@ use syn::{FnArg, Ident, Item, ItemFn, Pat, ReturnType, Type};
 
 use crate::args::RetryArgs;
 use crate::errors::Errors;
+use crate::nesting::AwaitProbes;
+use crate::respan::respan;
+use syn::visit_mut::VisitMut;
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
@@ -134,7 +137,7 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
         vis,
         modifiers: _,
         mut sig,
-        block,
+        mut block,
     } = function;
     let krate = args
         .krate
@@ -254,10 +257,14 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
         None => quote!(#private::no_hook),
     };
 
+    let mut probes = AwaitProbes::new(&private, name.clone());
+    probes.visit_block_mut(&mut block);
+    let probe_items = probes.into_items();
     let stmts = &block.stmts;
     let private_out = private_at(output_span);
     let attempt_block = quote_spanned! {output_span=>
         #private_out::attempt::<#output, _>(async {
+            #probe_items
             #(#bindings)*
             #(#stmts)*
         })
@@ -306,23 +313,6 @@ fn strip_type_ascription(pat: &Pat) -> &Pat {
         Pat::Type(typed) => &typed.pat,
         other => other,
     }
-}
-
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
-    tokens
-        .into_iter()
-        .map(|mut tree| {
-            if let proc_macro2::TokenTree::Group(group) = &tree {
-                let mut inner =
-                    proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
-                inner.set_span(span);
-                tree = inner.into();
-            } else {
-                tree.set_span(span);
-            }
-            tree
-        })
-        .collect()
 }
 
 fn duration_tokens(d: std::time::Duration) -> TokenStream {
