@@ -3,6 +3,7 @@
 #![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
 
 pub mod backoff;
+mod budget;
 mod call;
 mod classify;
 pub mod metrics;
@@ -11,6 +12,7 @@ mod retrying;
 pub mod scope;
 mod state;
 
+pub use budget::RetryBudget;
 pub use call::{ByClassify, Classifier, NoHook, RetryCall, RetryFuture, RetryHook};
 pub use classify::{Classify, Decision, Elapsed};
 pub use policy::{Jitter, Policy, UnknownJitter};

@@ -6,6 +6,7 @@
 //! | `retry_core_retries_total` | counter | `function` | waits before another attempt |
 //! | `retry_core_give_ups_total` | counter | `function`, `reason` | calls that returned their last error after failing |
 //! | `retry_core_nested_suppressed_total` | counter | `function` | inner retries collapsed to one attempt |
+//! | `retry_core_budget_refusals_total` | counter | `function` | retries skipped because the budget was empty |
 
 /// Metric names, for dashboards and tests.
 pub mod names {
@@ -17,6 +18,8 @@ pub mod names {
     pub const GIVE_UPS: &str = "retry_core_give_ups_total";
     /// Inner retries collapsed to a single attempt because an outer one was running.
     pub const NESTED_SUPPRESSED: &str = "retry_core_nested_suppressed_total";
+    /// Retries skipped because the shared budget was empty.
+    pub const BUDGET_REFUSALS: &str = "retry_core_budget_refusals_total";
 }
 
 pub(crate) fn call_started(function: &'static str) {
@@ -33,4 +36,8 @@ pub(crate) fn gave_up(function: &'static str, reason: &'static str) {
 
 pub(crate) fn nested_suppressed(function: &'static str) {
     ::metrics::counter!(names::NESTED_SUPPRESSED, "function" => function).increment(1);
+}
+
+pub(crate) fn budget_refused(function: &'static str) {
+    ::metrics::counter!(names::BUDGET_REFUSALS, "function" => function).increment(1);
 }

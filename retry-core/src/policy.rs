@@ -2,7 +2,10 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::budget::RetryBudget;
 
 /// How random the wait before a retry is, after Marc Brooker's
 /// ["Exponential Backoff And Jitter"](https://aws.amazon.com/blogs/architecture/exponential-backoff-and-jitter/).
@@ -101,7 +104,7 @@ impl FromStr for Jitter {
 ///     .deadline(Duration::from_secs(60));
 /// assert_eq!(policy.get_max_attempts(), 5);
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Policy {
     max_attempts: u32,
     base: Duration,
@@ -110,6 +113,7 @@ pub struct Policy {
     deadline: Option<Duration>,
     max_retry_after: Duration,
     seed: Option<u64>,
+    budget: Option<Arc<RetryBudget>>,
 }
 
 /// Lets `#[retryable(policy = expr)]` take a `Policy`, a `&Policy` or an `Arc<Policy>`.
@@ -151,6 +155,7 @@ impl Policy {
             deadline: None,
             max_retry_after: Self::DEFAULT_MAX_RETRY_AFTER,
             seed: None,
+            budget: None,
         }
     }
 
@@ -235,6 +240,27 @@ impl Policy {
     pub const fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self
+    }
+
+    /// Shares `budget` among every call made with this policy: a retry the budget cannot pay
+    /// for is skipped and the last error returned.
+    ///
+    /// ```
+    /// use retry_core::{Policy, RetryBudget};
+    /// use std::{sync::Arc, time::Duration};
+    ///
+    /// let budget = Arc::new(RetryBudget::new(Duration::from_secs(10), 10, 0.1));
+    /// let policy = Policy::new().budget(budget.clone());
+    /// assert!(policy.get_budget().is_some());
+    /// ```
+    pub fn budget(mut self, budget: Arc<RetryBudget>) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// The shared retry budget, if any.
+    pub fn get_budget(&self) -> Option<&RetryBudget> {
+        self.budget.as_deref()
     }
 
     /// Total attempts.

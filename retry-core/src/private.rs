@@ -6,7 +6,7 @@ use std::panic::Location;
 use std::time::Duration;
 
 pub use crate::state::{Next, State};
-pub use crate::{Classify, Decision, Elapsed, Jitter, Policy, Retrying};
+pub use crate::{Classify, Decision, Elapsed, Jitter, Policy, RetryBudget, Retrying};
 pub use core;
 
 /// Wraps a generated retry loop in the named future type.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
+use crate::budget::RetryBudget;
 use crate::classify::Decision;
 use crate::metrics;
 use crate::policy::Policy;
@@ -35,6 +36,8 @@ pub enum GiveUp {
         /// The policy's `max_retry_after`.
         limit: Duration,
     },
+    /// The shared [`RetryBudget`](crate::RetryBudget) had no retry left.
+    BudgetExhausted,
     /// An outer retry is running in the same task, so this one made a single attempt and leaves
     /// the retrying to the outer layer.
     SingleAttempt,
@@ -60,6 +63,7 @@ impl GiveUp {
             GiveUp::NotRetryable => "not_retryable",
             GiveUp::Exhausted { .. } => "exhausted",
             GiveUp::SingleAttempt => "single_attempt",
+            GiveUp::BudgetExhausted => "budget_exhausted",
             GiveUp::RetryAfterTooLong { .. } => "retry_after_too_long",
             GiveUp::Deadline { .. } => "deadline",
         }
@@ -72,6 +76,7 @@ impl fmt::Display for GiveUp {
             GiveUp::NotRetryable => f.write_str("not retryable"),
             GiveUp::Exhausted { attempts } => write!(f, "gave up after {attempts} attempts"),
             GiveUp::SingleAttempt => f.write_str("single attempt: the outer layer retries"),
+            GiveUp::BudgetExhausted => f.write_str("retry budget exhausted"),
             GiveUp::RetryAfterTooLong { asked, limit } => write!(
                 f,
                 "Retry-After {} s exceeds max_retry_after {} s",
@@ -103,6 +108,7 @@ pub enum Next<T, E> {
 #[derive(Debug)]
 pub struct State<'p> {
     policy: &'p Policy,
+    budget: Option<&'p RetryBudget>,
     function: &'static str,
     /// Attempts allowed: the policy's, or 1 inside another retry; set by the first attempt.
     limit: u32,
@@ -117,12 +123,19 @@ impl<'p> State<'p> {
     pub fn new(policy: &'p Policy, function: &'static str) -> Self {
         State {
             policy,
+            budget: policy.get_budget(),
             function,
             limit: policy.get_max_attempts(),
             attempt: 0,
             started: None,
             backoff: None,
         }
+    }
+
+    /// Uses `budget` instead of the policy's own.
+    pub fn with_budget(mut self, budget: &'p RetryBudget) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     /// Counts the attempt about to start; `true` when the policy allows no other after it, so
@@ -136,6 +149,9 @@ impl<'p> State<'p> {
                 self.limit = 1;
             }
             metrics::call_started(self.function);
+            if let Some(budget) = self.budget {
+                budget.deposit();
+            }
         }
         self.attempt = self.attempt.saturating_add(1);
         self.attempt >= self.limit
@@ -213,6 +229,11 @@ impl<'p> State<'p> {
                     wait,
                 });
             }
+        }
+        // Last, so a retry that would not happen anyway does not spend the budget.
+        if self.budget.is_some_and(|budget| !budget.withdraw()) {
+            metrics::budget_refused(self.function);
+            return Err(GiveUp::BudgetExhausted);
         }
         Ok(wait)
     }

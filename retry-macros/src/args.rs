@@ -22,6 +22,7 @@ const ARGUMENTS: &[&str] = &[
     "retry_if",
     "on_retry",
     "policy",
+    "budget",
     "crate",
 ];
 
@@ -60,6 +61,7 @@ pub(crate) struct RetryArgs {
     pub(crate) retry_if: Option<Path>,
     pub(crate) on_retry: Option<Path>,
     pub(crate) policy: Option<Expr>,
+    pub(crate) budget: Option<Expr>,
     pub(crate) krate: Option<Path>,
     /// Every knob written, in order, for the `policy` conflict check.
     knobs: Vec<(String, Span)>,
@@ -157,6 +159,7 @@ impl RetryArgs {
             "retry_if" => self.retry_if = Some(value.parse()?),
             "on_retry" => self.on_retry = Some(value.parse()?),
             "policy" => self.policy = Some(value.parse()?),
+            "budget" => self.budget = Some(value.parse()?),
             "crate" => self.krate = Some(value.call(Path::parse_mod_style)?),
             _ => {}
         }

@@ -240,9 +240,18 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
             })
         }
     };
+    let budget = args.budget.as_ref().map(|expr| {
+        let budget = Ident::new("__retry_budget", Span::mixed_site());
+        quote_spanned! {expr.span()=>
+            let #budget = #expr;
+            let #state = #state.with_budget(::core::convert::AsRef::<#private::RetryBudget>::as_ref(&#budget));
+        }
+    });
     let policy_ref = quote! {
         let #held = #policy;
-        let mut #state = #private::State::new(::core::convert::AsRef::<#private::Policy>::as_ref(&#held), #name);
+        let #state = #private::State::new(::core::convert::AsRef::<#private::Policy>::as_ref(&#held), #name);
+        #budget
+        let mut #state = #state;
     };
 
     let classify = match &args.retry_if {
