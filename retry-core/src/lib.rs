@@ -6,11 +6,20 @@ pub mod backoff;
 mod budget;
 mod call;
 mod classify;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
 pub mod metrics;
 mod policy;
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+pub mod reqwest;
 mod retrying;
 pub mod scope;
 mod state;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
 
 pub use budget::RetryBudget;
 pub use call::{ByClassify, Classifier, NoHook, RetryCall, RetryFuture, RetryHook};

@@ -55,7 +55,7 @@ enum Layer {
     Outermost,
     /// Started inside another retry: one attempt only.
     Nested {
-        outer: &'static str,
+        outer: Frame,
     },
     /// Asked for one attempt with [`Retrying::single_attempt`].
     Single,
@@ -133,32 +133,39 @@ impl<F: Future> Future for Retrying<F> {
         if *this.layer == Layer::NotStarted {
             *this.layer = match outer_frame {
                 Some(outer) => {
-                    tracing::warn!(
-                        function = *this.function,
-                        outer = outer.outer,
-                        caller = %this.caller,
-                        "retry in only one layer: `{}` started inside the retry of `{}`, so it makes a single attempt",
-                        this.function,
-                        outer.outer,
-                    );
+                    if outer.quiet {
+                        // Asked for by the caller: expected, not a mistake to warn about.
+                        tracing::debug!(
+                            function = *this.function,
+                            outer = outer.outer,
+                            "single attempt: {} retries",
+                            outer.outer,
+                        );
+                    } else {
+                        tracing::warn!(
+                            function = *this.function,
+                            outer = outer.outer,
+                            caller = %this.caller,
+                            "retry in only one layer: `{}` started inside the retry of `{}`, so it makes a single attempt",
+                            this.function,
+                            outer.outer,
+                        );
+                    }
                     metrics::nested_suppressed(this.function);
-                    Layer::Nested { outer: outer.outer }
+                    Layer::Nested { outer }
                 }
                 None => Layer::Outermost,
             };
         }
         let frame = match *this.layer {
-            Layer::Outermost | Layer::NotStarted => Frame {
-                outer: this.function,
-                single: false,
-            },
+            Layer::Outermost | Layer::NotStarted => Frame::outermost(this.function),
             Layer::Nested { outer } => Frame {
-                outer,
                 single: true,
+                ..outer
             },
             Layer::Single => Frame {
-                outer: outer_frame.map_or(*this.function, |f| f.outer),
                 single: true,
+                ..outer_frame.unwrap_or(Frame::outermost(this.function))
             },
         };
         let _scope = scope::enter(frame);

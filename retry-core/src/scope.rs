@@ -22,6 +22,19 @@ pub(crate) struct Frame {
     pub(crate) outer: &'static str,
     /// Whether the retry that set this frame must make a single attempt.
     pub(crate) single: bool,
+    /// Set by the caller on purpose (the `Caller-Retries` header): nested retries are expected,
+    /// not a mistake to warn about.
+    pub(crate) quiet: bool,
+}
+
+impl Frame {
+    pub(crate) const fn outermost(function: &'static str) -> Frame {
+        Frame {
+            outer: function,
+            single: false,
+            quiet: false,
+        }
+    }
 }
 
 thread_local! {
@@ -92,6 +105,48 @@ pub fn in_current_scope<F: Future>(future: F) -> InScope<F> {
     InScope {
         future,
         frame: current().map(|f| Frame { single: true, ..f }),
+    }
+}
+
+/// Runs `future` as if a caller further up the chain were retrying: every retry started inside
+/// it makes a single attempt, quietly. Used by servers for requests whose caller retries (see
+/// the `Caller-Retries` header in `retry_core::http`).
+///
+/// ```
+/// use retry_core::{retryable, scope};
+/// use std::sync::atomic::{AtomicU32, Ordering};
+///
+/// static CALLS: AtomicU32 = AtomicU32::new(0);
+///
+/// #[retryable(max = 4, base = "1ms")]
+/// async fn handler() -> std::io::Result<()> {
+///     CALLS.fetch_add(1, Ordering::SeqCst);
+///     Err(std::io::ErrorKind::ConnectionReset.into())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// assert!(scope::caller_retries(handler()).await.is_err());
+/// assert_eq!(CALLS.load(Ordering::SeqCst), 1);
+/// # }
+/// ```
+pub fn caller_retries<F: Future>(future: F) -> InScope<F> {
+    InScope {
+        future,
+        frame: Some(Frame {
+            outer: "the caller",
+            single: true,
+            quiet: true,
+        }),
+    }
+}
+
+/// `future` with no scope of its own, in the same type as the scoped ones.
+#[cfg_attr(not(feature = "tower"), allow(dead_code))]
+pub(crate) fn unscoped<F: Future>(future: F) -> InScope<F> {
+    InScope {
+        future,
+        frame: None,
     }
 }
 
