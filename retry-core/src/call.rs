@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 
-use crate::classify::{Classify, Decision};
+use crate::classify::{ByClassify, Classifier, Decision};
 use crate::policy::Policy;
 use crate::retrying::Retrying;
-use crate::state::{Next, State};
+use crate::state::{Next, NoHook, RetryHook, State};
 
 impl Policy {
     /// Retries the future `op` makes, classifying errors with [`Classify`]; `.await` the result.
@@ -56,32 +56,6 @@ impl Policy {
         }
     }
 }
-
-/// Classifies errors with their [`Classify`] impl, the default of [`RetryCall::retry_if`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ByClassify;
-
-/// Decides about an error: [`ByClassify`], or a closure given to [`RetryCall::retry_if`].
-pub trait Classifier<E> {
-    /// See [`Classify::classify`].
-    fn decide(&mut self, error: &E) -> Decision;
-}
-
-impl<E: Classify> Classifier<E> for ByClassify {
-    fn decide(&mut self, error: &E) -> Decision {
-        error.classify()
-    }
-}
-
-impl<E, F: FnMut(&E) -> Decision> Classifier<E> for F {
-    fn decide(&mut self, error: &E) -> Decision {
-        self(error)
-    }
-}
-
-/// A hook that does nothing, the default of [`RetryCall::on_retry`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoHook;
 
 /// A closure retry being set up; `.await` it to run it. Made by [`Policy::retry`].
 #[must_use = "a retry does nothing until it is awaited"]
@@ -174,22 +148,6 @@ impl<'p, Op, C, H> RetryCall<'p, Op, C, H> {
     }
 }
 
-/// Calls a hook with the arguments of [`RetryCall::on_retry`].
-pub trait RetryHook<E> {
-    /// Called before each wait.
-    fn before_wait(&mut self, attempt: u32, error: &E, wait: Duration);
-}
-
-impl<E> RetryHook<E> for NoHook {
-    fn before_wait(&mut self, _: u32, _: &E, _: Duration) {}
-}
-
-impl<E, H: FnMut(u32, &E, Duration)> RetryHook<E> for H {
-    fn before_wait(&mut self, attempt: u32, error: &E, wait: Duration) {
-        self(attempt, error, wait)
-    }
-}
-
 impl<'p, Op, Fut, T, E, C, H> IntoFuture for RetryCall<'p, Op, C, H>
 where
     Op: FnMut() -> Fut,
@@ -258,12 +216,9 @@ where
                 }
                 PhaseProj::Running { attempt } => {
                     let outcome = ready!(attempt.poll(cx));
-                    let (classify, hook) = (&mut *this.classify, &mut *this.on_retry);
-                    let next = this.state.after_attempt(
-                        outcome,
-                        |e| classify.decide(e),
-                        |n, e, w| hook.before_wait(n, e, w),
-                    );
+                    let next = this
+                        .state
+                        .after_attempt(outcome, this.classify, this.on_retry);
                     match next {
                         Next::Return(result) => {
                             this.phase.set(Phase::Done);

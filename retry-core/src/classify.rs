@@ -54,17 +54,60 @@ pub enum Decision {
 pub trait Classify {
     /// Decides whether the failed call may be tried again.
     fn classify(&self) -> Decision;
+
+    /// Why, in a few words a person reads in a give-up event or a dead letter: "404 Not Found",
+    /// "POST without Idempotency-Key after timeout". `None` by default.
+    fn reason(&self) -> Option<String> {
+        None
+    }
 }
 
 impl<C: Classify + ?Sized> Classify for &C {
     fn classify(&self) -> Decision {
         (**self).classify()
     }
+    fn reason(&self) -> Option<String> {
+        (**self).reason()
+    }
 }
 
 impl<C: Classify + ?Sized> Classify for Box<C> {
     fn classify(&self) -> Decision {
         (**self).classify()
+    }
+    fn reason(&self) -> Option<String> {
+        (**self).reason()
+    }
+}
+
+/// Decides about the errors of one retrying call: [`ByClassify`] (the error's own
+/// [`Classify`]), or any `FnMut(&E) -> Decision` (what `retry_if` takes).
+pub trait Classifier<E> {
+    /// See [`Classify::classify`].
+    fn decide(&mut self, error: &E) -> Decision;
+
+    /// See [`Classify::reason`]; `None` unless the classifier knows better.
+    fn reason(&mut self, _error: &E) -> Option<String> {
+        None
+    }
+}
+
+/// Classifies errors with their [`Classify`] impl: the default classifier.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ByClassify;
+
+impl<E: Classify> Classifier<E> for ByClassify {
+    fn decide(&mut self, error: &E) -> Decision {
+        error.classify()
+    }
+    fn reason(&mut self, error: &E) -> Option<String> {
+        error.reason()
+    }
+}
+
+impl<E, F: FnMut(&E) -> Decision> Classifier<E> for F {
+    fn decide(&mut self, error: &E) -> Decision {
+        self(error)
     }
 }
 
@@ -78,6 +121,10 @@ impl Classify for io::Error {
             | Interrupted => Decision::Retry,
             _ => Decision::Stop,
         }
+    }
+
+    fn reason(&self) -> Option<String> {
+        Some(self.to_string())
     }
 }
 
@@ -121,6 +168,10 @@ impl std::error::Error for Elapsed {}
 impl Classify for Elapsed {
     fn classify(&self) -> Decision {
         Decision::Retry
+    }
+
+    fn reason(&self) -> Option<String> {
+        Some(self.to_string())
     }
 }
 

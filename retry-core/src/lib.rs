@@ -22,11 +22,11 @@ mod state;
 pub mod tower;
 
 pub use budget::RetryBudget;
-pub use call::{ByClassify, Classifier, NoHook, RetryCall, RetryFuture, RetryHook};
-pub use classify::{Classify, Decision, Elapsed};
+pub use call::{RetryCall, RetryFuture};
+pub use classify::{ByClassify, Classifier, Classify, Decision, Elapsed};
 pub use policy::{Jitter, Policy, UnknownJitter};
 pub use retrying::{Retrying, SingleAttempt};
-pub use state::GiveUp;
+pub use state::{GiveUp, NoHook, RetryHook};
 
 /// Retries an `async fn` that returns `Result<T, E>`, with exponential backoff and jitter.
 ///
@@ -99,6 +99,7 @@ pub use state::GiveUp;
 /// `Clone`), `&mut` arguments are re-borrowed, and methods must take `&self` or `&mut self`.
 /// Each compile error it gives is shown, with its message, in `tests/ui/`.
 pub use retry_macros::retryable;
+
 
 #[doc(hidden)]
 #[path = "private.rs"]

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::panic::Location;
 use std::time::Duration;
 
-pub use crate::state::{Next, State};
+pub use crate::state::{Next, NoHook, State};
 pub use crate::{Classify, Decision, Elapsed, Jitter, Policy, RetryBudget, Retrying};
 pub use core;
 
@@ -84,15 +84,31 @@ pub fn attempt<R: RetryOutput, F: Future<Output = R>>(attempt: F) -> F {
     attempt
 }
 
-/// The default classifier: the error's own [`Classify`] impl.
-#[inline]
-pub fn by_classify<E: Classify>(error: &E) -> Decision {
-    error.classify()
+/// The default classifier of `#[retryable]`: the error's own [`Classify`]. Built by
+/// [`by_classify`], whose `E: Classify` bound gives the one error a user sees when it is missing.
+pub struct ClassifyFns<E> {
+    decide: fn(&E) -> Decision,
+    reason: fn(&E) -> Option<String>,
 }
 
-/// The default `on_retry` hook: nothing.
+/// See [`ClassifyFns`].
 #[inline]
-pub fn no_hook<E>(_attempt: u32, _error: &E, _wait: Duration) {}
+pub fn by_classify<E: Classify>() -> ClassifyFns<E> {
+    ClassifyFns {
+        decide: E::classify,
+        reason: E::reason,
+    }
+}
+
+impl<E> crate::Classifier<E> for ClassifyFns<E> {
+    #[inline]
+    fn decide(&mut self, error: &E) -> Decision {
+        (self.decide)(error)
+    }
+    fn reason(&mut self, error: &E) -> Option<String> {
+        (self.reason)(error)
+    }
+}
 
 /// Waits between attempts; a zero wait arms no timer.
 #[inline]

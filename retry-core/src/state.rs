@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::budget::RetryBudget;
-use crate::classify::Decision;
+use crate::classify::{Classifier, Decision};
 use crate::metrics;
 use crate::policy::Policy;
 use crate::scope;
@@ -95,6 +95,27 @@ impl fmt::Display for GiveUp {
     }
 }
 
+/// Sees each failed attempt before the wait that follows it: any `FnMut(u32, &E, Duration)`
+/// (what `on_retry` takes), or [`NoHook`].
+pub trait RetryHook<E> {
+    /// Called with the attempt that failed (from 1), its error and the chosen wait.
+    fn before_wait(&mut self, attempt: u32, error: &E, wait: Duration);
+}
+
+/// A hook that does nothing: the default of `on_retry`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHook;
+
+impl<E> RetryHook<E> for NoHook {
+    fn before_wait(&mut self, _: u32, _: &E, _: Duration) {}
+}
+
+impl<E, H: FnMut(u32, &E, Duration)> RetryHook<E> for H {
+    fn before_wait(&mut self, attempt: u32, error: &E, wait: Duration) {
+        self(attempt, error, wait)
+    }
+}
+
 /// What the caller of [`State::after_attempt`] does next.
 #[derive(Debug)]
 pub enum Next<T, E> {
@@ -116,6 +137,7 @@ pub struct State<'p> {
     started: Option<Instant>,
     // Created on the first wait only: a call that succeeds at once never seeds an RNG.
     backoff: Option<Backoff>,
+    gave_up: Option<GiveUp>,
 }
 
 impl<'p> State<'p> {
@@ -129,6 +151,7 @@ impl<'p> State<'p> {
             attempt: 0,
             started: None,
             backoff: None,
+            gave_up: None,
         }
     }
 
@@ -162,19 +185,24 @@ impl<'p> State<'p> {
         self.attempt
     }
 
+    /// Why the call gave up, once it has.
+    pub fn gave_up(&self) -> Option<GiveUp> {
+        self.gave_up
+    }
+
     /// Decides what follows an attempt's outcome. `on_retry` sees the attempt number, the error
     /// and the chosen wait before the error is dropped; on give-up the error is returned.
     pub fn after_attempt<T, E>(
         &mut self,
         outcome: Result<T, E>,
-        classify: impl FnOnce(&E) -> Decision,
-        on_retry: impl FnOnce(u32, &E, Duration),
+        classifier: &mut impl Classifier<E>,
+        on_retry: &mut impl RetryHook<E>,
     ) -> Next<T, E> {
         let error = match outcome {
             Ok(value) => return Next::Return(Ok(value)),
             Err(error) => error,
         };
-        let decision = classify(&error);
+        let decision = classifier.decide(&error);
         match self.judge(decision) {
             Ok(wait) => {
                 tracing::debug!(
@@ -184,12 +212,20 @@ impl<'p> State<'p> {
                     "attempt failed; retrying"
                 );
                 metrics::retried(self.function);
-                on_retry(self.attempt, &error, wait);
+                on_retry.before_wait(self.attempt, &error, wait);
                 Next::Retry(wait)
             }
-            Err(reason) => {
-                tracing::warn!(attempt = self.attempt, ?decision, %reason, "giving up");
-                metrics::gave_up(self.function, reason.label());
+            Err(give_up) => {
+                let cause = classifier.reason(&error).unwrap_or_default();
+                // Giving up after retrying is news; a first attempt that was never going to be
+                // retried (a 404, a nested single attempt) is the caller's business.
+                if self.attempt > 1 {
+                    tracing::warn!(attempt = self.attempt, ?decision, reason = %give_up, cause, "giving up");
+                } else {
+                    tracing::debug!(attempt = self.attempt, ?decision, reason = %give_up, cause, "giving up");
+                }
+                metrics::gave_up(self.function, give_up.label());
+                self.gave_up = Some(give_up);
                 Next::Return(Err(error))
             }
         }

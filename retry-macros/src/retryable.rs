@@ -254,16 +254,18 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
         let mut #state = #state;
     };
 
+    let classifier = Ident::new("__retry_classifier", Span::mixed_site());
+    let hook = Ident::new("__retry_hook", Span::mixed_site());
     let classify = match &args.retry_if {
         Some(path) => quote!(#path),
         None => {
             let private = private_at(output_span);
-            quote_spanned!(output_span=> #private::by_classify)
+            quote_spanned!(output_span=> #private::by_classify())
         }
     };
     let on_retry = match &args.on_retry {
         Some(path) => quote!(#path),
-        None => quote!(#private::no_hook),
+        None => quote!(#private::NoHook),
     };
 
     let mut probes = AwaitProbes::new(&private, name.clone());
@@ -301,11 +303,13 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
             #private::retrying(#name, ::core::panic::Location::caller(), async move {
                 #policy_ref
                 #(#slots)*
+                let mut #classifier = #classify;
+                let mut #hook = #on_retry;
                 loop {
                     let #last = #state.start_attempt();
                     #(#per_attempt)*
                     let #outcome = #attempt;
-                    match #state.after_attempt(#private_out::into_result(#outcome), #classify, #on_retry) {
+                    match #state.after_attempt(#private_out::into_result(#outcome), &mut #classifier, &mut #hook) {
                         #private::Next::Return(#returned) => return #private_out::from_result::<#output>(#returned),
                         #private::Next::Retry(#wait) => #private::pause(#wait).await,
                     }
