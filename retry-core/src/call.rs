@@ -14,7 +14,7 @@ use crate::retrying::Retrying;
 use crate::state::{Next, NoHook, RetryHook, State};
 
 impl Policy {
-    /// Retries the future `op` makes, classifying errors with [`Classify`]; `.await` the result.
+    /// Retries the future `op` makes, classifying errors with [`Classify`](crate::Classify); `.await` the result.
     ///
     /// `op` is called once per attempt. Adjust the call with [`RetryCall::retry_if`],
     /// [`RetryCall::on_retry`] and [`RetryCall::name`] before awaiting it.
@@ -70,7 +70,7 @@ pub struct RetryCall<'p, Op, C, H> {
 }
 
 impl<'p, Op, C, H> RetryCall<'p, Op, C, H> {
-    /// Classifies errors with `classify` instead of their [`Classify`] impl.
+    /// Classifies errors with `classify` instead of their [`Classify`](crate::Classify) impl.
     ///
     /// ```
     /// use retry_core::{Decision, Policy};

@@ -1,8 +1,16 @@
 //! reqwest integration (feature `reqwest`).
 
-use ::reqwest::RequestBuilder;
+use std::fmt;
+use std::time::{Duration, SystemTime};
 
-use crate::http::{CALLER_RETRIES, CALLER_RETRIES_VALUE};
+use ::http::{Method, StatusCode};
+use ::reqwest::{RequestBuilder, Response};
+
+use crate::classify::{Classify, Decision};
+use crate::http::{
+    CALLER_RETRIES, CALLER_RETRIES_VALUE, guard_resend, has_idempotency_key, retry_after,
+    status_text,
+};
 use crate::scope;
 
 /// A client builder with reqwest's own retries turned off: they would be a hidden second layer
@@ -30,6 +38,26 @@ pub trait RequestBuilderExt {
     /// assert!(request.headers().get("caller-retries").is_none(), "not inside a retry");
     /// ```
     fn caller_retries(self) -> Self;
+
+    /// Sends the request and turns a transport failure or a non-success status into an
+    /// [`HttpError`] that knows the method and whether the request carried `Idempotency-Key`,
+    /// so its classification can refuse to resend a POST that may have taken effect.
+    ///
+    /// ```no_run
+    /// use retry_core::reqwest::{client_builder, HttpError, RequestBuilderExt};
+    /// use retry_core::retryable;
+    ///
+    /// #[retryable(max = 4, base = "200ms")]
+    /// async fn pay(client: &reqwest::Client, key: &str) -> Result<String, HttpError> {
+    ///     let response = client
+    ///         .post("http://127.0.0.1:8080/payments")
+    ///         .header("Idempotency-Key", key)
+    ///         .send_checked()
+    ///         .await?;
+    ///     Ok(response.text().await.unwrap_or_default())
+    /// }
+    /// ```
+    fn send_checked(self) -> impl std::future::Future<Output = Result<Response, HttpError>> + Send;
 }
 
 impl RequestBuilderExt for RequestBuilder {
@@ -40,4 +68,252 @@ impl RequestBuilderExt for RequestBuilder {
             self
         }
     }
+
+    async fn send_checked(self) -> Result<Response, HttpError> {
+        let (client, request) = self.build_split();
+        let request = request.map_err(|e| HttpError {
+            method: None,
+            keyed: false,
+            url: e.url().map(ToString::to_string),
+            failure: Failure::Transport(e),
+        })?;
+        let method = request.method().clone();
+        let keyed = has_idempotency_key(request.headers());
+        let url = request.url().to_string();
+        match client.execute(request).await {
+            Ok(response) => check_response(Some(method), keyed, response).await,
+            Err(e) => Err(HttpError {
+                method: Some(method),
+                keyed,
+                url: Some(url),
+                failure: Failure::Transport(e),
+            }),
+        }
+    }
+}
+
+/// How much of an error response's body an [`HttpError`] keeps for people to read.
+pub const BODY_EXCERPT_LIMIT: usize = 1024;
+
+/// A request that failed: the transport error or the non-success status, with what the
+/// classification needs (the method, whether it carried `Idempotency-Key`, `Retry-After`) and
+/// the start of the body for a person to read. Made by [`RequestBuilderExt::send_checked`] and
+/// [`ResponseExt::check`]; classify it with [`Classify`].
+#[derive(Debug)]
+pub struct HttpError {
+    method: Option<Method>,
+    keyed: bool,
+    url: Option<String>,
+    failure: Failure,
+}
+
+#[derive(Debug)]
+enum Failure {
+    Transport(::reqwest::Error),
+    Status {
+        status: StatusCode,
+        retry_after: Option<Duration>,
+        excerpt: String,
+    },
+}
+
+impl HttpError {
+    /// The response status, when the server answered.
+    pub fn status(&self) -> Option<StatusCode> {
+        match &self.failure {
+            Failure::Status { status, .. } => Some(*status),
+            Failure::Transport(e) => e.status(),
+        }
+    }
+
+    /// The server's `Retry-After`, when it sent a valid one with a 429 or 503.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match &self.failure {
+            Failure::Status { retry_after, .. } => *retry_after,
+            Failure::Transport(_) => None,
+        }
+    }
+
+    /// The first [`BODY_EXCERPT_LIMIT`] bytes of the error response's body (lossy UTF-8).
+    pub fn body_excerpt(&self) -> &str {
+        match &self.failure {
+            Failure::Status { excerpt, .. } => excerpt,
+            Failure::Transport(_) => "",
+        }
+    }
+
+    /// The transport error, when the request got no response.
+    pub fn transport(&self) -> Option<&::reqwest::Error> {
+        match &self.failure {
+            Failure::Transport(e) => Some(e),
+            Failure::Status { .. } => None,
+        }
+    }
+
+    /// What happened, without the method guard.
+    fn raw(&self) -> (Decision, String, bool) {
+        match &self.failure {
+            // Never connected: nothing reached the server, any method may be sent again.
+            Failure::Transport(e) if e.is_connect() => {
+                (Decision::Retry, "connect error".to_owned(), false)
+            }
+            Failure::Transport(e) => (e.classify(), transport_text(e), true),
+            Failure::Status {
+                status,
+                retry_after,
+                ..
+            } => {
+                let decision = match (status.classify(), retry_after) {
+                    (Decision::Retry, Some(wait)) => Decision::RetryAfter(*wait),
+                    (decision, _) => decision,
+                };
+                // A 5xx may have been produced after the effect; 408 and 429 were refused.
+                (decision, status_text(*status), status.is_server_error())
+            }
+        }
+    }
+
+    fn unsafe_resend(&self) -> Option<&Method> {
+        let (decision, _, reached) = self.raw();
+        let method = self.method.as_ref()?;
+        (reached && guard_resend(decision, method, self.keyed) != decision).then_some(method)
+    }
+}
+
+impl fmt::Display for HttpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(method) = &self.method {
+            write!(f, "{method} ")?;
+        }
+        if let Some(url) = &self.url {
+            write!(f, "{url} ")?;
+        }
+        match &self.failure {
+            Failure::Transport(e) => write!(f, "failed: {e}"),
+            Failure::Status {
+                status, excerpt, ..
+            } if excerpt.is_empty() => {
+                write!(f, "answered {}", status_text(*status))
+            }
+            Failure::Status {
+                status, excerpt, ..
+            } => {
+                write!(f, "answered {}: {excerpt}", status_text(*status))
+            }
+        }
+    }
+}
+
+impl std::error::Error for HttpError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.transport().map(|e| e as _)
+    }
+}
+
+/// Transient transport failures and 5xx are retried, as are 408 and 429 (`Retry-After`
+/// honoured); other statuses stop. A POST or PATCH that may have reached the server (a timeout,
+/// a reset after sending, a 5xx) is retried only with an `Idempotency-Key` header.
+impl Classify for HttpError {
+    fn classify(&self) -> Decision {
+        match self.unsafe_resend() {
+            Some(_) => Decision::Stop,
+            None => self.raw().0,
+        }
+    }
+
+    fn reason(&self) -> Option<String> {
+        let (_, what, _) = self.raw();
+        Some(match self.unsafe_resend() {
+            Some(method) => format!("{method} without Idempotency-Key after {what}"),
+            None => what,
+        })
+    }
+}
+
+/// Connection failures, timeouts and failures while sending or reading are retried; a request
+/// that could not be built, a body that could not be decoded and a redirect loop are not. An
+/// error made by `error_for_status` is classified by its status. Without the request's method
+/// this cannot apply the POST rule: use [`RequestBuilderExt::send_checked`] for that.
+impl Classify for ::reqwest::Error {
+    fn classify(&self) -> Decision {
+        if let Some(status) = self.status() {
+            return status.classify();
+        }
+        if self.is_builder() || self.is_decode() || self.is_redirect() {
+            Decision::Stop
+        } else if self.is_connect() || self.is_timeout() || self.is_request() || self.is_body() {
+            Decision::Retry
+        } else {
+            Decision::Stop
+        }
+    }
+
+    fn reason(&self) -> Option<String> {
+        Some(transport_text(self))
+    }
+}
+
+fn transport_text(e: &::reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        "timeout"
+    } else if e.is_connect() {
+        "connect error"
+    } else if e.is_redirect() {
+        "redirect error"
+    } else if e.is_decode() {
+        "decode error"
+    } else if e.is_builder() {
+        "invalid request"
+    } else if let Some(status) = e.status() {
+        return status_text(status);
+    } else {
+        "transport error"
+    };
+    kind.to_owned()
+}
+
+/// Turns non-success responses into [`HttpError`]s.
+pub trait ResponseExt: Sized {
+    /// `Ok(self)` for a 2xx; otherwise an [`HttpError`] with the status, `Retry-After` and the
+    /// start of the body, so a `#[retryable]` function can simply `?` it. The request's method is
+    /// not known here: for the POST rule use [`RequestBuilderExt::send_checked`].
+    fn check(self) -> impl std::future::Future<Output = Result<Self, HttpError>> + Send;
+}
+
+impl ResponseExt for Response {
+    async fn check(self) -> Result<Self, HttpError> {
+        check_response(None, false, self).await
+    }
+}
+
+async fn check_response(
+    method: Option<Method>,
+    keyed: bool,
+    mut response: Response,
+) -> Result<Response, HttpError> {
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let retry_after = retry_after(status, response.headers(), SystemTime::now());
+    let url = Some(response.url().to_string());
+    let mut body = Vec::new();
+    // Bounded: an error page may be large, and only its start helps a person.
+    while body.len() < BODY_EXCERPT_LIMIT {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    body.truncate(BODY_EXCERPT_LIMIT);
+    Err(HttpError {
+        method,
+        keyed,
+        url,
+        failure: Failure::Status {
+            status,
+            retry_after,
+            excerpt: String::from_utf8_lossy(&body).into_owned(),
+        },
+    })
 }

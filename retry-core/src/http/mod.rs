@@ -1,5 +1,6 @@
-//! HTTP integration (feature `http`): the `Caller-Retries` header that keeps retries in one
-//! layer across services.
+//! HTTP integration (feature `http`): [`Classify`](crate::Classify) for statuses and responses,
+//! `Retry-After`, and the `Caller-Retries` header that keeps retries in one layer across
+//! services.
 //!
 //! # `Caller-Retries: ?1`
 //!
@@ -59,7 +60,7 @@ pub fn caller_retries(headers: &HeaderMap) -> bool {
         .is_some_and(|value| value.as_bytes().trim_ascii() == b"?1")
 }
 
-/// Marks an [`http::Request`](::http::Request) built inside a retry scope; see
+/// Marks an [`http::Request`] built inside a retry scope; see
 /// [`mark_caller_retries`].
 ///
 /// ```
@@ -69,3 +70,11 @@ pub fn caller_retries(headers: &HeaderMap) -> bool {
 pub fn mark_request<B>(request: &mut ::http::Request<B>) -> bool {
     mark_caller_retries(request.headers_mut())
 }
+
+mod classify;
+mod retry_after;
+
+pub use classify::IDEMPOTENCY_KEY;
+#[cfg_attr(not(feature = "reqwest"), allow(unused_imports))]
+pub(crate) use classify::{guard_resend, has_idempotency_key, retry_after, status_text};
+pub use retry_after::{RetryAfterError, parse_retry_after};
