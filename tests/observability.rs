@@ -125,3 +125,68 @@ fn each_collapsed_nested_retry_warns_once_naming_both_functions_and_the_call_sit
         "the call site: {first}"
     );
 }
+
+/// Records the `reason` field of "giving up" events.
+#[derive(Clone, Default)]
+struct GiveUps(Arc<Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for GiveUps {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Reason(Option<String>);
+        impl tracing::field::Visit for Reason {
+            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                if field.name() == "reason" {
+                    self.0 = Some(value.to_owned());
+                }
+            }
+            fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+        }
+        let mut reason = Reason(None);
+        event.record(&mut reason);
+        if let Some(reason) = reason.0 {
+            self.0.lock().unwrap().push(reason);
+        }
+    }
+}
+
+#[retryable(max = 3, base = "1ms")]
+async fn not_found() -> Result<(), axum::http::StatusCode> {
+    Err(axum::http::StatusCode::NOT_FOUND)
+}
+
+#[retryable(max = 3, base = "1ms")]
+async fn unavailable() -> Result<(), axum::http::StatusCode> {
+    Err(axum::http::StatusCode::SERVICE_UNAVAILABLE)
+}
+
+fn decide(decision: &retry_core::Decision) -> retry_core::Decision {
+    *decision
+}
+
+#[retryable(max = 3, base = "1ms", max_retry_after = "5m", retry_if = decide)]
+async fn asks_for_ten_minutes_too() -> Result<(), retry_core::Decision> {
+    Err(retry_core::Decision::RetryAfter(
+        std::time::Duration::from_secs(600),
+    ))
+}
+
+#[test]
+fn the_give_up_event_says_why() {
+    let give_ups = GiveUps::default();
+    let subscriber = tracing_subscriber::registry().with(give_ups.clone());
+    tracing::subscriber::with_default(subscriber, || {
+        paused_runtime().block_on(async {
+            assert!(not_found().await.is_err());
+            assert!(unavailable().await.is_err());
+            assert!(asks_for_ten_minutes_too().await.is_err());
+        })
+    });
+    assert_eq!(
+        *give_ups.0.lock().unwrap(),
+        [
+            "not retryable: 404 Not Found",
+            "gave up after 3 attempts: 503 Service Unavailable",
+            "Retry-After 600 s exceeds max_retry_after 300 s",
+        ]
+    );
+}

@@ -216,13 +216,17 @@ impl<'p> State<'p> {
                 Next::Retry(wait)
             }
             Err(give_up) => {
-                let cause = classifier.reason(&error).unwrap_or_default();
+                // "not retryable: 404 Not Found", "gave up after 5 attempts: 503 Service Unavailable"
+                let reason = match classifier.reason(&error) {
+                    Some(cause) => format!("{give_up}: {cause}"),
+                    None => give_up.to_string(),
+                };
                 // Giving up after retrying is news; a first attempt that was never going to be
                 // retried (a 404, a nested single attempt) is the caller's business.
                 if self.attempt > 1 {
-                    tracing::warn!(attempt = self.attempt, ?decision, reason = %give_up, cause, "giving up");
+                    tracing::warn!(attempt = self.attempt, ?decision, reason, "giving up");
                 } else {
-                    tracing::debug!(attempt = self.attempt, ?decision, reason = %give_up, cause, "giving up");
+                    tracing::debug!(attempt = self.attempt, ?decision, reason, "giving up");
                 }
                 metrics::gave_up(self.function, give_up.label());
                 self.gave_up = Some(give_up);
