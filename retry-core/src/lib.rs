@@ -100,6 +100,80 @@ pub use state::{GiveUp, NoHook, RetryHook};
 /// Each compile error it gives is shown, with its message, in `tests/ui/`.
 pub use retry_macros::retryable;
 
+/// Derives [`Classify`](trait@Classify) for an error enum, one decision per variant.
+///
+/// Every variant says what its failure means, so no error is ever retried by accident: a
+/// variant without `#[classify(...)]` is a compile error.
+///
+/// - `#[classify(retry)]`: transient, try again after the backoff ([`Decision::Retry`]).
+/// - `#[classify(stop)]`: fails the same way next time, give up ([`Decision::Stop`]).
+/// - `#[classify(delegate)]`: the variant's single field classifies itself (an `io::Error`,
+///   another derived error, ...) and gives its [`reason`](Classify::reason). When its type uses
+///   a generic parameter, the impl requires that type to be `Classify`.
+/// - `#[classify(retry_after = field)]`: the named field holds a `Duration` or
+///   `Option<Duration>`; `Some(d)` or `d` is [`Decision::RetryAfter`]`(d)`, `None` is
+///   [`Decision::Retry`]. In a tuple variant the field is its index: `retry_after = 0`.
+///
+/// Other attributes (`thiserror`'s `#[error(...)]`, `#[from]`, `#[source]`) are left alone.
+/// On a struct, one `#[classify(...)]` on the struct itself classifies every value.
+/// `#[classify(crate = path)]` on the type names where `retry_core` is, when it is renamed.
+///
+/// ```
+/// use std::{io, time::Duration};
+/// use retry_core::{Classify, Decision};
+///
+/// #[derive(Debug, Classify)]
+/// enum FetchError {
+///     #[classify(retry)]
+///     Unavailable,
+///     #[classify(stop)]
+///     NotFound { id: u64 },
+///     #[classify(delegate)]
+///     Io(io::Error),
+///     #[classify(retry_after = wait)]
+///     TooManyRequests { wait: Option<Duration> },
+/// }
+///
+/// assert_eq!(FetchError::NotFound { id: 7 }.classify(), Decision::Stop);
+/// let refused = FetchError::Io(io::ErrorKind::ConnectionRefused.into());
+/// assert_eq!(refused.classify(), Decision::Retry);
+/// let later = FetchError::TooManyRequests { wait: Some(Duration::from_secs(2)) };
+/// assert_eq!(later.classify(), Decision::RetryAfter(Duration::from_secs(2)));
+/// ```
+///
+/// The derive writes the `match` you would write by hand:
+///
+/// ```
+/// # use std::{io, time::Duration};
+/// # use retry_core::{Classify, Decision};
+/// # enum FetchError { Unavailable, NotFound { id: u64 }, Io(io::Error), TooManyRequests { wait: Option<Duration> } }
+/// impl Classify for FetchError {
+///     fn classify(&self) -> Decision {
+///         match self {
+///             Self::Unavailable { .. } => Decision::Retry,
+///             Self::NotFound { .. } => Decision::Stop,
+///             Self::Io(error) => Classify::classify(error),
+///             // A `Duration` field gives `Decision::RetryAfter(*wait)`.
+///             Self::TooManyRequests { wait, .. } => {
+///                 wait.map_or(Decision::Retry, Decision::RetryAfter)
+///             }
+///         }
+///     }
+///
+///     // Written only when a variant delegates; otherwise the default `None` stays.
+///     fn reason(&self) -> Option<String> {
+///         match self {
+///             Self::Io(error) => Classify::reason(error),
+///             _ => None,
+///         }
+///     }
+/// }
+/// ```
+///
+/// The trait and the derive share the name `Classify` (they live in different namespaces), so
+/// one `use retry_core::Classify;` brings both. Each compile error the derive gives is shown,
+/// with its message, in `tests/ui/derive_*.rs`.
+pub use retry_macros::Classify;
 
 #[doc(hidden)]
 #[path = "private.rs"]

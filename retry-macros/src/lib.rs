@@ -2,6 +2,7 @@
 //! which re-exports them; the code they generate calls `retry_core::__private`.
 
 mod args;
+mod classify;
 mod duration;
 mod errors;
 mod nesting;
@@ -15,4 +16,11 @@ use proc_macro::TokenStream;
 #[proc_macro_attribute]
 pub fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
     retryable::expand(attr.into(), item.into()).into()
+}
+
+/// Derives `Classify` from a `#[classify(...)]` on every variant; documented in
+/// `retry_core::Classify`.
+#[proc_macro_derive(Classify, attributes(classify))]
+pub fn derive_classify(input: TokenStream) -> TokenStream {
+    classify::expand(input.into()).into()
 }
