@@ -1,11 +1,12 @@
-//! A tower layer for servers (feature `tower`): honour `Caller-Retries` on incoming requests.
+//! Tower layers (feature `tower`): honour `Caller-Retries` on incoming requests, and add it to
+//! outgoing ones made inside a retry.
 
 use std::task::{Context, Poll};
 
 use ::tower_layer::Layer;
 use ::tower_service::Service;
 
-use crate::http::caller_retries;
+use crate::http::{caller_retries, mark_request};
 use crate::scope::{self, InScope};
 
 /// Runs each handler whose request carries `Caller-Retries: ?1` inside a single-attempt retry
@@ -57,5 +58,104 @@ where
         } else {
             scope::unscoped(response)
         }
+    }
+}
+
+/// For clients built on tower (hyper-util, tonic, ...): adds `Caller-Retries: ?1` to every
+/// request sent inside a retry scope, so no call site has to remember it. reqwest has no
+/// request-level layers: use `retry_core::reqwest::RequestBuilderExt::caller_retries` there.
+///
+/// ```
+/// use retry_core::tower::MarkCallerRetriesLayer;
+/// use tower_layer::Layer;
+///
+/// # #[derive(Clone)] struct HttpClient;
+/// let client = MarkCallerRetriesLayer.layer(HttpClient);
+/// # let _ = client;
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MarkCallerRetriesLayer;
+
+impl<S> Layer<S> for MarkCallerRetriesLayer {
+    type Service = MarkCallerRetries<S>;
+
+    fn layer(&self, inner: S) -> MarkCallerRetries<S> {
+        MarkCallerRetries { inner }
+    }
+}
+
+/// The service made by [`MarkCallerRetriesLayer`].
+#[derive(Debug, Clone)]
+pub struct MarkCallerRetries<S> {
+    inner: S,
+}
+
+impl<S, B> Service<::http::Request<B>> for MarkCallerRetries<S>
+where
+    S: Service<::http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: ::http::Request<B>) -> S::Future {
+        mark_request(&mut request);
+        self.inner.call(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::future::Future;
+    use std::pin::Pin;
+
+    use super::*;
+    use crate::http::CALLER_RETRIES;
+
+    /// Answers whether the request carried the header, and whether a retry scope was active
+    /// while the handler ran.
+    #[derive(Clone)]
+    struct Probe;
+
+    impl Service<::http::Request<()>> for Probe {
+        type Response = (bool, bool);
+        type Error = Infallible;
+        type Future = Pin<Box<dyn Future<Output = Result<(bool, bool), Infallible>>>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: ::http::Request<()>) -> Self::Future {
+            let marked = request.headers().contains_key(CALLER_RETRIES);
+            // Read when the response future is polled, as a handler's retries would.
+            Box::pin(async move { Ok((marked, scope::is_active())) })
+        }
+    }
+
+    #[tokio::test]
+    async fn outgoing_requests_are_marked_only_inside_a_retry() {
+        let mut client = MarkCallerRetriesLayer.layer(Probe);
+        let outside = client.call(::http::Request::new(())).await;
+        assert_eq!(outside, Ok((false, false)));
+        let inside = scope::caller_retries(async { client.call(::http::Request::new(())).await });
+        assert_eq!(inside.await.map(|(marked, _)| marked), Ok(true));
+    }
+
+    #[tokio::test]
+    async fn incoming_requests_with_the_header_run_in_a_single_attempt_scope() {
+        let mut server = CallerRetriesLayer.layer(Probe);
+        let plain = server.call(::http::Request::new(())).await;
+        assert_eq!(plain, Ok((false, false)));
+        let mut marked = ::http::Request::new(());
+        marked
+            .headers_mut()
+            .insert(CALLER_RETRIES, crate::http::CALLER_RETRIES_VALUE);
+        assert_eq!(server.call(marked).await, Ok((true, true)));
     }
 }
