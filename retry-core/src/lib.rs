@@ -17,6 +17,7 @@ pub mod reqwest;
 mod retrying;
 pub mod scope;
 mod state;
+pub mod time;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;

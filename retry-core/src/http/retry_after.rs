@@ -23,8 +23,9 @@
 //! * **Case.** Day names, month names and `GMT` are case-sensitive, as in the RFC's grammar;
 //!   `sun`, `NOV` or `gmt` are rejected with a reason saying so.
 
+use crate::time::{civil_from_days, days_from_civil, days_in_month, unix_nanos};
 use std::fmt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 /// The longest wait accepted, in seconds: 2^31 (RFC 9111 §1.2.2), about 68 years.
 const MAX_SECONDS: u64 = 1 << 31;
@@ -357,15 +358,6 @@ fn wait_until(date: DateTime, now: SystemTime) -> Option<Duration> {
     u64::try_from(diff).ok().map(Duration::from_nanos)
 }
 
-/// Nanoseconds since the Unix epoch, negative before it.
-fn unix_nanos(time: SystemTime) -> i128 {
-    // A `Duration` holds at most ~1.8e28 ns, far below i128::MAX (~1.7e38).
-    match time.duration_since(UNIX_EPOCH) {
-        Ok(after) => i128::try_from(after.as_nanos()).unwrap_or(i128::MAX),
-        Err(before) => i128::try_from(before.duration().as_nanos()).map_or(i128::MIN, |n| -n),
-    }
-}
-
 /// `now` as a UTC calendar date and time (to the second, rounded down).
 fn civil_now(now: SystemTime) -> DateTime {
     let seconds = unix_nanos(now).div_euclid(NANOS_PER_SEC);
@@ -381,53 +373,6 @@ fn civil_now(now: SystemTime) -> DateTime {
         hour: in_day / 3600,
         minute: in_day % 3600 / 60,
         second: in_day % 60,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(year: i128, month: u32, day: u32) -> i128 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400; // 0..=399
-    let month_from_march = i128::from((month + 9) % 12); // March = 0
-    let day_of_year = (153 * month_from_march + 2) / 5 + i128::from(day) - 1; // 0..=365
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// The proleptic Gregorian date of a day number since 1970-01-01 (Hinnant's `civil_from_days`).
-fn civil_from_days(days: i128) -> (i128, u32, u32) {
-    let days = days + 719_468;
-    let era = days.div_euclid(146_097);
-    let day_of_era = days - era * 146_097; // 0..=146_096
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153; // 0..=11
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1; // 1..=31
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + i128::from(month <= 2);
-    (
-        year,
-        u32::try_from(month).unwrap_or(1),
-        u32::try_from(day).unwrap_or(1),
-    )
-}
-
-fn is_leap_year(year: i128) -> bool {
-    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
-}
-
-fn days_in_month(year: i128, month: u32) -> u32 {
-    match month {
-        2 if is_leap_year(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
     }
 }
 
@@ -680,6 +625,7 @@ fn validate(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::time::UNIX_EPOCH;
 
     /// 1994-11-06T08:49:37Z, the RFC's example instant.
     const RFC_EXAMPLE: u64 = 784_111_777;
