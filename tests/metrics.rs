@@ -1,0 +1,77 @@
+//! What operators see in metrics: the documented names, labelled by function.
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use retry_core::metrics::names;
+use retry_core::retryable;
+
+#[retryable(max = 3, base = "1ms")]
+async fn inner() -> std::io::Result<()> {
+    Err(std::io::ErrorKind::ConnectionReset.into())
+}
+
+async fn hidden() -> std::io::Result<()> {
+    inner().await
+}
+
+#[retryable(max = 2, base = "1ms")]
+async fn outer() -> std::io::Result<()> {
+    hidden().await
+}
+
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+/// A counter's name, labels and value.
+type Counter = (String, Vec<(String, String)>, u64);
+
+/// Every counter recorded, sorted.
+fn counters(recorder: &DebuggingRecorder) -> Vec<Counter> {
+    let mut out = Vec::new();
+    for (key, _, _, value) in recorder.snapshotter().snapshot().into_vec() {
+        if let DebugValue::Counter(n) = value {
+            let key = key.key();
+            let labels = key
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            out.push((key.name().to_owned(), labels, n));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn calls_retries_give_ups_and_nested_suppressions_are_counted_by_function() {
+    let recorder = DebuggingRecorder::new();
+    metrics::with_local_recorder(&recorder, || {
+        paused_runtime().block_on(async { assert!(outer().await.is_err()) })
+    });
+    let function = |f: &str| vec![("function".to_owned(), f.to_owned())];
+    let gave_up = |f: &str, reason: &str| {
+        vec![
+            ("function".to_owned(), f.to_owned()),
+            ("reason".to_owned(), reason.to_owned()),
+        ]
+    };
+    let mut expected = vec![
+        // The outer call, and the inner one started once per outer attempt.
+        (names::CALLS.to_owned(), function("inner"), 2),
+        (names::CALLS.to_owned(), function("outer"), 1),
+        (names::RETRIES.to_owned(), function("outer"), 1),
+        (
+            names::GIVE_UPS.to_owned(),
+            gave_up("inner", "single_attempt"),
+            2,
+        ),
+        (names::GIVE_UPS.to_owned(), gave_up("outer", "exhausted"), 1),
+        (names::NESTED_SUPPRESSED.to_owned(), function("inner"), 2),
+    ];
+    expected.sort();
+    assert_eq!(counters(&recorder), expected);
+}
