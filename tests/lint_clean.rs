@@ -34,3 +34,51 @@ async fn expansions_compile_without_warnings() {
     assert_eq!(client.fetch("x".to_owned(), (1, 2)).await.unwrap(), "x121");
     assert_eq!(generic("abc").await.unwrap(), 3);
 }
+
+/// An error for the idempotent functions below.
+#[derive(Debug)]
+pub struct Rejected;
+
+impl From<retry_core::IdempotencyError> for Rejected {
+    fn from(_: retry_core::IdempotencyError) -> Self {
+        Rejected
+    }
+}
+
+impl From<retry_core::Elapsed> for Rejected {
+    fn from(_: retry_core::Elapsed) -> Self {
+        Rejected
+    }
+}
+
+impl retry_core::Classify for Rejected {
+    fn classify(&self) -> retry_core::Decision {
+        retry_core::Decision::Retry
+    }
+}
+
+#[retry_core::idempotent(key = (sender, msg_no), store = inbox, fingerprint = amount)]
+async fn deposit(
+    inbox: &retry_core::idempotency::MemoryStore,
+    sender: &str,
+    msg_no: u64,
+    amount: u64,
+) -> Result<u64, Rejected> {
+    Ok(amount)
+}
+
+#[retry_core::idempotent(key = msg_no, store = inbox, lease = "1m")]
+#[retryable(max = 2, base = "1ms", deadline = "10s", attempt_timeout = "5s")]
+async fn deposit_retrying(
+    inbox: &retry_core::idempotency::MemoryStore,
+    msg_no: u64,
+) -> Result<u64, Rejected> {
+    Ok(msg_no)
+}
+
+#[tokio::test]
+async fn idempotent_expansions_compile_without_warnings() {
+    let inbox = retry_core::idempotency::MemoryStore::new();
+    assert_eq!(deposit(&inbox, "a", 1, 5).await.unwrap(), 5);
+    assert_eq!(deposit_retrying(&inbox, 2).await.unwrap(), 2);
+}

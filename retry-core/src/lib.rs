@@ -9,6 +9,7 @@ mod classify;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+pub mod idempotency;
 pub mod metrics;
 mod policy;
 #[cfg(feature = "reqwest")]
@@ -25,6 +26,7 @@ pub mod tower;
 pub use budget::RetryBudget;
 pub use call::{RetryCall, RetryFuture};
 pub use classify::{ByClassify, Classifier, Classify, Decision, Elapsed};
+pub use idempotency::{IdempotencyError, Idempotent};
 pub use policy::{Jitter, Policy, UnknownJitter};
 pub use retrying::{Retrying, SingleAttempt};
 pub use state::{GiveUp, NoHook, RetryHook};
@@ -100,6 +102,52 @@ pub use state::{GiveUp, NoHook, RetryHook};
 /// `Clone`), `&mut` arguments are re-borrowed, and methods must take `&self` or `&mut self`.
 /// Each compile error it gives is shown, with its message, in `tests/ui/`.
 pub use retry_macros::retryable;
+
+/// Makes an `async fn` answer duplicates with its first stored response instead of running
+/// again: see [`idempotency`] for the flow and the stores.
+///
+/// ```
+/// use retry_core::idempotency::{IdempotencyError, MemoryStore};
+/// use retry_core::idempotent;
+/// use std::sync::atomic::{AtomicU32, Ordering};
+///
+/// #[derive(Debug)]
+/// enum DepositError { Idempotency(IdempotencyError) }
+/// impl From<IdempotencyError> for DepositError {
+///     fn from(e: IdempotencyError) -> Self { DepositError::Idempotency(e) }
+/// }
+///
+/// struct Deposit { sender: String, msg_no: u64, amount: u64 }
+/// static EFFECTS: AtomicU32 = AtomicU32::new(0);
+///
+/// #[idempotent(key = (req.sender.as_str(), req.msg_no), store = inbox, retention = "30d")]
+/// async fn deposit(inbox: &MemoryStore, req: Deposit) -> Result<u64, DepositError> {
+///     EFFECTS.fetch_add(1, Ordering::SeqCst);
+///     Ok(req.amount)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let inbox = MemoryStore::new();
+/// let send = || Deposit { sender: "bank-a".into(), msg_no: 7, amount: 100 };
+/// assert_eq!(deposit(&inbox, send()).await.unwrap(), 100);
+/// assert_eq!(deposit(&inbox, send()).await.unwrap(), 100);
+/// assert_eq!(EFFECTS.load(Ordering::SeqCst), 1, "the duplicate got the stored response");
+/// # }
+/// ```
+///
+/// Arguments: `key = expr` (required; see [`idempotency::KeyPart`]), `store = expr` (required;
+/// anything implementing [`idempotency::IdempotencyStore`], taken by reference),
+/// `biz_key = expr` (shown to people, any `Display`), `fingerprint = expr` (same key, other
+/// fingerprint → `KeyReused`), `scope = expr` (the tenant: a response is only returned within
+/// its scope), `lease = "30s"`, `retention = "30d"`, `on_err = "release" | "keep"` and
+/// `crate = path`. The function needs `T: Serialize + DeserializeOwned` and
+/// `E: From<IdempotencyError>`.
+///
+/// Above `#[retryable]` it claims once and retries inside the claim (then `#[retryable]` needs
+/// `deadline` and `attempt_timeout`, and `lease` must be longer than both together); below it,
+/// every attempt claims anew.
+pub use retry_macros::idempotent;
 
 /// Derives [`Classify`](trait@Classify) for an error enum, one decision per variant.
 ///

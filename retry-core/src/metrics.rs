@@ -7,6 +7,10 @@
 //! | `retry_core_give_ups_total` | counter | `function`, `reason` | calls that returned their last error after failing |
 //! | `retry_core_nested_suppressed_total` | counter | `function` | inner retries collapsed to one attempt |
 //! | `retry_core_budget_refusals_total` | counter | `function` | retries skipped because the budget was empty |
+//! | `retry_core_idempotency_duplicates_total` | counter | `function` | duplicates answered with the stored response |
+//! | `retry_core_idempotency_fenced_total` | counter | `function` | late completions refused after a takeover |
+//! | `retry_core_idempotency_not_stored_total` | counter | `function` | responses of finished calls that could not be stored |
+//! | `retry_core_idempotency_abandoned_total` | counter | `function`, `released` | calls dropped while holding a claim |
 
 /// Metric names, for dashboards and tests.
 pub mod names {
@@ -20,6 +24,14 @@ pub mod names {
     pub const NESTED_SUPPRESSED: &str = "retry_core_nested_suppressed_total";
     /// Retries skipped because the shared budget was empty.
     pub const BUDGET_REFUSALS: &str = "retry_core_budget_refusals_total";
+    /// Duplicates answered with the stored response.
+    pub const DUPLICATES: &str = "retry_core_idempotency_duplicates_total";
+    /// Late completions refused because the claim was taken over.
+    pub const FENCED: &str = "retry_core_idempotency_fenced_total";
+    /// Responses of finished calls that could not be stored.
+    pub const NOT_STORED: &str = "retry_core_idempotency_not_stored_total";
+    /// Calls dropped while holding a claim; `released` says whether the claim was released.
+    pub const ABANDONED: &str = "retry_core_idempotency_abandoned_total";
 }
 
 pub(crate) fn call_started(function: &'static str) {
@@ -40,4 +52,22 @@ pub(crate) fn nested_suppressed(function: &'static str) {
 
 pub(crate) fn budget_refused(function: &'static str) {
     ::metrics::counter!(names::BUDGET_REFUSALS, "function" => function).increment(1);
+}
+
+pub(crate) fn duplicate_answered(function: &'static str) {
+    ::metrics::counter!(names::DUPLICATES, "function" => function).increment(1);
+}
+
+pub(crate) fn fenced(function: &'static str) {
+    ::metrics::counter!(names::FENCED, "function" => function).increment(1);
+}
+
+pub(crate) fn response_not_stored(function: &'static str) {
+    ::metrics::counter!(names::NOT_STORED, "function" => function).increment(1);
+}
+
+pub(crate) fn abandoned(function: &'static str, released: bool) {
+    let released = if released { "true" } else { "false" };
+    ::metrics::counter!(names::ABANDONED, "function" => function, "released" => released)
+        .increment(1);
 }

@@ -190,3 +190,45 @@ impl<T> Operand for Nested<T> {
         self.0
     }
 }
+
+// ---- #[idempotent] ----
+
+pub use crate::idempotency::flow::Settings as IdempotentCall;
+use crate::idempotency::{IdempotencyError, IdempotencyStore, Idempotent, KeyPart};
+pub use crate::idempotency::{Once, Retries, encode_key, encode_scoped_key};
+
+/// The flow of an `#[idempotent]` function, in its named future type.
+#[inline]
+pub fn idempotent<F: Future, K>(flow: F) -> Idempotent<F, K> {
+    crate::idempotency::flow::wrap(flow)
+}
+
+/// `store = expr`, checked to be a store where the user wrote it.
+#[inline]
+pub fn store<S: IdempotencyStore + ?Sized>(store: &S) -> &S {
+    store
+}
+
+/// The digest of `fingerprint = expr`.
+pub fn fingerprint<F: KeyPart + ?Sized>(fingerprint: &F) -> String {
+    crate::idempotency::digest(&encode_key(fingerprint))
+}
+
+/// Claims, runs `body` and stores its response; see `retry_core::idempotency`.
+pub async fn run_idempotent<S, B, T, E>(store: &S, call: IdempotentCall, body: B) -> Result<T, E>
+where
+    S: IdempotencyStore + ?Sized,
+    B: Future<Output = Result<T, E>>,
+    T: serde::Serialize + serde::de::DeserializeOwned,
+    E: From<IdempotencyError>,
+{
+    crate::idempotency::flow::run(store, call, body).await
+}
+
+impl<F> Probe<Idempotent<F, Retries>> {
+    /// Marks an idempotent call that retries inside its claim: still a retrying call.
+    #[inline]
+    pub fn check(self) -> Nested<Idempotent<F, Retries>> {
+        Nested(self.0)
+    }
+}

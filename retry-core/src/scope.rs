@@ -141,6 +141,18 @@ pub fn caller_retries<F: Future>(future: F) -> InScope<F> {
     }
 }
 
+/// `future` with every retry inside it making one attempt, quietly: asked for explicitly.
+pub(crate) fn single_attempt<F: Future>(future: F) -> InScope<F> {
+    InScope {
+        future,
+        frame: Some(Frame {
+            outer: "single_attempt()",
+            single: true,
+            quiet: true,
+        }),
+    }
+}
+
 /// `future` with no scope of its own, in the same type as the scoped ones.
 #[cfg_attr(not(feature = "tower"), allow(dead_code))]
 pub(crate) fn unscoped<F: Future>(future: F) -> InScope<F> {

@@ -166,6 +166,16 @@ impl RetryArgs {
         Ok(())
     }
 
+    /// The literal `deadline`, if any.
+    pub(crate) fn deadline_value(&self) -> Option<Duration> {
+        self.deadline.as_ref().map(|d| d.value)
+    }
+
+    /// The literal `attempt_timeout`, if any.
+    pub(crate) fn attempt_timeout_value(&self) -> Option<Duration> {
+        self.attempt_timeout.as_ref().map(|d| d.value)
+    }
+
     /// Checks that need all arguments: `base <= cap`, `policy` without knobs.
     pub(crate) fn check(&self, errors: &mut Errors) {
         if self.policy.is_some() {

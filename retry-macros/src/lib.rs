@@ -5,6 +5,7 @@ mod args;
 mod classify;
 mod duration;
 mod errors;
+mod idempotent;
 mod nesting;
 mod respan;
 mod retryable;
@@ -23,4 +24,10 @@ pub fn retryable(attr: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_derive(Classify, attributes(classify))]
 pub fn derive_classify(input: TokenStream) -> TokenStream {
     classify::expand(input.into()).into()
+}
+
+/// Makes an `async fn` idempotent by key; documented in `retry_core::idempotent`.
+#[proc_macro_attribute]
+pub fn idempotent(attr: TokenStream, item: TokenStream) -> TokenStream {
+    idempotent::expand(attr.into(), item.into()).into()
 }

@@ -12,14 +12,20 @@ use crate::nesting::AwaitProbes;
 use crate::respan::respan;
 use syn::visit_mut::VisitMut;
 
-pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let mut errors = Errors::default();
+/// Parses and checks the arguments of `#[retryable(...)]`.
+pub(crate) fn parse_args(attr: TokenStream, errors: &mut Errors) -> RetryArgs {
     let mut args = RetryArgs::default();
-    let parser = syn::meta::parser(|meta| args.parse_one(meta, &mut errors));
+    let parser = syn::meta::parser(|meta| args.parse_one(meta, errors));
     if let Err(e) = syn::parse::Parser::parse2(parser, attr) {
         errors.push(e);
     }
-    args.check(&mut errors);
+    args.check(errors);
+    args
+}
+
+pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let args = parse_args(attr, &mut errors);
 
     let function = match syn::parse2::<Item>(item.clone()) {
         Ok(Item::Fn(function)) => function,
@@ -39,20 +45,36 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         }
     };
     check_signature(&function, &mut errors);
+    let mut function = strip_second_retryable(function);
+    // `#[idempotent]` below: a claim per attempt.
+    let idempotent = take_attr(&mut function, "idempotent")
+        .map(|attr| crate::idempotent::parse_attr(&attr, &mut errors));
     if !errors.is_empty() {
         // The user's function, unchanged, keeps IDEs working and avoids a cascade of
         // "cannot find function" errors.
-        return with_errors(errors, strip_second_retryable(function).into_token_stream());
+        return with_errors(errors, function.into_token_stream());
     }
-    rewrite(&args, function)
+    match idempotent {
+        None => rewrite(&args, function, None),
+        Some(idempotent) => rewrite(&args, function, Some(&idempotent)),
+    }
 }
 
-fn with_errors(errors: Errors, item: TokenStream) -> TokenStream {
+/// Removes the first attribute named `name` (by its last path segment) and returns it.
+pub(crate) fn take_attr(function: &mut ItemFn, name: &str) -> Option<syn::Attribute> {
+    let index = function
+        .attrs
+        .iter()
+        .position(|a| a.path().segments.last().is_some_and(|s| s.ident == name))?;
+    Some(function.attrs.remove(index))
+}
+
+pub(crate) fn with_errors(errors: Errors, item: TokenStream) -> TokenStream {
     let errors = errors.into_compile_errors();
     quote!(#errors #item)
 }
 
-fn first_token_span(item: &Item) -> Span {
+pub(crate) fn first_token_span(item: &Item) -> Span {
     item.to_token_stream()
         .into_iter()
         .next()
@@ -71,6 +93,25 @@ fn strip_second_retryable(mut function: ItemFn) -> ItemFn {
     function
 }
 
+/// `async fn` returning something: what both attributes need.
+pub(crate) fn check_async_result(sig: &syn::Signature, attribute: &str, errors: &mut Errors) {
+    if sig.asyncness.is_none() {
+        errors.at(
+            sig.fn_token.span,
+            format!("`#[{attribute}]` needs an `async fn`; write `async fn`"),
+        );
+    }
+    if let ReturnType::Default = sig.output {
+        errors.at(
+            sig.paren_token.span.close(),
+            format!(
+                "`#[{attribute}]` needs a function returning `Result<T, E>`; `{}` returns `()`",
+                sig.ident
+            ),
+        );
+    }
+}
+
 fn check_signature(function: &ItemFn, errors: &mut Errors) {
     let sig = &function.sig;
     if let Some(second) = function.attrs.iter().find(|a| is_retryable_attr(a)) {
@@ -82,21 +123,7 @@ fn check_signature(function: &ItemFn, errors: &mut Errors) {
             ),
         );
     }
-    if sig.asyncness.is_none() {
-        errors.at(
-            sig.fn_token.span,
-            "`#[retryable]` needs an `async fn`; write `async fn` (the retry loop awaits between attempts)",
-        );
-    }
-    if let ReturnType::Default = sig.output {
-        errors.at(
-            sig.paren_token.span.close(),
-            format!(
-                "`#[retryable]` needs a function returning `Result<T, E>`; `{}` returns `()`, so there is no error to retry on",
-                sig.ident
-            ),
-        );
-    }
+    check_async_result(sig, "retryable", errors);
     for input in &sig.inputs {
         if let FnArg::Receiver(receiver) = input {
             let by_reference = match &receiver.kind {
@@ -131,7 +158,20 @@ struct Argument {
     ty: Type,
 }
 
-fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
+/// The statements of one attempt; `items` go first (the nesting probes are items).
+pub(crate) struct AttemptBody {
+    pub(crate) items: TokenStream,
+    pub(crate) stmts: TokenStream,
+    /// The arguments are also read outside the body (by `#[idempotent]`'s `key`, `store`...),
+    /// so a body that does not read them is no reason to warn.
+    pub(crate) args_used_elsewhere: bool,
+}
+
+fn rewrite(
+    args: &RetryArgs,
+    function: ItemFn,
+    idempotent: Option<&crate::idempotent::IdempotentArgs>,
+) -> TokenStream {
     let ItemFn {
         attrs,
         vis,
@@ -139,19 +179,82 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
         mut sig,
         mut block,
     } = function;
-    let krate = args
-        .krate
-        .clone()
-        .unwrap_or_else(|| syn::parse_quote!(::retry_core));
+    let krate = crate_path(args.krate.as_ref());
     let private = quote!(#krate::__private);
-    // The runtime's path with the span of a user token, so an unmet bound points at the token.
-    let private_at = |span: Span| respan(private.clone(), span);
     let name = sig.ident.to_string();
     let ReturnType::Type(arrow, output) = sig.output.clone() else {
         unreachable!("checked in check_signature")
     };
     let output_span = output.span();
+    let mut probes = AwaitProbes::new(&private, name.clone());
+    probes.visit_block_mut(&mut block);
+    let items = probes.into_items();
+    let stmts = &block.stmts;
+    let body = match idempotent {
+        None => AttemptBody {
+            items,
+            stmts: quote!(#(#stmts)*),
+            args_used_elsewhere: false,
+        },
+        Some(idempotent) => {
+            // `#[idempotent]` below `#[retryable]`: every attempt claims the key anew.
+            let private_out = respan(private.clone(), output_span);
+            let once = quote_spanned! {output_span=>
+                #private_out::attempt::<#output, _>(async { #items #(#stmts)* })
+            };
+            let flow = crate::idempotent::flow_expr(idempotent, &name, &output, once, false);
+            AttemptBody {
+                items: TokenStream::new(),
+                stmts: quote!(#flow.await),
+                args_used_elsewhere: false,
+            }
+        }
+    };
+    let retry = retry_loop(
+        args,
+        &mut sig,
+        &output,
+        body,
+        &quote!(::core::panic::Location::caller()),
+    );
+    sig.asyncness = None;
+    sig.output = syn::parse_quote_spanned! {output_span=>
+        #arrow #krate::Retrying<impl ::core::future::Future<Output = #output>>
+    };
+    quote! {
+        #(#attrs)*
+        #[allow(refining_impl_trait)]
+        // The caller's location names the call site when a nested retry is collapsed.
+        #[track_caller]
+        #vis #sig {
+            #retry
+        }
+    }
+}
 
+/// `crate = path`, or `::retry_core`.
+pub(crate) fn crate_path(krate: Option<&syn::Path>) -> syn::Path {
+    krate
+        .cloned()
+        .unwrap_or_else(|| syn::parse_quote!(::retry_core))
+}
+
+/// The retry loop as an expression of type `Retrying<impl Future<Output = output>>`. Renames the
+/// signature's arguments it needs to (patterns), so the loop can clone or reborrow them for
+/// each attempt; `caller` is a `&'static Location` expression for the nesting warning.
+pub(crate) fn retry_loop(
+    args: &RetryArgs,
+    sig: &mut syn::Signature,
+    output: &Type,
+    body: AttemptBody,
+    caller: &TokenStream,
+) -> TokenStream {
+    let krate = crate_path(args.krate.as_ref());
+    let private = quote!(#krate::__private);
+    // The runtime's path with the span of a user token, so an unmet bound points at the token.
+    let private_at = |span: Span| respan(private.clone(), span);
+    let name = sig.ident.to_string();
+    let output_span = output.span();
     let mut arguments = Vec::new();
     for (index, input) in sig.inputs.iter_mut().enumerate() {
         let FnArg::Typed(typed) = input else { continue };
@@ -175,11 +278,6 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
             ty: (*typed.ty).clone(),
         });
     }
-
-    sig.asyncness = None;
-    sig.output = syn::parse_quote_spanned! {output_span=>
-        #arrow #krate::Retrying<impl ::core::future::Future<Output = #output>>
-    };
 
     // Hygienic names, located at the argument's type so errors about it point there.
     let slot = |i: usize, at: Span| {
@@ -224,7 +322,10 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
         // The pattern is bound inside the attempt's block, so the body sees a fresh value
         // each time, and `mut` and destructuring work as written.
         let pat = strip_type_ascription(pat);
-        bindings.push(quote!(let #pat = #this_attempt;));
+        let allow = body
+            .args_used_elsewhere
+            .then(|| quote!(#[allow(unused_variables)]));
+        bindings.push(quote!(#allow let #pat = #this_attempt;));
     }
 
     let state = Ident::new("__retry_state", Span::mixed_site());
@@ -268,16 +369,13 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
         None => quote!(#private::NoHook),
     };
 
-    let mut probes = AwaitProbes::new(&private, name.clone());
-    probes.visit_block_mut(&mut block);
-    let probe_items = probes.into_items();
-    let stmts = &block.stmts;
+    let AttemptBody { items, stmts, .. } = body;
     let private_out = private_at(output_span);
     let attempt_block = quote_spanned! {output_span=>
         #private_out::attempt::<#output, _>(async {
-            #probe_items
+            #items
             #(#bindings)*
-            #(#stmts)*
+            #stmts
         })
     };
     let attempt = match &args.attempt_timeout {
@@ -295,27 +393,21 @@ fn rewrite(args: &RetryArgs, function: ItemFn) -> TokenStream {
     let returned = Ident::new("__retry_returned", at_output);
     let wait = Ident::new("__retry_wait", Span::mixed_site());
     quote! {
-        #(#attrs)*
-        #[allow(refining_impl_trait)]
-        // The caller's location names the call site when a nested retry is collapsed.
-        #[track_caller]
-        #vis #sig {
-            #private::retrying(#name, ::core::panic::Location::caller(), async move {
-                #policy_ref
-                #(#slots)*
-                let mut #classifier = #classify;
-                let mut #hook = #on_retry;
-                loop {
-                    let #last = #state.start_attempt();
-                    #(#per_attempt)*
-                    let #outcome = #attempt;
-                    match #state.after_attempt(#private_out::into_result(#outcome), &mut #classifier, &mut #hook) {
-                        #private::Next::Return(#returned) => return #private_out::from_result::<#output>(#returned),
-                        #private::Next::Retry(#wait) => #private::pause(#wait).await,
-                    }
+        #private::retrying(#name, #caller, async move {
+            #policy_ref
+            #(#slots)*
+            let mut #classifier = #classify;
+            let mut #hook = #on_retry;
+            loop {
+                let #last = #state.start_attempt();
+                #(#per_attempt)*
+                let #outcome = #attempt;
+                match #state.after_attempt(#private_out::into_result(#outcome), &mut #classifier, &mut #hook) {
+                    #private::Next::Return(#returned) => return #private_out::from_result::<#output>(#returned),
+                    #private::Next::Retry(#wait) => #private::pause(#wait).await,
                 }
-            })
-        }
+            }
+        })
     }
 }
 
@@ -328,7 +420,7 @@ fn strip_type_ascription(pat: &Pat) -> &Pat {
     }
 }
 
-fn duration_tokens(d: std::time::Duration) -> TokenStream {
+pub(crate) fn duration_tokens(d: std::time::Duration) -> TokenStream {
     let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
     quote!(::core::time::Duration::new(#secs, #nanos))
 }

@@ -1,0 +1,213 @@
+//! Idempotency keys: an injective, stable text encoding of the values a request is identified by.
+
+use std::time::SystemTime;
+
+use crate::time::format_utc;
+
+/// A value that can be part of an idempotency key.
+///
+/// The format is part of the stored data, so it never changes:
+/// - a string is `s<byte length>:<text>` (`"a:b"` → `s3:a:b`), so no separator can be forged;
+/// - an integer of any type is `n<decimal>` (`-5` → `n-5`), so widening a field's type keeps keys;
+/// - a `bool` is `b0` / `b1`, a `char` is a one-character string, a [`SystemTime`] is
+///   `t<fixed-width UTC>`, `None` is `z` and `Some(x)` is `o` followed by `x`;
+/// - a tuple joins its parts with `,` (each part is self-delimiting);
+/// - a `scope` comes first as `@<scope>/`; a key without scope is unchanged, so keys stored before
+///   scopes were used stay valid.
+///
+/// ```
+/// use retry_core::idempotency::encode_key;
+///
+/// assert_eq!(encode_key(&("a:b", "c")), "s3:a:b,s1:c");
+/// assert_ne!(encode_key(&("a:b", "c")), encode_key(&("a", "b:c")));
+/// assert_eq!(encode_key(&("sender-7", 42u64)), "s8:sender-7,n42");
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be part of an idempotency key",
+    label = "not a `KeyPart`",
+    note = "keys are strings, integers, `bool`, `char`, `SystemTime`, `Option`s of them, or tuples of up to 8 of these; implement `retry_core::idempotency::KeyPart` for your own type"
+)]
+pub trait KeyPart {
+    /// Appends this value's encoding.
+    fn encode_into(&self, out: &mut String);
+}
+
+/// The encoding of `key`; see [`KeyPart`] for the format.
+pub fn encode_key<K: KeyPart + ?Sized>(key: &K) -> String {
+    let mut out = String::new();
+    key.encode_into(&mut out);
+    out
+}
+
+/// The encoding of `key` in `scope` (the tenant or authenticated client): a stored response is
+/// only ever returned within the same scope.
+///
+/// ```
+/// use retry_core::idempotency::{encode_key, encode_scoped_key};
+///
+/// assert_eq!(encode_scoped_key(&"tenant-1", &42u32), "@s8:tenant-1/n42");
+/// assert_ne!(encode_scoped_key(&"tenant-1", &42u32), encode_scoped_key(&"tenant-2", &42u32));
+/// ```
+pub fn encode_scoped_key<S: KeyPart + ?Sized, K: KeyPart + ?Sized>(scope: &S, key: &K) -> String {
+    let mut out = String::from("@");
+    scope.encode_into(&mut out);
+    out.push('/');
+    key.encode_into(&mut out);
+    out
+}
+
+impl KeyPart for str {
+    fn encode_into(&self, out: &mut String) {
+        out.push('s');
+        out.push_str(&self.len().to_string());
+        out.push(':');
+        out.push_str(self);
+    }
+}
+
+impl KeyPart for String {
+    fn encode_into(&self, out: &mut String) {
+        self.as_str().encode_into(out);
+    }
+}
+
+impl KeyPart for char {
+    fn encode_into(&self, out: &mut String) {
+        self.encode_utf8(&mut [0; 4]).encode_into(out);
+    }
+}
+
+impl KeyPart for bool {
+    fn encode_into(&self, out: &mut String) {
+        out.push_str(if *self { "b1" } else { "b0" });
+    }
+}
+
+impl KeyPart for SystemTime {
+    fn encode_into(&self, out: &mut String) {
+        out.push('t');
+        out.push_str(&format_utc(*self));
+    }
+}
+
+impl<T: KeyPart> KeyPart for Option<T> {
+    fn encode_into(&self, out: &mut String) {
+        match self {
+            None => out.push('z'),
+            Some(value) => {
+                out.push('o');
+                value.encode_into(out);
+            }
+        }
+    }
+}
+
+impl<T: KeyPart + ?Sized> KeyPart for &T {
+    fn encode_into(&self, out: &mut String) {
+        (**self).encode_into(out);
+    }
+}
+
+macro_rules! integers {
+    ($($t:ty),*) => {$(
+        impl KeyPart for $t {
+            fn encode_into(&self, out: &mut String) {
+                out.push('n');
+                out.push_str(&self.to_string());
+            }
+        }
+    )*};
+}
+integers!(
+    u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize
+);
+
+macro_rules! tuples {
+    ($(($($name:ident),+)),*) => {$(
+        impl<$($name: KeyPart),+> KeyPart for ($($name,)+) {
+            #[allow(non_snake_case)]
+            fn encode_into(&self, out: &mut String) {
+                let ($($name,)+) = self;
+                let mut first = true;
+                $(
+                    if !std::mem::take(&mut first) {
+                        out.push(',');
+                    }
+                    $name.encode_into(out);
+                )+
+            }
+        }
+    )*};
+}
+tuples!(
+    (A),
+    (A, B),
+    (A, B, C),
+    (A, B, C, D),
+    (A, B, C, D, E),
+    (A, B, C, D, E, F),
+    (A, B, C, D, E, F, G),
+    (A, B, C, D, E, F, G, H)
+);
+
+/// A stable 64-bit FNV-1a digest, hex: how fingerprints are stored (payloads may be large).
+pub(crate) fn digest(text: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    /// Golden values: these strings are stored in databases and must never change.
+    #[test]
+    fn encodings_are_stable() {
+        assert_eq!(encode_key("M-20260819-000123"), "s17:M-20260819-000123");
+        assert_eq!(encode_key(&42u8), "n42");
+        assert_eq!(encode_key(&-42i64), "n-42");
+        assert_eq!(encode_key(&("alice", 7u64, -1i32)), "s5:alice,n7,n-1");
+        assert_eq!(encode_key(&(String::from("é"), 'x', true)), "s2:é,s1:x,b1");
+        assert_eq!(encode_key(&(None::<u8>, Some("a"))), "z,os1:a");
+        let date = UNIX_EPOCH + Duration::from_secs(1_755_569_463);
+        assert_eq!(
+            encode_key(&("bank", date)),
+            "s4:bank,t2025-08-19T02:11:03.000000Z"
+        );
+        assert_eq!(
+            encode_scoped_key("client-9", &("a", 1u8)),
+            "@s8:client-9/s1:a,n1"
+        );
+        assert_eq!(digest("s5:alice"), "124c09ae05838d8f");
+    }
+
+    #[test]
+    fn encodings_are_injective() {
+        let keys = [
+            encode_key(&("a:b", "c")),
+            encode_key(&("a", "b:c")),
+            encode_key(&("a,b", "c")),
+            encode_key(&("a", "b,c")),
+            encode_key(&("1", 1u8)),
+            encode_key(&(1u8, "1")),
+            encode_key(&("", "")),
+            encode_key(""),
+            encode_key(&(Some(""),)),
+            encode_scoped_key("a", &"b"),
+            encode_scoped_key("a/s1:b", &""),
+        ];
+        let unique: std::collections::HashSet<_> = keys.iter().collect();
+        assert_eq!(unique.len(), keys.len(), "{keys:?}");
+    }
+
+    #[test]
+    fn integer_types_do_not_change_the_key() {
+        assert_eq!(encode_key(&7u32), encode_key(&7i64));
+        assert_eq!(encode_key(&7u8), encode_key(&7usize));
+    }
+}

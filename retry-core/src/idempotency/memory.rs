@@ -1,0 +1,219 @@
+//! An in-process store, for tests and single-process tools.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use super::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, StoreError};
+use crate::time::{Clock, SystemClock};
+
+/// Keeps claims in memory, with the same contract as the SQL stores: the `HashMap` entry plays
+/// the primary key, and the whole decision about a key is taken under one lock.
+///
+/// ```
+/// use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, MemoryStore};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let store = MemoryStore::new();
+/// let request = ClaimRequest {
+///     key: "s3:m-1",
+///     biz_key: "m-1",
+///     fingerprint: None,
+///     lease: Duration::from_secs(30),
+///     retention: Duration::from_secs(86_400),
+/// };
+/// let ClaimOutcome::Claimed(claim) = store.claim(&request).await.unwrap() else { panic!() };
+/// assert_eq!(store.claim(&request).await.unwrap(), ClaimOutcome::InProgress);
+/// store.complete(&claim, "\"ok\"").await.unwrap();
+/// assert_eq!(store.claim(&request).await.unwrap(), ClaimOutcome::Done("\"ok\"".into()));
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct MemoryStore {
+    rows: Mutex<HashMap<String, Row>>,
+    clock: Arc<dyn Clock>,
+}
+
+#[derive(Debug, Clone)]
+struct Row {
+    status: Status,
+    fingerprint: Option<String>,
+    token: u64,
+    created_at: SystemTime,
+    expires_at: SystemTime,
+}
+
+#[derive(Debug, Clone)]
+enum Status {
+    InProgress {
+        lease_until: SystemTime,
+    },
+    Done(String),
+    Failed,
+    /// Released after a failed call: kept so its token keeps growing (no ABA for fenced holders).
+    Released,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store on the system clock.
+    pub fn new() -> Self {
+        MemoryStore::with_clock(Arc::new(SystemClock))
+    }
+
+    /// An empty store reading time from `clock` (for tests of leases and retention).
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        MemoryStore {
+            rows: Mutex::new(HashMap::new()),
+            clock,
+        }
+    }
+
+    /// Rows kept, in any state (released ones included, until purged).
+    pub fn len(&self) -> usize {
+        self.rows().len()
+    }
+
+    /// Whether no row is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn rows(&self) -> MutexGuard<'_, HashMap<String, Row>> {
+        // Every update below is a single assignment: a panic elsewhere cannot leave a row torn.
+        self.rows.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn claim_now(&self, request: &ClaimRequest<'_>) -> ClaimOutcome {
+        let now = self.clock.now();
+        let mut rows = self.rows();
+        let row = match rows.get_mut(request.key) {
+            None => {
+                rows.insert(
+                    request.key.to_owned(),
+                    Row {
+                        status: Status::InProgress {
+                            lease_until: now + request.lease,
+                        },
+                        fingerprint: request.fingerprint.map(str::to_owned),
+                        token: 1,
+                        created_at: now,
+                        expires_at: now + request.retention,
+                    },
+                );
+                return ClaimOutcome::Claimed(Claim {
+                    key: request.key.to_owned(),
+                    token: 1,
+                });
+            }
+            Some(row) => row,
+        };
+        if let Status::Released = row.status {
+            // Nothing was kept for this key: claim it afresh, whatever its payload.
+            *row = Row {
+                status: Status::InProgress {
+                    lease_until: now + request.lease,
+                },
+                fingerprint: request.fingerprint.map(str::to_owned),
+                token: row.token + 1,
+                created_at: now,
+                expires_at: now + request.retention,
+            };
+            return ClaimOutcome::Claimed(Claim {
+                key: request.key.to_owned(),
+                token: row.token,
+            });
+        }
+        if request.fingerprint.is_some() && row.fingerprint.as_deref() != request.fingerprint {
+            return ClaimOutcome::KeyReused;
+        }
+        match &row.status {
+            Status::Done(response) => ClaimOutcome::Done(response.clone()),
+            Status::Failed => ClaimOutcome::Failed,
+            Status::InProgress { lease_until } if *lease_until > now => ClaimOutcome::InProgress,
+            Status::Released => ClaimOutcome::InProgress, // handled above
+            Status::InProgress { .. } => {
+                row.token += 1;
+                row.status = Status::InProgress {
+                    lease_until: now + request.lease,
+                };
+                ClaimOutcome::Claimed(Claim {
+                    key: request.key.to_owned(),
+                    token: row.token,
+                })
+            }
+        }
+    }
+
+    fn release_now(&self, claim: &Claim) -> Result<(), StoreError> {
+        self.with_claim(claim, |rows| {
+            if let Some(row) = rows.get_mut(&claim.key) {
+                row.status = Status::Released;
+            }
+        })
+    }
+
+    /// Applies `change` to the claim's row if the claim still holds it.
+    fn with_claim(
+        &self,
+        claim: &Claim,
+        change: impl FnOnce(&mut HashMap<String, Row>),
+    ) -> Result<(), StoreError> {
+        let mut rows = self.rows();
+        match rows.get(&claim.key) {
+            Some(row)
+                if row.token == claim.token && matches!(row.status, Status::InProgress { .. }) =>
+            {
+                change(&mut rows);
+                Ok(())
+            }
+            _ => Err(StoreError::Fenced),
+        }
+    }
+}
+
+impl IdempotencyStore for MemoryStore {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        Ok(self.claim_now(request))
+    }
+
+    async fn complete(&self, claim: &Claim, response: &str) -> Result<(), StoreError> {
+        self.with_claim(claim, |rows| {
+            if let Some(row) = rows.get_mut(&claim.key) {
+                row.status = Status::Done(response.to_owned());
+            }
+        })
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+        self.release_now(claim)
+    }
+
+    async fn mark_failed(&self, claim: &Claim) -> Result<(), StoreError> {
+        self.with_claim(claim, |rows| {
+            if let Some(row) = rows.get_mut(&claim.key) {
+                row.status = Status::Failed;
+            }
+        })
+    }
+
+    fn abandon(&self, claim: Claim) -> bool {
+        self.release_now(&claim).is_ok()
+    }
+
+    async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {
+        let now = self.clock.now();
+        let cutoff = now.checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH);
+        let mut rows = self.rows();
+        let before = rows.len();
+        rows.retain(|_, row| !(row.created_at < cutoff && row.expires_at <= now));
+        Ok((before - rows.len()) as u64)
+    }
+}

@@ -1,0 +1,228 @@
+//! Idempotent receivers: a unique key per request, claimed under a database constraint, the
+//! first response stored and returned to every duplicate.
+//!
+//! A call to an `#[idempotent]` function:
+//! 1. encodes its key (see [`KeyPart`]) and claims it with an `INSERT` under the primary key —
+//!    never check-then-insert, so two concurrent duplicates cannot both win;
+//! 2. if the key is done, returns the stored first response without running the body; if another
+//!    call holds it, fails with [`IdempotencyError::InProgress`]; if the same key came with another
+//!    fingerprint, fails with [`IdempotencyError::KeyReused`];
+//! 3. runs the body; on `Ok` stores the response, on `Err` releases the claim (or, with
+//!    `on_err = "keep"`, marks it failed).
+//!
+//! If the store cannot be reached the body does not run (fail closed). A claim carries a fencing
+//! token and a lease: a claim older than its lease was abandoned (a crash) and is taken over with
+//! a new token, after which the old holder can neither complete nor release it.
+
+mod error;
+pub(crate) mod flow;
+mod key;
+mod memory;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+use std::future::Future;
+use std::time::Duration;
+
+pub use error::{IdempotencyError, StoreError};
+pub use flow::{Idempotent, Once, Retries};
+pub(crate) use key::digest;
+pub use key::{KeyPart, encode_key, encode_scoped_key};
+pub use memory::MemoryStore;
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use sqlite::SqliteStore;
+
+/// What a call asks of the store when it claims its key.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    /// The encoded key (scope included): the primary key.
+    pub key: &'a str,
+    /// The key as people know it (an order number), for support and dead letters.
+    pub biz_key: &'a str,
+    /// A digest of the payload: the same key with another fingerprint is
+    /// [`IdempotencyError::KeyReused`].
+    pub fingerprint: Option<&'a str>,
+    /// How long the claim holds before a duplicate may take it over.
+    pub lease: Duration,
+    /// How long the row is kept after it was created.
+    pub retention: Duration,
+}
+
+/// A claim on a key: proof that this call may run the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The encoded key.
+    pub key: String,
+    /// The fencing token: grows with every takeover and every new claim of a released key; only
+    /// its holder may complete or release.
+    pub token: u64,
+}
+
+/// What claiming a key found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The key is ours: run the body.
+    Claimed(Claim),
+    /// A call with this key already succeeded: its stored response (JSON).
+    Done(String),
+    /// Another call holds the key and its lease has not expired.
+    InProgress,
+    /// A call with this key failed and was kept failed (`on_err = "keep"`).
+    Failed,
+    /// The key is known with another fingerprint.
+    KeyReused,
+}
+
+/// Size limits on keys and stored responses, checked before the store is touched.
+///
+/// ```
+/// let limits = retry_core::idempotency::Limits::default();
+/// assert_eq!((limits.max_key_bytes, limits.max_response_bytes), (512, 1 << 20));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest encoded key (scope included), in bytes. Default 512.
+    pub max_key_bytes: usize,
+    /// Largest stored response (JSON), in bytes. Default 1 MiB.
+    pub max_response_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_key_bytes: 512,
+            max_response_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Default lease: a claim older than this was abandoned and may be taken over.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// Default retention: 30 days, safely longer than a 7-day resend policy plus a slow operator.
+/// The rule: keep rows longer than the longest window in which the sender can resend.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+
+/// Where claims and responses are kept. Implemented by [`MemoryStore`] and `SqliteStore`
+/// (feature `sqlite`); `&S` and `Arc<S>` work wherever `S` does. The contract is shaped for SQL
+/// stores with transactions, PostgreSQL included.
+///
+/// Every method is atomic on its own. Implementations claim by inserting under the primary key
+/// and decide about an existing row in the same transaction; `complete`, `release` and
+/// `mark_failed` only touch the row if its token is the claim's (otherwise
+/// [`StoreError::Fenced`]).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an idempotency store",
+    label = "`store = ...` must name an `IdempotencyStore`",
+    note = "use a `MemoryStore`, a `SqliteStore` (feature `sqlite`), or implement `retry_core::idempotency::IdempotencyStore`"
+)]
+pub trait IdempotencyStore: Send + Sync {
+    /// Claims `request.key`, or reports what holds it.
+    fn claim(
+        &self,
+        request: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
+
+    /// Stores the response and marks the key done.
+    fn complete(
+        &self,
+        claim: &Claim,
+        response: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Gives the claim up so a resend may run again. The row is kept (as released, until purged)
+    /// so the key's next claim gets a larger token than any before it.
+    fn release(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Marks the key failed: duplicates get [`IdempotencyError::PreviouslyFailed`].
+    fn mark_failed(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Called when a claimed call is dropped before it finished (a client disconnected): release
+    /// the claim in the background if the store can; otherwise the lease frees it. Returns
+    /// whether a release was started.
+    fn abandon(&self, claim: Claim) -> bool {
+        let _ = claim;
+        false
+    }
+
+    /// Deletes rows created more than `age` ago whose own retention has passed as well; returns
+    /// how many. By age only: never "the oldest N".
+    fn purge_older_than(
+        &self,
+        age: Duration,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Size limits for keys and responses.
+    fn limits(&self) -> Limits {
+        Limits::default()
+    }
+}
+
+impl<S: IdempotencyStore + ?Sized> IdempotencyStore for &S {
+    fn claim(
+        &self,
+        request: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send {
+        (**self).claim(request)
+    }
+    fn complete(
+        &self,
+        claim: &Claim,
+        response: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).complete(claim, response)
+    }
+    fn release(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).release(claim)
+    }
+    fn mark_failed(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).mark_failed(claim)
+    }
+    fn abandon(&self, claim: Claim) -> bool {
+        (**self).abandon(claim)
+    }
+    fn purge_older_than(
+        &self,
+        age: Duration,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        (**self).purge_older_than(age)
+    }
+    fn limits(&self) -> Limits {
+        (**self).limits()
+    }
+}
+
+impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
+    fn claim(
+        &self,
+        request: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send {
+        (**self).claim(request)
+    }
+    fn complete(
+        &self,
+        claim: &Claim,
+        response: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).complete(claim, response)
+    }
+    fn release(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).release(claim)
+    }
+    fn mark_failed(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).mark_failed(claim)
+    }
+    fn abandon(&self, claim: Claim) -> bool {
+        (**self).abandon(claim)
+    }
+    fn purge_older_than(
+        &self,
+        age: Duration,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        (**self).purge_older_than(age)
+    }
+    fn limits(&self) -> Limits {
+        (**self).limits()
+    }
+}

@@ -1,0 +1,1382 @@
+//! `SqliteStore`: the embedded idempotency store, one SQLite file shared by the threads of a
+//! process and by several processes.
+//!
+//! Design notes (the why of each choice):
+//! - Every operation is one write transaction opened with `BEGIN IMMEDIATE`: the write lock is
+//!   taken up front, so a read-then-write (claim: insert, read the row, maybe take it over) can
+//!   never fail with `SQLITE_BUSY` half-way; waiting for the lock is bounded by the busy timeout.
+//! - The claim is an `INSERT .. ON CONFLICT(msg_id) DO NOTHING` under the primary key, never a
+//!   check-then-insert; an existing row is then read and decided on in the same transaction,
+//!   exactly as [`MemoryStore`](super::MemoryStore) decides under its lock.
+//! - The clock is read after the lock is taken, so a call that waited for another process sees
+//!   the time at which it decides, not the time at which it started waiting.
+//! - SQLite calls block: they run in `tokio::task::spawn_blocking`, on a connection from a small
+//!   pool (see [`SqliteStore::with_max_connections`]).
+//! - Timestamps are [`format_utc`] text (fixed width, microseconds), so SQL compares them as
+//!   strings and the lease check compares the same text.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rusqlite::types::Value;
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
+
+use super::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, StoreError};
+use crate::time::{Clock, SystemClock, format_utc, parse_utc};
+
+/// The version of the `inbox_log` layout this code writes, kept in `retry_core_schema`.
+const SCHEMA_VERSION: i64 = 1;
+
+/// How long an operation waits for a lock held by another connection or process.
+const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// See [`SqliteStore::with_max_connections`].
+const DEFAULT_MAX_CONNECTIONS: usize = 4;
+
+/// Rows deleted per purge transaction: the write lock is released between batches so claims on
+/// the request path never wait behind one huge delete. Every matching row is deleted; the batch
+/// size only decides how many transactions that takes.
+const PURGE_BATCH: usize = 5_000;
+
+/// The latest time `format_utc` can write (9999-12-31T23:59:59Z): leases and retentions that
+/// would end later end there.
+const END_OF_TIME: Duration = Duration::from_secs(253_402_300_799);
+
+/// A schema table of our own rather than `PRAGMA user_version`: with transactional mode the
+/// application's tables may live in the same file, and its migration tool may own
+/// `user_version`.
+const MIGRATION: &str = "
+CREATE TABLE IF NOT EXISTS retry_core_schema (
+    component TEXT NOT NULL PRIMARY KEY,
+    version INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS inbox_log (
+    msg_id TEXT NOT NULL PRIMARY KEY,
+    biz_key TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('in_progress', 'done', 'failed', 'released')),
+    response TEXT,
+    created_at TEXT NOT NULL,
+    fingerprint TEXT,
+    token INTEGER NOT NULL,
+    lease_until TEXT NOT NULL,
+    expires_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS inbox_log_created_at ON inbox_log (created_at);
+";
+
+const SELECT_VERSION: &str = "SELECT version FROM retry_core_schema WHERE component = 'inbox_log'";
+const RECORD_VERSION: &str = "INSERT INTO retry_core_schema (component, version) VALUES ('inbox_log', ?1) \
+     ON CONFLICT(component) DO NOTHING";
+
+const INSERT_CLAIM: &str = "INSERT INTO inbox_log \
+     (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at) \
+     VALUES (?1, ?2, 'in_progress', NULL, ?3, ?4, 1, ?5, ?6) \
+     ON CONFLICT(msg_id) DO NOTHING";
+const SELECT_ROW: &str =
+    "SELECT status, response, fingerprint, token, lease_until FROM inbox_log WHERE msg_id = ?1";
+const TAKE_OVER: &str = "UPDATE inbox_log SET token = token + 1, lease_until = ?1 \
+     WHERE msg_id = ?2 AND token = ?3 AND status = 'in_progress'";
+const COMPLETE: &str = "UPDATE inbox_log SET status = 'done', response = ?1 \
+     WHERE msg_id = ?2 AND token = ?3 AND status = 'in_progress'";
+// A released row stays (until purged) so its token keeps growing: a holder fenced before the
+// release can never complete the next claim of the same key (no ABA).
+const RELEASE: &str = "UPDATE inbox_log SET status = 'released' \
+     WHERE msg_id = ?1 AND token = ?2 AND status = 'in_progress'";
+const RECLAIM: &str = "UPDATE inbox_log SET status = 'in_progress', token = token + 1, \
+     biz_key = ?1, created_at = ?2, fingerprint = ?3, lease_until = ?4, expires_at = ?5 \
+     WHERE msg_id = ?6 AND token = ?7 AND status = 'released'";
+const MARK_FAILED: &str = "UPDATE inbox_log SET status = 'failed' \
+     WHERE msg_id = ?1 AND token = ?2 AND status = 'in_progress'";
+const PURGE: &str = "DELETE FROM inbox_log WHERE rowid IN \
+     (SELECT rowid FROM inbox_log WHERE created_at < ?1 AND expires_at <= ?2 LIMIT ?3)";
+
+/// Keeps claims and responses in the table `inbox_log` of one SQLite file: the embedded default
+/// store. Any number of threads and processes may use the same file at once.
+///
+/// - `journal_mode=WAL`: readers never block the writer, and the file is safe for several
+///   processes on one machine (not on a network file system: WAL needs shared memory).
+/// - `synchronous=NORMAL` by default: in WAL mode a commit is durable once the transaction is in
+///   the WAL file, so a crash of the process (kill, abort, panic) loses nothing; a power loss or
+///   OS crash may lose the last commits, because the WAL is only synced at checkpoints. For a
+///   receiver that must not forget a response over a power cut, use
+///   [`with_synchronous_full(true)`](Self::with_synchronous_full): every commit is synced, at the
+///   cost of one `fsync` per operation.
+/// - Every operation is one `BEGIN IMMEDIATE` transaction, waiting at most the busy timeout
+///   (default 5 s) for another writer; after that it fails with
+///   [`StoreError::Unavailable`] saying which file is locked.
+/// - Timestamps (from the store's [`Clock`]) are stored as fixed-width UTC text with
+///   microsecond precision.
+///
+/// The operations have exactly [`MemoryStore`](super::MemoryStore)'s semantics. One thing the
+/// memory store cannot show: an operation whose future is dropped still finishes in the
+/// background (a claim made that way is freed by its lease, as after a crash).
+///
+/// ```
+/// use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, SqliteStore};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let path = std::env::temp_dir().join(format!("retry-core-doc-store-{}.sqlite3", std::process::id()));
+/// let store = SqliteStore::open(&path)?;
+/// let request = ClaimRequest {
+///     key: "s3:m-1",
+///     biz_key: "m-1",
+///     fingerprint: None,
+///     lease: Duration::from_secs(30),
+///     retention: Duration::from_secs(86_400),
+/// };
+/// let ClaimOutcome::Claimed(claim) = store.claim(&request).await? else { panic!() };
+/// assert_eq!(store.claim(&request).await?, ClaimOutcome::InProgress);
+/// store.complete(&claim, "\"ok\"").await?;
+/// assert_eq!(store.claim(&request).await?, ClaimOutcome::Done("\"ok\"".into()));
+/// # drop(store);
+/// # for suffix in ["", "-wal", "-shm"] {
+/// #     let mut file = path.clone().into_os_string();
+/// #     file.push(suffix);
+/// #     let _ = std::fs::remove_file(file);
+/// # }
+/// # Ok(())
+/// # }
+/// ```
+pub struct SqliteStore {
+    pool: Arc<Pool>,
+    clock: Arc<dyn Clock>,
+    limits: Limits,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.pool.path)
+            .field("busy_timeout", &self.pool.settings.busy_timeout)
+            .field("synchronous_full", &self.pool.settings.synchronous_full)
+            .field("max_connections", &self.pool.settings.max_connections)
+            .field("limits", &self.limits)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating it if needed) the SQLite file at `path`, switches it to WAL and creates
+    /// the table `inbox_log` if it is missing. Safe to call from several processes at once, and
+    /// on a file created by an earlier version of this store.
+    ///
+    /// The store starts on the system clock, with a 5 s busy timeout, `synchronous=NORMAL`, up
+    /// to 4 connections and the default [`Limits`]; the `with_*` methods change that. Opening
+    /// waits up to 5 s for a lock another process holds on the file.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the file cannot be opened or created (its directory is
+    /// missing, no permission, not a database), cannot use WAL, stays locked, or was written by a
+    /// newer version of this store.
+    ///
+    /// ```
+    /// use retry_core::idempotency::SqliteStore;
+    ///
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-open-{}.sqlite3", std::process::id()));
+    /// let store = SqliteStore::open(&path)?;
+    /// assert_eq!(store.path(), path);
+    /// // Opening again is harmless: the table is created only once.
+    /// let again = SqliteStore::open(&path)?;
+    /// # drop((store, again));
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    ///
+    /// let missing = std::env::temp_dir().join("retry-core-no-such-dir").join("inbox.sqlite3");
+    /// let error = SqliteStore::open(&missing).unwrap_err();
+    /// assert!(error.to_string().contains("does not exist"), "{error}");
+    /// # Ok::<(), retry_core::idempotency::StoreError>(())
+    /// ```
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let pool = Pool::new(path.as_ref().to_path_buf(), Settings::default());
+        let mut first = pool.connect()?;
+        pool.prepare_file(&mut first)?;
+        pool.give_back_new(first);
+        Ok(SqliteStore {
+            pool: Arc::new(pool),
+            clock: Arc::new(SystemClock),
+            limits: Limits::default(),
+        })
+    }
+
+    /// Reads time from `clock` instead of the system clock (for tests of leases and retention).
+    ///
+    /// ```
+    /// use retry_core::idempotency::SqliteStore;
+    /// use retry_core::time::ManualClock;
+    /// use std::sync::Arc;
+    /// use std::time::UNIX_EPOCH;
+    ///
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-clock-{}.sqlite3", std::process::id()));
+    /// let clock = Arc::new(ManualClock::new(UNIX_EPOCH));
+    /// let store = SqliteStore::open(&path)?.with_clock(clock.clone());
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok::<(), retry_core::idempotency::StoreError>(())
+    /// ```
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// How long an operation waits for a lock held by another connection or process before it
+    /// fails with [`StoreError::Unavailable`] ("database file ... is locked by another process
+    /// (busy for 5s)"); also bounds the wait for a free connection of the pool. Default 5 s;
+    /// longer than about 24 days counts as 24 days. Zero fails at once when the file is locked.
+    ///
+    /// ```
+    /// use retry_core::idempotency::SqliteStore;
+    /// use std::time::Duration;
+    ///
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-busy-{}.sqlite3", std::process::id()));
+    /// let store = SqliteStore::open(&path)?.with_busy_timeout(Duration::from_millis(250));
+    /// assert!(format!("{store:?}").contains("250ms"));
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok::<(), retry_core::idempotency::StoreError>(())
+    /// ```
+    #[must_use]
+    pub fn with_busy_timeout(self, timeout: Duration) -> Self {
+        self.reconfigure(|settings| settings.busy_timeout = timeout)
+    }
+
+    /// `true`: `synchronous=FULL`, every commit is synced to disk and survives a power loss.
+    /// `false` (the default): `synchronous=NORMAL`, which in WAL mode survives any crash of the
+    /// process but may lose the last commits on power loss or an OS crash, and is much faster
+    /// (no `fsync` per operation).
+    ///
+    /// ```
+    /// use retry_core::idempotency::SqliteStore;
+    ///
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-sync-{}.sqlite3", std::process::id()));
+    /// let store = SqliteStore::open(&path)?.with_synchronous_full(true);
+    /// assert!(format!("{store:?}").contains("synchronous_full: true"));
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok::<(), retry_core::idempotency::StoreError>(())
+    /// ```
+    #[must_use]
+    pub fn with_synchronous_full(self, full: bool) -> Self {
+        self.reconfigure(|settings| settings.synchronous_full = full)
+    }
+
+    /// The most connections this store opens to its file (default 4, at least 1). An operation
+    /// that finds them all in use waits for one, at most the busy timeout.
+    ///
+    /// Every operation writes, and SQLite lets one writer at a time into a file, so more
+    /// connections do not make writes faster: within a process they only change who waits on
+    /// SQLite's busy handler rather than on the pool. They keep one slow operation (a large
+    /// purge batch) from holding up every other.
+    ///
+    /// ```
+    /// use retry_core::idempotency::SqliteStore;
+    ///
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-max-{}.sqlite3", std::process::id()));
+    /// let store = SqliteStore::open(&path)?.with_max_connections(1);
+    /// assert!(format!("{store:?}").contains("max_connections: 1"));
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok::<(), retry_core::idempotency::StoreError>(())
+    /// ```
+    #[must_use]
+    pub fn with_max_connections(self, max: usize) -> Self {
+        self.reconfigure(|settings| settings.max_connections = max.max(1))
+    }
+
+    /// Size limits for keys and responses (checked by the `#[idempotent]` flow before the store
+    /// is touched).
+    ///
+    /// ```
+    /// use retry_core::idempotency::{IdempotencyStore, Limits, SqliteStore};
+    ///
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-limits-{}.sqlite3", std::process::id()));
+    /// let limits = Limits { max_key_bytes: 128, max_response_bytes: 4096 };
+    /// let store = SqliteStore::open(&path)?.with_limits(limits);
+    /// assert_eq!(store.limits(), limits);
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok::<(), retry_core::idempotency::StoreError>(())
+    /// ```
+    #[must_use]
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The file this store keeps its rows in.
+    ///
+    /// ```
+    /// use retry_core::idempotency::SqliteStore;
+    ///
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-path-{}.sqlite3", std::process::id()));
+    /// let store = SqliteStore::open(&path)?;
+    /// assert_eq!(store.path(), path);
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok::<(), retry_core::idempotency::StoreError>(())
+    /// ```
+    pub fn path(&self) -> &Path {
+        &self.pool.path
+    }
+
+    /// Purges rows older than `age` (whose own retention has passed too) every `every`, off the
+    /// request path, starting now. Errors are logged with `tracing` and the next round tries
+    /// again; the task never panics. It holds the store only weakly: it ends by itself at the
+    /// first round after every other `Arc` to the store is dropped, or when the handle is
+    /// aborted. An `every` of
+    /// less than a second counts as one second.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime (like `tokio::spawn`).
+    ///
+    /// ```
+    /// use retry_core::idempotency::SqliteStore;
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-purger-{}.sqlite3", std::process::id()));
+    /// let store = Arc::new(SqliteStore::open(&path)?);
+    /// let purger = store.spawn_purger(Duration::from_secs(30 * 86_400), Duration::from_secs(3600));
+    /// // ... serve requests with `&*store` ...
+    /// purger.abort();
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn spawn_purger(
+        self: &Arc<Self>,
+        age: Duration,
+        every: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let store: Weak<Self> = Arc::downgrade(self);
+        let every = every.max(Duration::from_secs(1));
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                // Upgraded for one round only, so the purger never keeps the store alive.
+                let Some(store) = store.upgrade() else { break };
+                match store.purge_older_than(age).await {
+                    Ok(0) => {}
+                    Ok(purged) => {
+                        tracing::debug!(path = %store.pool.path.display(), purged, "purged idempotency rows");
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %store.pool.path.display(), error = %e, "purging idempotency rows failed; trying again next round");
+                    }
+                }
+            }
+        })
+    }
+
+    /// The same store with other connection settings: idle connections are closed, and the
+    /// next operation opens one with the new settings.
+    fn reconfigure(mut self, change: impl FnOnce(&mut Settings)) -> Self {
+        let mut settings = self.pool.settings;
+        change(&mut settings);
+        self.pool = Arc::new(Pool::new(self.pool.path.clone(), settings));
+        self
+    }
+
+    /// Runs `op` on a pooled connection, off the async executor when a Tokio runtime is
+    /// present (in place otherwise: the call then blocks its thread, as any SQLite call does).
+    async fn run<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection, &dyn Clock) -> Result<T, Fail> + Send + 'static,
+    {
+        let work = self.work(op);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => runtime.spawn_blocking(work).await.unwrap_or_else(|e| {
+                Err(StoreError::Unavailable(
+                    format!("SQLite worker task failed: {e}").into(),
+                ))
+            }),
+            Err(_) => work(),
+        }
+    }
+
+    fn work<T, F>(&self, op: F) -> impl FnOnce() -> Result<T, StoreError> + Send + 'static
+    where
+        F: FnOnce(&mut Connection, &dyn Clock) -> Result<T, Fail> + Send + 'static,
+    {
+        let pool = Arc::clone(&self.pool);
+        let clock = Arc::clone(&self.clock);
+        move || pool.with_connection(|conn| op(conn, &*clock))
+    }
+}
+
+impl IdempotencyStore for SqliteStore {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        let request = OwnedRequest::from(request);
+        self.run(move |conn, clock| claim_in(conn, clock, &request))
+            .await
+    }
+
+    async fn complete(&self, claim: &Claim, response: &str) -> Result<(), StoreError> {
+        let (key, response) = (claim.key.clone(), response.to_owned());
+        let Ok(token) = i64::try_from(claim.token) else {
+            return Err(StoreError::Fenced);
+        };
+        self.run(move |conn, _| guarded(conn, COMPLETE, params![response, key, token]))
+            .await
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+        let key = claim.key.clone();
+        let Ok(token) = i64::try_from(claim.token) else {
+            return Err(StoreError::Fenced);
+        };
+        self.run(move |conn, _| guarded(conn, RELEASE, params![key, token]))
+            .await
+    }
+
+    async fn mark_failed(&self, claim: &Claim) -> Result<(), StoreError> {
+        let key = claim.key.clone();
+        let Ok(token) = i64::try_from(claim.token) else {
+            return Err(StoreError::Fenced);
+        };
+        self.run(move |conn, _| guarded(conn, MARK_FAILED, params![key, token]))
+            .await
+    }
+
+    /// Starts the release on Tokio's blocking pool when called inside a runtime; returns whether
+    /// it was started (outside a runtime nothing happens and the lease frees the claim). The
+    /// outcome is logged: a claim taken over meanwhile is left alone.
+    fn abandon(&self, claim: Claim) -> bool {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let Ok(token) = i64::try_from(claim.token) else {
+            return false;
+        };
+        let key = claim.key;
+        let path = self.pool.path.clone();
+        let work =
+            self.work(move |conn, _| guarded(conn, RELEASE, params![key, token]).map(|()| key));
+        runtime.spawn_blocking(move || match work() {
+            Ok(key) => tracing::debug!(path = %path.display(), %key, token, "released an abandoned claim"),
+            Err(StoreError::Fenced) => {
+                tracing::debug!(path = %path.display(), token, "abandoned claim was already taken over")
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), token, error = %e, "could not release an abandoned claim; its lease will free it")
+            }
+        });
+        true
+    }
+
+    async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {
+        self.run(move |conn, clock| purge_in(conn, clock, age))
+            .await
+    }
+
+    fn limits(&self) -> Limits {
+        self.limits
+    }
+}
+
+/// A [`ClaimRequest`] that can move to the blocking pool.
+struct OwnedRequest {
+    key: String,
+    biz_key: String,
+    fingerprint: Option<String>,
+    lease: Duration,
+    retention: Duration,
+}
+
+impl From<&ClaimRequest<'_>> for OwnedRequest {
+    fn from(request: &ClaimRequest<'_>) -> Self {
+        OwnedRequest {
+            key: request.key.to_owned(),
+            biz_key: request.biz_key.to_owned(),
+            fingerprint: request.fingerprint.map(str::to_owned),
+            lease: request.lease,
+            retention: request.retention,
+        }
+    }
+}
+
+/// Why an operation failed before its errors get the file's name.
+enum Fail {
+    Sql(rusqlite::Error),
+    Store(StoreError),
+}
+
+impl From<rusqlite::Error> for Fail {
+    fn from(e: rusqlite::Error) -> Self {
+        Fail::Sql(e)
+    }
+}
+
+fn corrupt(key: &str, what: impl fmt::Display) -> Fail {
+    Fail::Store(StoreError::Corrupt(format!(
+        "inbox_log row `{key}`: {what}"
+    )))
+}
+
+/// `now + by`, or the end of what the table can hold.
+fn later(now: SystemTime, by: Duration) -> SystemTime {
+    now.checked_add(by).map_or(UNIX_EPOCH + END_OF_TIME, |t| {
+        t.min(UNIX_EPOCH + END_OF_TIME)
+    })
+}
+
+/// The claim: insert under the primary key, or decide about the row that is there, in one
+/// `BEGIN IMMEDIATE` transaction. Mirrors `MemoryStore::claim_now` line by line.
+fn claim_in(
+    conn: &mut Connection,
+    clock: &dyn Clock,
+    request: &OwnedRequest,
+) -> Result<ClaimOutcome, Fail> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let now = clock.now();
+    let now_text = format_utc(now);
+    let inserted = tx.prepare_cached(INSERT_CLAIM)?.execute(params![
+        request.key,
+        request.biz_key,
+        now_text,
+        request.fingerprint,
+        format_utc(later(now, request.lease)),
+        format_utc(later(now, request.retention)),
+    ])?;
+    let outcome = if inserted == 1 {
+        ClaimOutcome::Claimed(Claim {
+            key: request.key.clone(),
+            token: 1,
+        })
+    } else {
+        decide(&tx, request, &now, &now_text)?
+    };
+    tx.commit()?;
+    Ok(outcome)
+}
+
+/// What the row found at `request.key` means, taking it over if its lease has ended.
+fn decide(
+    tx: &Connection,
+    request: &OwnedRequest,
+    now: &SystemTime,
+    now_text: &str,
+) -> Result<ClaimOutcome, Fail> {
+    let key = request.key.as_str();
+    let row = tx
+        .prepare_cached(SELECT_ROW)?
+        .query_row([key], |row| {
+            Ok([
+                row.get::<_, Value>(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ])
+        })
+        .optional()?;
+    // The insert met this row under the write lock, which is still held.
+    let Some([status, response, fingerprint, token, lease_until]) = row else {
+        return Err(corrupt(
+            key,
+            "the row that refused the insert cannot be read back",
+        ));
+    };
+    let token = match token {
+        Value::Integer(token) if token >= 1 => token,
+        other => return Err(corrupt(key, format_args!("bad token {other:?}"))),
+    };
+    let fingerprint = match fingerprint {
+        Value::Null => None,
+        Value::Text(text) => Some(text),
+        other => return Err(corrupt(key, format_args!("bad fingerprint {other:?}"))),
+    };
+    let status = match status {
+        Value::Text(status) => status,
+        other => return Err(corrupt(key, format_args!("bad status {other:?}"))),
+    };
+    if status == "released" {
+        // Nothing was kept for this key: claim it afresh, whatever its payload.
+        let next = token
+            .checked_add(1)
+            .ok_or_else(|| corrupt(key, "token cannot grow any more"))?;
+        let reclaimed = tx.prepare_cached(RECLAIM)?.execute(params![
+            request.biz_key,
+            now_text,
+            request.fingerprint,
+            format_utc(later(*now, request.lease)),
+            format_utc(later(*now, request.retention)),
+            key,
+            token
+        ])?;
+        if reclaimed != 1 {
+            return Err(corrupt(key, "the released row could not be claimed again"));
+        }
+        let token = u64::try_from(next).map_err(|_| corrupt(key, "bad token"))?;
+        return Ok(ClaimOutcome::Claimed(Claim {
+            key: key.to_owned(),
+            token,
+        }));
+    }
+    if request.fingerprint.is_some() && fingerprint != request.fingerprint {
+        return Ok(ClaimOutcome::KeyReused);
+    }
+    match status.as_str() {
+        "done" => match response {
+            Value::Text(response) => Ok(ClaimOutcome::Done(response)),
+            other => Err(corrupt(
+                key,
+                format_args!("done without a text response ({other:?})"),
+            )),
+        },
+        "failed" => Ok(ClaimOutcome::Failed),
+        "in_progress" => {
+            let lease_until = match lease_until {
+                Value::Text(text) if parse_utc(&text).is_some() => text,
+                other => return Err(corrupt(key, format_args!("bad lease_until {other:?}"))),
+            };
+            // Both sides are `format_utc` text: comparing them is comparing the times.
+            if lease_until.as_str() > now_text {
+                return Ok(ClaimOutcome::InProgress);
+            }
+            let Some(next) = token.checked_add(1) else {
+                return Err(corrupt(key, "token cannot grow any more"));
+            };
+            let lease_until = format_utc(later(*now, request.lease));
+            let taken = tx
+                .prepare_cached(TAKE_OVER)?
+                .execute(params![lease_until, key, token])?;
+            if taken != 1 {
+                return Err(corrupt(key, "the expired claim could not be taken over"));
+            }
+            // `next` is at least 2.
+            let token = u64::try_from(next).map_err(|_| corrupt(key, "bad token"))?;
+            Ok(ClaimOutcome::Claimed(Claim {
+                key: key.to_owned(),
+                token,
+            }))
+        }
+        other => Err(corrupt(key, format_args!("unknown status {other:?}"))),
+    }
+}
+
+/// One statement guarded by the claim's token, in a `BEGIN IMMEDIATE` transaction: no row
+/// touched means the claim was taken over (or finished): [`StoreError::Fenced`].
+fn guarded(conn: &mut Connection, sql: &str, params: impl rusqlite::Params) -> Result<(), Fail> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let changed = tx.prepare_cached(sql)?.execute(params)?;
+    tx.commit()?;
+    if changed == 0 {
+        Err(Fail::Store(StoreError::Fenced))
+    } else {
+        Ok(())
+    }
+}
+
+/// Deletes by age only, in batches of [`PURGE_BATCH`] rows, each its own transaction.
+fn purge_in(conn: &mut Connection, clock: &dyn Clock, age: Duration) -> Result<u64, Fail> {
+    let now = clock.now();
+    let cutoff = format_utc(now.checked_sub(age).unwrap_or(UNIX_EPOCH));
+    let now = format_utc(now);
+    let batch = i64::try_from(PURGE_BATCH).unwrap_or(i64::MAX);
+    let mut purged = 0u64;
+    loop {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let deleted = tx
+            .prepare_cached(PURGE)?
+            .execute(params![cutoff, now, batch])?;
+        tx.commit()?;
+        purged += deleted as u64;
+        if deleted < PURGE_BATCH {
+            return Ok(purged);
+        }
+    }
+}
+
+/// Per-connection settings, and the pool's size.
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    busy_timeout: Duration,
+    synchronous_full: bool,
+    max_connections: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            synchronous_full: false,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// Connections to one file: idle ones are reused, a new one is opened while fewer than
+/// `max_connections` exist, and otherwise an operation waits for one to come back.
+struct Pool {
+    path: PathBuf,
+    settings: Settings,
+    state: Mutex<PoolState>,
+    returned: Condvar,
+}
+
+struct PoolState {
+    idle: Vec<Connection>,
+    /// Connections that exist: idle, in use, or being opened.
+    open: usize,
+}
+
+impl Pool {
+    fn new(path: PathBuf, settings: Settings) -> Self {
+        Pool {
+            path,
+            settings,
+            state: Mutex::new(PoolState {
+                idle: Vec::new(),
+                open: 0,
+            }),
+            returned: Condvar::new(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, PoolState> {
+        // Every update of the state is a single push, pop or count: a panic cannot tear it.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The busy timeout as SQLite takes it (whole milliseconds in an `i32`; rusqlite panics on
+    /// more).
+    fn busy_timeout(&self) -> Duration {
+        self.settings
+            .busy_timeout
+            .min(Duration::from_millis(i32::MAX.unsigned_abs().into()))
+    }
+
+    /// Opens a connection with the per-connection settings. Does not count it.
+    fn connect(&self) -> Result<Connection, StoreError> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn =
+            Connection::open_with_flags(&self.path, flags).map_err(|e| self.open_error(e))?;
+        conn.busy_timeout(self.busy_timeout())
+            .map_err(|e| self.open_error(e))?;
+        let synchronous = if self.settings.synchronous_full {
+            "FULL"
+        } else {
+            "NORMAL"
+        };
+        conn.pragma_update(None, "synchronous", synchronous)
+            .map_err(|e| self.error(e))?;
+        Ok(conn)
+    }
+
+    /// Once per `open`: WAL mode (a property of the file) and the table.
+    fn prepare_file(&self, conn: &mut Connection) -> Result<(), StoreError> {
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+            .map_err(|e| self.open_error(e))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            let mode: String = conn
+                .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+                .map_err(|e| self.open_error(e))?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                return Err(StoreError::Unavailable(
+                    format!(
+                        "database file {} cannot use WAL (journal mode stays {mode:?}); SqliteStore needs a local file",
+                        self.path.display()
+                    )
+                    .into(),
+                ));
+            }
+        }
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.error(e))?;
+        self.migrate(&tx).map_err(|e| self.fail(e))?;
+        tx.commit().map_err(|e| self.error(e))
+    }
+
+    /// Creates what is missing of the schema; refuses a schema newer than this code.
+    fn migrate(&self, conn: &Connection) -> Result<(), Fail> {
+        conn.execute_batch(MIGRATION)?;
+        let version: Option<i64> = conn
+            .query_row(SELECT_VERSION, [], |row| row.get(0))
+            .optional()?;
+        match version {
+            Some(version) if version > SCHEMA_VERSION => Err(Fail::Store(StoreError::Unavailable(
+                format!(
+                    "database file {} has inbox_log schema version {version}, newer than the {SCHEMA_VERSION} this retry-core understands",
+                    self.path.display()
+                )
+                .into(),
+            ))),
+            Some(_) => Ok(()),
+            None => {
+                conn.execute(RECORD_VERSION, [SCHEMA_VERSION])?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Puts a connection opened outside [`Self::checkout`] into the pool.
+    fn give_back_new(&self, conn: Connection) {
+        let mut state = self.state();
+        state.open += 1;
+        state.idle.push(conn);
+    }
+
+    /// Runs `op` on a connection of the pool.
+    fn with_connection<T>(
+        &self,
+        op: impl FnOnce(&mut Connection) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
+        let mut pooled = self.checkout()?;
+        let Some(conn) = pooled.conn.as_mut() else {
+            return Err(StoreError::Unavailable(
+                "SQLite connection pool lost a connection".into(),
+            ));
+        };
+        op(conn).map_err(|e| self.fail(e))
+    }
+
+    fn checkout(&self) -> Result<PooledConnection<'_>, StoreError> {
+        let deadline = Instant::now() + self.busy_timeout();
+        let mut state = self.state();
+        loop {
+            if let Some(conn) = state.idle.pop() {
+                return Ok(PooledConnection {
+                    pool: self,
+                    conn: Some(conn),
+                });
+            }
+            if state.open < self.settings.max_connections {
+                state.open += 1;
+                drop(state);
+                return match self.connect() {
+                    Ok(conn) => Ok(PooledConnection {
+                        pool: self,
+                        conn: Some(conn),
+                    }),
+                    Err(e) => {
+                        self.forget_one();
+                        Err(e)
+                    }
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(StoreError::Unavailable(Box::new(PoolExhausted {
+                    path: self.path.clone(),
+                    connections: self.settings.max_connections,
+                    busy_for: self.busy_timeout(),
+                })));
+            }
+            state = self
+                .returned
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// A connection was closed (or never opened): make room for another.
+    fn forget_one(&self) {
+        let mut state = self.state();
+        state.open = state.open.saturating_sub(1);
+        drop(state);
+        self.returned.notify_one();
+    }
+
+    fn fail(&self, e: Fail) -> StoreError {
+        match e {
+            Fail::Sql(e) => self.error(e),
+            Fail::Store(e) => e,
+        }
+    }
+
+    /// A failed SQLite call: "locked" errors name the file and the wait.
+    fn error(&self, e: rusqlite::Error) -> StoreError {
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+                StoreError::Unavailable(Box::new(Locked {
+                    path: self.path.clone(),
+                    busy_for: self.busy_timeout(),
+                    source: e,
+                }))
+            }
+            _ => StoreError::Unavailable(Box::new(e)),
+        }
+    }
+
+    /// A failure to open the file: says which file, and why when it is plain.
+    fn open_error(&self, e: rusqlite::Error) -> StoreError {
+        if matches!(
+            e.sqlite_error_code(),
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+        ) {
+            return self.error(e);
+        }
+        let hint = match self.path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
+                format!(" (directory {} does not exist)", dir.display())
+            }
+            _ => String::new(),
+        };
+        StoreError::Unavailable(Box::new(OpenFailed {
+            path: self.path.clone(),
+            hint,
+            source: e,
+        }))
+    }
+}
+
+/// A connection taken from the pool; goes back when dropped.
+struct PooledConnection<'p> {
+    pool: &'p Pool,
+    conn: Option<Connection>,
+}
+
+impl Drop for PooledConnection<'_> {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        if conn.is_autocommit() {
+            self.pool.state().idle.push(conn);
+            self.pool.returned.notify_one();
+        } else {
+            // A transaction is still open (its rollback failed): never reuse the connection.
+            drop(conn);
+            self.pool.forget_one();
+        }
+    }
+}
+
+/// SQLITE_BUSY / SQLITE_LOCKED after the busy timeout.
+#[derive(Debug)]
+struct Locked {
+    path: PathBuf,
+    busy_for: Duration,
+    source: rusqlite::Error,
+}
+
+impl fmt::Display for Locked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "database file {} is locked by another process (busy for {:?})",
+            self.path.display(),
+            self.busy_for
+        )
+    }
+}
+
+impl std::error::Error for Locked {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// Every connection of the pool stayed in use for the busy timeout.
+#[derive(Debug)]
+struct PoolExhausted {
+    path: PathBuf,
+    connections: usize,
+    busy_for: Duration,
+}
+
+impl fmt::Display for PoolExhausted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "all {} connections to database file {} stayed busy (waited {:?})",
+            self.connections,
+            self.path.display(),
+            self.busy_for
+        )
+    }
+}
+
+impl std::error::Error for PoolExhausted {}
+
+/// The file could not be opened or created.
+#[derive(Debug)]
+struct OpenFailed {
+    path: PathBuf,
+    hint: String,
+    source: rusqlite::Error,
+}
+
+impl fmt::Display for OpenFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot open database file {}{}: {}",
+            self.path.display(),
+            self.hint,
+            self.source
+        )
+    }
+}
+
+impl std::error::Error for OpenFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(test: &str) -> Self {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let dir = std::env::temp_dir().join(format!(
+                "retry-core-sqlite-unit-{test}-{}-{nanos}",
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+
+        fn db(&self) -> PathBuf {
+            self.0.join("inbox.sqlite3")
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn request(key: &str) -> ClaimRequest<'_> {
+        ClaimRequest {
+            key,
+            biz_key: key,
+            fingerprint: None,
+            lease: Duration::from_secs(30),
+            retention: Duration::from_secs(86_400),
+        }
+    }
+
+    const ROW: &str = "INSERT INTO inbox_log \
+         (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at) \
+         VALUES (?1, 'b', ?2, ?3, '2025-01-01T00:00:00.000000Z', NULL, ?4, ?5, '2999-01-01T00:00:00.000000Z')";
+
+    fn corrupt_message(outcome: Result<ClaimOutcome, StoreError>) -> String {
+        match outcome {
+            Err(StoreError::Corrupt(what)) => what,
+            other => panic!("expected a corrupt row, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn unreadable_rows_are_corrupt_and_name_their_key() {
+        let dir = TempDir::new("corrupt");
+        let store = SqliteStore::open(dir.db()).unwrap();
+        let raw = Connection::open(dir.db()).unwrap();
+        let far = "2999-01-01T00:00:00.000000Z";
+        raw.execute(
+            ROW,
+            params!["bad-lease", "in_progress", None::<String>, 1, "yesterday"],
+        )
+        .unwrap();
+        raw.execute(ROW, params!["no-response", "done", None::<String>, 1, far])
+            .unwrap();
+        raw.execute(
+            ROW,
+            params!["text-token", "in_progress", None::<String>, "one", far],
+        )
+        .unwrap();
+        raw.execute(ROW, params!["zero-token", "failed", None::<String>, 0, far])
+            .unwrap();
+        for (key, what) in [
+            ("bad-lease", "bad lease_until"),
+            ("no-response", "done without a text response"),
+            ("text-token", "bad token"),
+            ("zero-token", "bad token"),
+        ] {
+            let message = corrupt_message(store.claim(&request(key)).await);
+            assert!(
+                message.contains(&format!("`{key}`")) && message.contains(what),
+                "{message}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unknown_status_is_corrupt() {
+        let dir = TempDir::new("status");
+        // A table made by hand, without the CHECK constraint: `open` keeps it as it is.
+        let raw = Connection::open(dir.db()).unwrap();
+        raw.execute_batch(
+            "CREATE TABLE inbox_log (msg_id TEXT PRIMARY KEY, biz_key TEXT NOT NULL, status TEXT NOT NULL, \
+             response TEXT, created_at TEXT NOT NULL, fingerprint TEXT, token INTEGER NOT NULL, \
+             lease_until TEXT NOT NULL, expires_at TEXT NOT NULL)",
+        )
+        .unwrap();
+        let store = SqliteStore::open(dir.db()).unwrap();
+        raw.execute(
+            ROW,
+            params![
+                "odd",
+                "paused",
+                None::<String>,
+                1,
+                "2999-01-01T00:00:00.000000Z"
+            ],
+        )
+        .unwrap();
+        let message = corrupt_message(store.claim(&request("odd")).await);
+        assert!(
+            message.contains("`odd`") && message.contains("unknown status \"paused\""),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn the_status_is_checked_by_the_table() {
+        let dir = TempDir::new("check");
+        let _store = SqliteStore::open(dir.db()).unwrap();
+        let raw = Connection::open(dir.db()).unwrap();
+        let refused = raw.execute(
+            ROW,
+            params![
+                "odd",
+                "paused",
+                None::<String>,
+                1,
+                "2999-01-01T00:00:00.000000Z"
+            ],
+        );
+        assert_eq!(
+            refused.unwrap_err().sqlite_error_code(),
+            Some(ErrorCode::ConstraintViolation)
+        );
+    }
+
+    #[test]
+    fn opening_twice_migrates_once_and_a_newer_schema_is_refused() {
+        let dir = TempDir::new("schema");
+        let first = SqliteStore::open(dir.db()).unwrap();
+        let second = SqliteStore::open(dir.db()).unwrap();
+        drop((first, second));
+        let raw = Connection::open(dir.db()).unwrap();
+        let mode: String = raw
+            .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        let versions: Vec<(String, i64)> = raw
+            .prepare("SELECT component, version FROM retry_core_schema")
+            .unwrap()
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(versions, [("inbox_log".to_owned(), 1)]);
+        let user_version: i64 = raw
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(user_version, 0, "user_version is left to the application");
+
+        raw.execute("UPDATE retry_core_schema SET version = 2", [])
+            .unwrap();
+        let error = SqliteStore::open(dir.db()).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("schema version 2, newer than the 1"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn connections_use_the_configured_synchronous_mode() {
+        let dir = TempDir::new("synchronous");
+        let synchronous = |store: &SqliteStore| -> i64 {
+            store
+                .pool
+                .with_connection(|conn| {
+                    Ok(conn.query_row("PRAGMA synchronous", [], |row| row.get(0))?)
+                })
+                .unwrap()
+        };
+        let store = SqliteStore::open(dir.db()).unwrap();
+        assert_eq!(synchronous(&store), 1, "NORMAL");
+        let store = store.with_synchronous_full(true);
+        assert_eq!(synchronous(&store), 2, "FULL");
+    }
+
+    #[test]
+    fn without_a_runtime_operations_run_in_place() {
+        let dir = TempDir::new("no-runtime");
+        let store = SqliteStore::open(dir.db()).unwrap();
+        let mut cx = Context::from_waker(Waker::noop());
+        let request = request("k");
+        let mut claim = pin!(store.claim(&request));
+        let Poll::Ready(Ok(ClaimOutcome::Claimed(claim))) = claim.as_mut().poll(&mut cx) else {
+            panic!("the claim did not finish in place");
+        };
+        assert!(
+            !store.abandon(claim.clone()),
+            "no runtime, no background release"
+        );
+        let mut complete = pin!(store.complete(&claim, "1"));
+        assert!(matches!(
+            complete.as_mut().poll(&mut cx),
+            Poll::Ready(Ok(()))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_huge_busy_timeout_is_capped_not_a_panic() {
+        let dir = TempDir::new("huge-timeout");
+        let store = SqliteStore::open(dir.db())
+            .unwrap()
+            .with_busy_timeout(Duration::MAX);
+        assert!(matches!(
+            store.claim(&request("k")).await,
+            Ok(ClaimOutcome::Claimed(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_locked_file_fails_after_the_busy_timeout_naming_the_file() {
+        let dir = TempDir::new("locked");
+        let store = SqliteStore::open(dir.db())
+            .unwrap()
+            .with_busy_timeout(Duration::from_millis(50));
+        let locker = Connection::open(dir.db()).unwrap();
+        locker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let error = store.claim(&request("k")).await.unwrap_err();
+        let expected = format!(
+            "database file {} is locked by another process (busy for 50ms)",
+            dir.db().display()
+        );
+        assert!(error.to_string().contains(&expected), "{error}");
+        let source = std::error::Error::source(&error).and_then(std::error::Error::source);
+        assert!(
+            source.is_some_and(|e| e.is::<rusqlite::Error>()),
+            "the SQLite error is kept as the source"
+        );
+        locker.execute_batch("COMMIT").unwrap();
+        assert!(matches!(
+            store.claim(&request("k")).await,
+            Ok(ClaimOutcome::Claimed(_))
+        ));
+    }
+
+    #[test]
+    fn the_pool_waits_for_a_connection_at_most_the_busy_timeout() {
+        let dir = TempDir::new("pool");
+        let store = SqliteStore::open(dir.db())
+            .unwrap()
+            .with_max_connections(1)
+            .with_busy_timeout(Duration::from_millis(50));
+        let held = store.pool.checkout().unwrap();
+        let started = Instant::now();
+        let error = store.pool.checkout().err().unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert!(
+            error
+                .to_string()
+                .contains("all 1 connections to database file"),
+            "{error}"
+        );
+        drop(held);
+        assert!(store.pool.checkout().is_ok());
+    }
+
+    #[test]
+    fn a_connection_left_in_a_transaction_is_not_reused() {
+        let dir = TempDir::new("dirty");
+        let store = SqliteStore::open(dir.db()).unwrap();
+        let mut pooled = store.pool.checkout().unwrap();
+        let conn = pooled.conn.as_mut().unwrap();
+        conn.execute_batch("BEGIN").unwrap();
+        drop(pooled);
+        let state = store.pool.state();
+        assert_eq!((state.open, state.idle.len()), (0, 0));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_pool_opens_at_most_max_connections() {
+        let dir = TempDir::new("max");
+        let store = Arc::new(SqliteStore::open(dir.db()).unwrap().with_max_connections(2));
+        let tasks: Vec<_> = (0..32)
+            .map(|i| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move {
+                    let key = format!("k{i}");
+                    let ClaimOutcome::Claimed(claim) = store.claim(&request(&key)).await.unwrap()
+                    else {
+                        panic!()
+                    };
+                    store.complete(&claim, "1").await.unwrap();
+                    store.pool.state().open
+                })
+            })
+            .collect();
+        for task in tasks {
+            assert!(task.await.unwrap() <= 2);
+        }
+    }
+
+    #[test]
+    fn leases_past_the_end_of_time_are_clamped() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_750_000_000);
+        assert_eq!(
+            format_utc(later(now, Duration::MAX)),
+            "9999-12-31T23:59:59.000000Z"
+        );
+        assert_eq!(
+            later(now, Duration::from_secs(1)),
+            now + Duration::from_secs(1)
+        );
+    }
+}

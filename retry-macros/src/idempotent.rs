@@ -1,0 +1,384 @@
+//! `#[idempotent]`: rewrites an `async fn` into a fn returning `Idempotent<impl Future>` that
+//! claims the call's key before running the body, through `__private::run_idempotent`.
+//!
+//! Above `#[retryable]` it claims once and retries inside the claim (the lease must outlast the
+//! retries); below it (`#[retryable]` expands first and calls [`flow_expr`]) every attempt claims.
+
+use std::time::Duration;
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::meta::ParseNestedMeta;
+use syn::spanned::Spanned as _;
+use syn::{Expr, Ident, Item, ItemFn, LitStr, Path, ReturnType};
+
+use crate::args::{RetryArgs, Spanned};
+use crate::duration;
+use crate::errors::Errors;
+use crate::respan::respan;
+use crate::retryable::{self, AttemptBody};
+use crate::suggest::closest;
+
+const ARGUMENTS: &[&str] = &[
+    "key",
+    "store",
+    "biz_key",
+    "fingerprint",
+    "scope",
+    "lease",
+    "retention",
+    "on_err",
+    "crate",
+];
+
+// The defaults of `retry_core::idempotency::{DEFAULT_LEASE, DEFAULT_RETENTION}`.
+const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+
+#[derive(Default)]
+pub(crate) struct IdempotentArgs {
+    key: Option<Expr>,
+    store: Option<Expr>,
+    biz_key: Option<Expr>,
+    fingerprint: Option<Expr>,
+    scope: Option<Expr>,
+    lease: Option<Spanned<Duration>>,
+    retention: Option<Spanned<Duration>>,
+    keep_failed: bool,
+    krate: Option<Path>,
+    seen: Vec<String>,
+    /// Where to point errors about the attribute as a whole.
+    span: Option<Span>,
+}
+
+impl IdempotentArgs {
+    fn parse_one(&mut self, meta: ParseNestedMeta<'_>, errors: &mut Errors) -> syn::Result<()> {
+        let key = if meta.path.is_ident("crate") {
+            "crate".to_owned()
+        } else {
+            meta.path
+                .get_ident()
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        };
+        let key_span = meta.path.span();
+        if !ARGUMENTS.contains(&key.as_str()) {
+            let shown = meta.path.to_token_stream().to_string().replace(' ', "");
+            let hint = match closest(&shown, ARGUMENTS) {
+                Some(near) => format!("; did you mean `{near}`?"),
+                None => format!(
+                    "; expected one of {}",
+                    ARGUMENTS
+                        .iter()
+                        .map(|a| format!("`{a}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            errors.at(
+                key_span,
+                format!("unknown `#[idempotent]` argument `{shown}`{hint}"),
+            );
+            meta.value()?.parse::<Expr>()?;
+            return Ok(());
+        }
+        if self.seen.contains(&key) {
+            errors.at(
+                key_span,
+                format!("duplicate `{key}` argument; write it once"),
+            );
+            meta.value()?.parse::<Expr>()?;
+            return Ok(());
+        }
+        self.seen.push(key.clone());
+        let value = meta.value()?;
+        match key.as_str() {
+            "key" => self.key = Some(value.parse()?),
+            "store" => self.store = Some(value.parse()?),
+            "biz_key" => self.biz_key = Some(value.parse()?),
+            "fingerprint" => self.fingerprint = Some(value.parse()?),
+            "scope" => self.scope = Some(value.parse()?),
+            "lease" | "retention" => {
+                let lit: LitStr = value.parse()?;
+                match duration::parse(&lit.value()) {
+                    Ok(d) if d.is_zero() => {
+                        errors.at(lit.span(), format!("`{key}` must be longer than zero"))
+                    }
+                    Ok(d) => {
+                        let parsed = Some(Spanned {
+                            value: d,
+                            span: lit.span(),
+                        });
+                        if key == "lease" {
+                            self.lease = parsed
+                        } else {
+                            self.retention = parsed
+                        }
+                    }
+                    Err(message) => errors.at(lit.span(), message),
+                }
+            }
+            "on_err" => {
+                let lit: LitStr = value.parse()?;
+                match lit.value().as_str() {
+                    "release" => self.keep_failed = false,
+                    "keep" => self.keep_failed = true,
+                    other => errors.at(
+                        lit.span(),
+                        format!("unknown `on_err` \"{other}\"; write \"release\" (a failed call frees the key for a resend) or \"keep\" (a failed call marks the key failed)"),
+                    ),
+                }
+            }
+            _ => self.krate = Some(value.call(Path::parse_mod_style)?),
+        }
+        Ok(())
+    }
+
+    fn check(&self, errors: &mut Errors) {
+        let span = self.span.unwrap_or_else(Span::call_site);
+        if self.key.is_none() {
+            errors.at(span, "`#[idempotent]` needs `key = ...`: the values that identify a request, e.g. `key = (req.sender.as_str(), req.msg_no)`");
+        }
+        if self.store.is_none() {
+            errors.at(span, "`#[idempotent]` needs `store = ...`: where claims and responses are kept, e.g. `store = inbox` for an `inbox: &SqliteStore` argument");
+        }
+        let lease = self.lease();
+        let retention = self
+            .retention
+            .as_ref()
+            .map_or(DEFAULT_RETENTION, |r| r.value);
+        if retention <= lease {
+            let at = self.retention.as_ref().map_or(span, |r| r.span);
+            errors.at(at, format!("`retention` ({retention:?}) must be longer than `lease` ({lease:?}): keep rows longer than any resend can arrive"));
+        }
+    }
+
+    fn lease(&self) -> Duration {
+        self.lease.as_ref().map_or(DEFAULT_LEASE, |l| l.value)
+    }
+}
+
+/// Parses the arguments of an `#[idempotent(...)]` attribute found below `#[retryable]`.
+pub(crate) fn parse_attr(attr: &syn::Attribute, errors: &mut Errors) -> IdempotentArgs {
+    let tokens = match &attr.meta {
+        syn::Meta::List(list) => list.tokens.clone(),
+        _ => TokenStream::new(),
+    };
+    parse_args(tokens, attr.path().span(), errors)
+}
+
+fn parse_args(tokens: TokenStream, span: Span, errors: &mut Errors) -> IdempotentArgs {
+    let mut args = IdempotentArgs {
+        span: Some(span),
+        ..IdempotentArgs::default()
+    };
+    let parser = syn::meta::parser(|meta| args.parse_one(meta, errors));
+    if let Err(e) = syn::parse::Parser::parse2(parser, tokens) {
+        errors.push(e);
+    }
+    args.check(errors);
+    args
+}
+
+pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let args = parse_args(attr, Span::call_site(), &mut errors);
+    let mut function = match syn::parse2::<Item>(item.clone()) {
+        Ok(Item::Fn(function)) => function,
+        Ok(other) => {
+            errors.at(
+                retryable::first_token_span(&other),
+                "`#[idempotent]` applies to `async fn` only",
+            );
+            return retryable::with_errors(errors, item);
+        }
+        Err(e) => {
+            errors.push(e);
+            return retryable::with_errors(errors, item);
+        }
+    };
+    retryable::check_async_result(&function.sig, "idempotent", &mut errors);
+    if let Some(second) = retryable::take_attr(&mut function, "idempotent") {
+        errors.at(
+            second.path().span(),
+            format!(
+                "`#[idempotent]` is applied to `{}` twice; remove one of them",
+                function.sig.ident
+            ),
+        );
+    }
+    // `#[retryable]` below: one claim, retries inside it.
+    let retry = retryable::take_attr(&mut function, "retryable").map(|attr| {
+        let tokens = match &attr.meta {
+            syn::Meta::List(list) => list.tokens.clone(),
+            _ => TokenStream::new(),
+        };
+        let retry_args = retryable::parse_args(tokens, &mut errors);
+        check_lease_outlasts(&args, &retry_args, attr.path().span(), &mut errors);
+        retry_args
+    });
+    if !errors.is_empty() {
+        // The function as written (its `#[retryable]` included), quiet about arguments only
+        // the attribute would have read.
+        return retryable::with_errors(errors, quote!(#[allow(unused_variables)] #item));
+    }
+    rewrite(&args, function, retry.as_ref())
+}
+
+/// One claim holds while every retry inside it runs: its lease must outlast them all, or a
+/// duplicate could take the key over and run the body a second time.
+fn check_lease_outlasts(
+    args: &IdempotentArgs,
+    retry: &RetryArgs,
+    retry_span: Span,
+    errors: &mut Errors,
+) {
+    let lease = args.lease();
+    let lease_span = args.lease.as_ref().map_or(retry_span, |l| l.span);
+    if retry.policy.is_some() {
+        errors.at(retry_span, "`#[idempotent]` above `#[retryable(policy = ...)]` cannot check that `lease` outlasts the retries; write the knobs (`max`, `deadline`, `attempt_timeout`) literally");
+        return;
+    }
+    match (retry.deadline_value(), retry.attempt_timeout_value()) {
+        (Some(deadline), Some(timeout)) if deadline + timeout < lease => {}
+        (Some(deadline), Some(timeout)) => errors.at(
+            lease_span,
+            format!("`lease` ({lease:?}) must outlast the retries inside it: up to `deadline` + `attempt_timeout` = {:?}; raise `lease` or shorten `deadline`", deadline + timeout),
+        ),
+        _ => errors.at(
+            retry_span,
+            format!("`#[idempotent]` above `#[retryable]` needs `deadline` and `attempt_timeout` on `#[retryable]`, so the claim's `lease` ({lease:?}) provably outlasts the retries; e.g. `deadline = \"20s\", attempt_timeout = \"5s\"`"),
+        ),
+    }
+}
+
+fn rewrite(args: &IdempotentArgs, function: ItemFn, retry: Option<&RetryArgs>) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        modifiers: _,
+        mut sig,
+        block,
+    } = function;
+    let krate = retryable::crate_path(args.krate.as_ref());
+    let private = quote!(#krate::__private);
+    let name = sig.ident.to_string();
+    let ReturnType::Type(arrow, output) = sig.output.clone() else {
+        unreachable!("checked in check_async_result")
+    };
+    let output_span = output.span();
+    let stmts = &block.stmts;
+    let caller = Ident::new("__retry_caller", Span::mixed_site());
+    let (body, kind) = match retry {
+        None => {
+            let private_out = respan(private.clone(), output_span);
+            let once = quote_spanned!(output_span=> #private_out::attempt::<#output, _>(async { #(#stmts)* }));
+            (once, quote!(Once))
+        }
+        Some(retry) => {
+            let mut probes = crate::nesting::AwaitProbes::new(&private, name.clone());
+            let mut block = block.clone();
+            syn::visit_mut::VisitMut::visit_block_mut(&mut probes, &mut block);
+            let stmts = &block.stmts;
+            let body = AttemptBody {
+                items: probes.into_items(),
+                stmts: quote!(#(#stmts)*),
+                args_used_elsewhere: true,
+            };
+            (
+                retryable::retry_loop(retry, &mut sig, &output, body, &quote!(#caller)),
+                quote!(Retries),
+            )
+        }
+    };
+    let flow = flow_expr(args, &name, &output, body, retry.is_some());
+    sig.asyncness = None;
+    sig.output = syn::parse_quote_spanned! {output_span=>
+        #arrow #krate::Idempotent<impl ::core::future::Future<Output = #output>, #krate::idempotency::#kind>
+    };
+    quote! {
+        #(#attrs)*
+        #[allow(refining_impl_trait)]
+        #[track_caller]
+        #vis #sig {
+            let #caller = ::core::panic::Location::caller();
+            let _ = #caller;
+            #flow
+        }
+    }
+}
+
+/// The idempotent flow around `body` (a future of the function's output), as an expression of
+/// type `Idempotent<impl Future, K>`.
+pub(crate) fn flow_expr(
+    args: &IdempotentArgs,
+    function: &str,
+    output: &syn::Type,
+    body: TokenStream,
+    retries: bool,
+) -> TokenStream {
+    let krate = retryable::crate_path(args.krate.as_ref());
+    let private = quote!(#krate::__private);
+    let at = |expr: &Expr| respan(private.clone(), expr.span());
+    let (Some(key), Some(store)) = (&args.key, &args.store) else {
+        // `check` reported the missing argument.
+        return quote!(::core::compile_error!(
+            "`#[idempotent]` needs `key` and `store`"
+        ));
+    };
+    let key = match &args.scope {
+        Some(scope) => {
+            let private = at(key);
+            quote_spanned!(key.span()=> #private::encode_scoped_key(&(#scope), &(#key)))
+        }
+        None => {
+            let private = at(key);
+            quote_spanned!(key.span()=> #private::encode_key(&(#key)))
+        }
+    };
+    let biz_key = match &args.biz_key {
+        Some(biz) => {
+            quote_spanned!(biz.span()=> ::core::option::Option::Some(::std::string::ToString::to_string(&(#biz))))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let fingerprint = match &args.fingerprint {
+        Some(fp) => {
+            let private = at(fp);
+            quote_spanned!(fp.span()=> ::core::option::Option::Some(#private::fingerprint(&(#fp))))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let lease = retryable::duration_tokens(args.lease());
+    let retention = retryable::duration_tokens(
+        args.retention
+            .as_ref()
+            .map_or(DEFAULT_RETENTION, |r| r.value),
+    );
+    let keep_failed = args.keep_failed;
+    let kind = if retries {
+        quote!(#private::Retries)
+    } else {
+        quote!(#private::Once)
+    };
+    let call = Ident::new("__retry_call", Span::mixed_site().located_at(output.span()));
+    // Unmet bounds on `T` and `E` point at the return type.
+    let run = respan(quote!(#private::run_idempotent), output.span());
+    let store_private = at(store);
+    let store = quote_spanned!(store.span()=> #store_private::store(&(#store)));
+    let run_call = quote_spanned!(output.span()=> #run(#store, #call, #body));
+    quote! {
+        #private::idempotent::<_, #kind>(async move {
+            let #call = #private::IdempotentCall {
+                key: #key,
+                biz_key: #biz_key,
+                fingerprint: #fingerprint,
+                lease: #lease,
+                retention: #retention,
+                keep_failed: #keep_failed,
+                function: #function,
+            };
+            #run_call.await
+        })
+    }
+}

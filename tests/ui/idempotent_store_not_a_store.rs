@@ -1,0 +1,20 @@
+use retry_core::idempotency::{IdempotencyError, MemoryStore};
+use retry_core::idempotent;
+
+#[derive(Debug)]
+struct DepositError(IdempotencyError);
+
+impl From<IdempotencyError> for DepositError {
+    fn from(e: IdempotencyError) -> Self {
+        DepositError(e)
+    }
+}
+
+use std::collections::HashMap;
+
+#[idempotent(key = msg_no, store = inbox)]
+async fn deposit(inbox: &HashMap<String, String>, msg_no: u64) -> Result<u64, DepositError> {
+    Ok(msg_no)
+}
+
+fn main() {}
