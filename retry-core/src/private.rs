@@ -214,6 +214,23 @@ pub fn fingerprint<F: KeyPart + ?Sized>(fingerprint: &F) -> String {
     crate::idempotency::digest(&encode_key(fingerprint))
 }
 
+pub use crate::idempotency::finish_transactional;
+pub(crate) use crate::idempotency::flow::claim_transactional as claim_transactional_impl;
+
+/// The first half of `#[idempotent(transaction = ...)]`: the claim and the store's transaction,
+/// or the answer to return at once.
+pub async fn claim_transactional<'s, S, T, E>(
+    store: &'s S,
+    call: &IdempotentCall,
+) -> Result<(crate::idempotency::HeldClaim<'s, S>, S::Transaction), Result<T, E>>
+where
+    S: crate::idempotency::TransactionalStore + ?Sized,
+    T: serde::de::DeserializeOwned,
+    E: From<IdempotencyError>,
+{
+    claim_transactional_impl(store, call).await
+}
+
 /// Claims, runs `body` and stores its response; see `retry_core::idempotency`.
 pub async fn run_idempotent<S, B, T, E>(store: &S, call: IdempotentCall, body: B) -> Result<T, E>
 where

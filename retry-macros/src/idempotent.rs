@@ -28,6 +28,7 @@ const ARGUMENTS: &[&str] = &[
     "lease",
     "retention",
     "on_err",
+    "transaction",
     "crate",
 ];
 
@@ -45,6 +46,10 @@ pub(crate) struct IdempotentArgs {
     lease: Option<Spanned<Duration>>,
     retention: Option<Spanned<Duration>>,
     keep_failed: bool,
+    /// `transaction = tx`: the parameter that receives the store's transaction.
+    transaction: Option<Ident>,
+    /// Its declared type, once taken out of the signature.
+    transaction_ty: Option<syn::Type>,
     krate: Option<Path>,
     seen: Vec<String>,
     /// Where to point errors about the attribute as a whole.
@@ -118,6 +123,7 @@ impl IdempotentArgs {
                     Err(message) => errors.at(lit.span(), message),
                 }
             }
+            "transaction" => self.transaction = Some(value.parse()?),
             "on_err" => {
                 let lit: LitStr = value.parse()?;
                 match lit.value().as_str() {
@@ -155,6 +161,36 @@ impl IdempotentArgs {
 
     fn lease(&self) -> Duration {
         self.lease.as_ref().map_or(DEFAULT_LEASE, |l| l.value)
+    }
+}
+
+/// Takes the `transaction = tx` parameter out of the signature: the caller does not pass it, the
+/// flow provides it.
+pub(crate) fn take_transaction_param(
+    args: &mut IdempotentArgs,
+    sig: &mut syn::Signature,
+    errors: &mut Errors,
+) {
+    let Some(name) = args.transaction.clone() else {
+        return;
+    };
+    let position = sig.inputs.iter().position(|input| {
+        matches!(input, syn::FnArg::Typed(typed) if matches!(&*typed.pat, syn::Pat::Ident(p) if p.ident == name))
+    });
+    match position {
+        Some(index) => {
+            let inputs = std::mem::take(&mut sig.inputs);
+            for (i, input) in inputs.into_iter().enumerate() {
+                match input {
+                    syn::FnArg::Typed(typed) if i == index => args.transaction_ty = Some(*typed.ty),
+                    other => sig.inputs.push(other),
+                }
+            }
+        }
+        None => errors.at(
+            name.span(),
+            format!("`transaction = {name}` names no parameter; add `{name}: &mut SqliteTransaction` (or your store's transaction type) to the function"),
+        ),
     }
 }
 
@@ -208,6 +244,8 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         );
     }
     // `#[retryable]` below: one claim, retries inside it.
+    let mut args = args;
+    take_transaction_param(&mut args, &mut function.sig, &mut errors);
     let retry = retryable::take_attr(&mut function, "retryable").map(|attr| {
         let tokens = match &attr.meta {
             syn::Meta::List(list) => list.tokens.clone(),
@@ -215,6 +253,9 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         };
         let retry_args = retryable::parse_args(tokens, &mut errors);
         check_lease_outlasts(&args, &retry_args, attr.path().span(), &mut errors);
+        if let Some(tx) = &args.transaction {
+            errors.at(tx.span(), "`transaction` cannot hold across retries: put `#[retryable]` above `#[idempotent]`, so each attempt claims and begins a transaction of its own");
+        }
         retry_args
     });
     if !errors.is_empty() {
@@ -362,22 +403,48 @@ pub(crate) fn flow_expr(
         quote!(#private::Once)
     };
     let call = Ident::new("__retry_call", Span::mixed_site().located_at(output.span()));
+    let settings = quote! {
+        let #call = #private::IdempotentCall {
+            key: #key,
+            biz_key: #biz_key,
+            fingerprint: #fingerprint,
+            lease: #lease,
+            retention: #retention,
+            keep_failed: #keep_failed,
+            function: #function,
+        };
+    };
     // Unmet bounds on `T` and `E` point at the return type.
     let run = respan(quote!(#private::run_idempotent), output.span());
     let store_private = at(store);
     let store = quote_spanned!(store.span()=> #store_private::store(&(#store)));
+    if let (Some(tx), Some(tx_ty)) = (&args.transaction, &args.transaction_ty) {
+        // Transactional: the claim commits alone, the body gets the store's transaction, and
+        // the response commits with the body's writes.
+        let held = Ident::new("__retry_held", Span::mixed_site());
+        let transaction = Ident::new("__retry_transaction", Span::mixed_site());
+        let outcome = Ident::new("__retry_outcome", Span::mixed_site());
+        let claim = respan(quote!(#private::claim_transactional), output.span());
+        let finish = respan(quote!(#private::finish_transactional), output.span());
+        return quote! {
+            #private::idempotent::<_, #kind>(async move {
+                #settings
+                let (#held, mut #transaction) = match #claim(#store, &#call).await {
+                    ::core::result::Result::Ok(claimed) => claimed,
+                    ::core::result::Result::Err(answer) => return answer,
+                };
+                let #outcome = {
+                    let #tx: #tx_ty = &mut #transaction;
+                    #body.await
+                };
+                #finish(#held, #transaction, &#call, #outcome).await
+            })
+        };
+    }
     let run_call = quote_spanned!(output.span()=> #run(#store, #call, #body));
     quote! {
         #private::idempotent::<_, #kind>(async move {
-            let #call = #private::IdempotentCall {
-                key: #key,
-                biz_key: #biz_key,
-                fingerprint: #fingerprint,
-                lease: #lease,
-                retention: #retention,
-                keep_failed: #keep_failed,
-                function: #function,
-            };
+            #settings
             #run_call.await
         })
     }

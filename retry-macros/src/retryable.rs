@@ -47,8 +47,11 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     check_signature(&function, &mut errors);
     let mut function = strip_second_retryable(function);
     // `#[idempotent]` below: a claim per attempt.
-    let idempotent = take_attr(&mut function, "idempotent")
-        .map(|attr| crate::idempotent::parse_attr(&attr, &mut errors));
+    let idempotent = take_attr(&mut function, "idempotent").map(|attr| {
+        let mut idempotent = crate::idempotent::parse_attr(&attr, &mut errors);
+        crate::idempotent::take_transaction_param(&mut idempotent, &mut function.sig, &mut errors);
+        idempotent
+    });
     if !errors.is_empty() {
         // The user's function, unchanged, keeps IDEs working and avoids a cascade of
         // "cannot find function" errors.

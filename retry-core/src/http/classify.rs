@@ -103,6 +103,7 @@ pub(crate) fn retry_after(
 }
 
 /// Whether a request carries an `Idempotency-Key`, which makes sending it twice safe.
+#[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
 pub(crate) fn has_idempotency_key(headers: &HeaderMap) -> bool {
     headers.contains_key(IDEMPOTENCY_KEY)
 }
@@ -114,6 +115,7 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// a reset after sending, a 5xx): a POST or PATCH without `Idempotency-Key` must not be sent
 /// again, since the first one may have taken effect.
 /// Idempotent methods (RFC 9110 §9.2.2) and keyed requests are safe to send again.
+#[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
 pub(crate) fn guard_resend(decision: Decision, method: &Method, keyed: bool) -> Decision {
     match decision {
         Decision::Stop => Decision::Stop,

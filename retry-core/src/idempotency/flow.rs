@@ -10,7 +10,10 @@ use pin_project_lite::pin_project;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Claim, ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, StoreError};
+use super::{
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, StoreError,
+    TransactionalStore,
+};
 use crate::metrics;
 
 pin_project! {
@@ -129,12 +132,147 @@ pub struct Settings {
     pub function: &'static str,
 }
 
+impl Settings {
+    /// A call with an already encoded `key` (see [`encode_key`](super::encode_key)), made by
+    /// `function`, with the default lease and retention.
+    pub fn new(key: impl Into<String>, function: &'static str) -> Self {
+        Settings {
+            key: key.into(),
+            biz_key: None,
+            fingerprint: None,
+            lease: super::DEFAULT_LEASE,
+            retention: super::DEFAULT_RETENTION,
+            keep_failed: false,
+            function,
+        }
+    }
+}
+
 /// How often, and how long apart, storing a response is tried before giving up on it.
 const COMPLETE_TRIES: [Duration; 3] = [
     Duration::ZERO,
     Duration::from_millis(20),
     Duration::from_millis(100),
 ];
+
+/// What claiming a call's key found: run the body, or answer with what is stored.
+#[derive(Debug)]
+pub enum Begun<'s, S: IdempotencyStore + ?Sized> {
+    /// The key is ours: run the body, then finish with the held claim.
+    Claimed(HeldClaim<'s, S>),
+    /// A call with this key already succeeded: its stored response (JSON).
+    Stored(String),
+}
+
+/// Claims the call's key: the first step of the flow, public for the plain (non-attribute)
+/// transactional API. Fails with [`IdempotencyError`] for an oversized key, a concurrent or
+/// failed duplicate, a reused key, or a store that cannot be reached (fail closed).
+///
+/// ```
+/// use retry_core::idempotency::{begin_call, Begun, MemoryStore, Settings};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let store = MemoryStore::new();
+/// let call = Settings::new("s3:m-1", "deposit");
+/// let Begun::Claimed(held) = begin_call(&store, &call).await.unwrap() else { panic!() };
+/// held.complete("\"ok\"").await.unwrap();
+/// assert!(matches!(begin_call(&store, &call).await.unwrap(), Begun::Stored(r) if r == "\"ok\""));
+/// # }
+/// ```
+pub async fn begin_call<'s, S: IdempotencyStore + ?Sized>(
+    store: &'s S,
+    call: &Settings,
+) -> Result<Begun<'s, S>, IdempotencyError> {
+    let limits = store.limits();
+    if call.key.len() > limits.max_key_bytes {
+        return Err(IdempotencyError::KeyTooLong {
+            len: call.key.len(),
+            max: limits.max_key_bytes,
+        });
+    }
+    let request = ClaimRequest {
+        key: &call.key,
+        biz_key: call.biz_key.as_deref().unwrap_or(&call.key),
+        fingerprint: call.fingerprint.as_deref(),
+        lease: call.lease,
+        retention: call.retention,
+    };
+    match store.claim(&request).await {
+        Ok(ClaimOutcome::Claimed(claim)) => Ok(Begun::Claimed(HeldClaim {
+            store,
+            claim: Some(claim),
+            function: call.function,
+        })),
+        Ok(ClaimOutcome::Done(stored)) => {
+            metrics::duplicate_answered(call.function);
+            Ok(Begun::Stored(stored))
+        }
+        Ok(ClaimOutcome::InProgress) => Err(IdempotencyError::InProgress),
+        Ok(ClaimOutcome::Failed) => Err(IdempotencyError::PreviouslyFailed),
+        Ok(ClaimOutcome::KeyReused) => Err(IdempotencyError::KeyReused),
+        // Fail closed: without a claim the body must not run.
+        Err(e) => Err(IdempotencyError::Store(e)),
+    }
+}
+
+/// A claim held while the body runs. Dropped before it is finished (a client went away, the
+/// process is shutting down), it hands the claim back to the store to release, and counts it.
+#[derive(Debug)]
+pub struct HeldClaim<'s, S: IdempotencyStore + ?Sized> {
+    store: &'s S,
+    claim: Option<Claim>,
+    function: &'static str,
+}
+
+impl<S: IdempotencyStore + ?Sized> HeldClaim<'_, S> {
+    /// The claim.
+    pub fn claim(&self) -> Option<&Claim> {
+        self.claim.as_ref()
+    }
+
+    /// Takes the claim out, so dropping the holder no longer releases it.
+    fn take(&mut self) -> Option<Claim> {
+        self.claim.take()
+    }
+
+    /// Stores the response (non-transactional mode).
+    pub async fn complete(mut self, response: &str) -> Result<(), StoreError> {
+        match self.take() {
+            Some(claim) => self.store.complete(&claim, response).await,
+            None => Err(StoreError::Fenced),
+        }
+    }
+
+    /// Gives the claim up after a failed body: released, or marked failed with `keep_failed`.
+    pub async fn fail(mut self, keep_failed: bool) -> Result<(), StoreError> {
+        match self.take() {
+            Some(claim) if keep_failed => self.store.mark_failed(&claim).await,
+            Some(claim) => self.store.release(&claim).await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl<S: IdempotencyStore + ?Sized> Drop for HeldClaim<'_, S> {
+    fn drop(&mut self) {
+        if let Some(claim) = self.claim.take() {
+            let released = self.store.abandon(claim);
+            metrics::abandoned(self.function, released);
+        }
+    }
+}
+
+/// The stored response, decoded.
+fn decode<T: DeserializeOwned, E: From<IdempotencyError>>(
+    call: &Settings,
+    stored: &str,
+) -> Result<T, E> {
+    serde_json::from_str(stored).map_err(|e| {
+        IdempotencyError::Serde(format!("stored response of `{}`: {e}", call.key)).into()
+    })
+}
 
 /// Runs `body` at most once per key in `store`; see the [module docs](super).
 pub(crate) async fn run<S, B, T, E>(store: &S, call: Settings, body: B) -> Result<T, E>
@@ -144,48 +282,24 @@ where
     T: Serialize + DeserializeOwned,
     E: From<IdempotencyError>,
 {
-    let limits = store.limits();
-    if call.key.len() > limits.max_key_bytes {
-        return Err(IdempotencyError::KeyTooLong {
-            len: call.key.len(),
-            max: limits.max_key_bytes,
-        }
-        .into());
-    }
-    let request = ClaimRequest {
-        key: &call.key,
-        biz_key: call.biz_key.as_deref().unwrap_or(&call.key),
-        fingerprint: call.fingerprint.as_deref(),
-        lease: call.lease,
-        retention: call.retention,
-    };
-    let claim = match store.claim(&request).await {
-        Ok(ClaimOutcome::Claimed(claim)) => claim,
-        Ok(ClaimOutcome::Done(stored)) => {
-            metrics::duplicate_answered(call.function);
-            return serde_json::from_str(&stored).map_err(|e| {
-                IdempotencyError::Serde(format!("stored response of `{}`: {e}", call.key)).into()
-            });
-        }
-        Ok(ClaimOutcome::InProgress) => return Err(IdempotencyError::InProgress.into()),
-        Ok(ClaimOutcome::Failed) => return Err(IdempotencyError::PreviouslyFailed.into()),
-        Ok(ClaimOutcome::KeyReused) => return Err(IdempotencyError::KeyReused.into()),
-        // Fail closed: without a claim the body must not run.
-        Err(e) => return Err(IdempotencyError::Store(e).into()),
-    };
-    let mut held = Held {
-        store,
-        claim: Some(claim),
-        function: call.function,
+    let mut held = match begin_call(store, &call).await? {
+        Begun::Stored(stored) => return decode(&call, &stored),
+        Begun::Claimed(held) => held,
     };
     let outcome = body.await;
-    let Some(claim) = held.claim.take() else {
-        // `held` is only emptied here.
+    let Some(claim) = held.take() else {
         return outcome;
     };
     match outcome {
         Ok(value) => {
-            finish(store, &call, &claim, &value, limits.max_response_bytes).await;
+            finish(
+                store,
+                &call,
+                &claim,
+                &value,
+                store.limits().max_response_bytes,
+            )
+            .await;
             Ok(value)
         }
         Err(error) => {
@@ -201,6 +315,145 @@ where
             Err(error)
         }
     }
+}
+
+/// The transactional flow, for `#[idempotent(transaction = tx)]`: the claim, then the body with
+/// the store's transaction, then the response and `done` committed in that same transaction.
+pub(crate) async fn claim_transactional<'s, S, T, E>(
+    store: &'s S,
+    call: &Settings,
+) -> Result<(HeldClaim<'s, S>, S::Transaction), Result<T, E>>
+where
+    S: TransactionalStore + ?Sized,
+    T: DeserializeOwned,
+    E: From<IdempotencyError>,
+{
+    let held = match begin_call(store, call).await {
+        Ok(Begun::Claimed(held)) => held,
+        Ok(Begun::Stored(stored)) => return Err(decode(call, &stored)),
+        Err(e) => return Err(Err(e.into())),
+    };
+    match store.begin().await {
+        Ok(transaction) => Ok((held, transaction)),
+        Err(e) => {
+            if let Err(release) = held.fail(false).await {
+                tracing::warn!(function = call.function, key = %call.key, error = %release, "could not release a claim after failing to begin");
+            }
+            Err(Err(IdempotencyError::Store(e).into()))
+        }
+    }
+}
+
+/// Finishes a transactional call: on `Ok`, the response and `done` commit with the body's
+/// writes (a claim taken over meanwhile rolls everything back: `Fenced`); on `Err`, the
+/// transaction rolls back and the claim is given up.
+///
+/// ```no_run
+/// use retry_core::idempotency::{begin_call, finish_transactional, Begun, IdempotencyError, Settings, SqliteStore, TransactionalStore};
+///
+/// # async fn deposit(store: &SqliteStore) -> Result<u64, IdempotencyError> {
+/// let call = Settings::new("s3:m-1", "deposit");
+/// let held = match begin_call(store, &call).await? {
+///     Begun::Stored(json) => return Ok(serde_json::from_str(&json).unwrap()),
+///     Begun::Claimed(held) => held,
+/// };
+/// let mut tx = store.begin().await?;
+/// let outcome = tx
+///     .run(|c| c.execute("UPDATE balances SET amount = amount + 10 WHERE account = 'a'", []))
+///     .await
+///     .map(|_| 10u64)
+///     .map_err(IdempotencyError::Store);
+/// finish_transactional(held, tx, &call, outcome).await
+/// # }
+/// ```
+pub async fn finish_transactional<S, T, E>(
+    mut held: HeldClaim<'_, S>,
+    transaction: S::Transaction,
+    call: &Settings,
+    outcome: Result<T, E>,
+) -> Result<T, E>
+where
+    S: TransactionalStore + ?Sized,
+    T: Serialize,
+    E: From<IdempotencyError>,
+{
+    let store = held.store;
+    let Some(claim) = held.take() else {
+        return outcome;
+    };
+    let value = match outcome {
+        Ok(value) => value,
+        Err(error) => {
+            if let Err(e) = store.rollback(transaction).await {
+                tracing::warn!(function = call.function, key = %call.key, error = %e, "rollback failed; the store rolls back when the connection closes");
+            }
+            let undone = if call.keep_failed {
+                store.mark_failed(&claim).await
+            } else {
+                store.release(&claim).await
+            };
+            if let Err(e) = undone {
+                tracing::warn!(function = call.function, key = %call.key, error = %e, "could not release the claim of a failed call");
+            }
+            return Err(error);
+        }
+    };
+    let max = store.limits().max_response_bytes;
+    let response = match serde_json::to_string(&value) {
+        Ok(json) if json.len() <= max => json,
+        // Nothing committed yet: the body's writes roll back and the call fails cleanly.
+        Ok(json) => {
+            return abort(
+                store,
+                transaction,
+                &claim,
+                call,
+                IdempotencyError::ResponseTooLarge {
+                    len: json.len(),
+                    max,
+                },
+            )
+            .await;
+        }
+        Err(e) => {
+            return abort(
+                store,
+                transaction,
+                &claim,
+                call,
+                IdempotencyError::Serde(e.to_string()),
+            )
+            .await;
+        }
+    };
+    match store.commit_done(transaction, &claim, &response).await {
+        Ok(()) => Ok(value),
+        Err(StoreError::Fenced) => {
+            tracing::error!(function = call.function, key = %call.key, token = claim.token, "claim taken over while the body ran: its writes were rolled back");
+            metrics::fenced(call.function);
+            Err(IdempotencyError::Store(StoreError::Fenced).into())
+        }
+        // The commit may or may not have happened: a duplicate finds out (done, or the lease
+        // frees the claim and the body runs once).
+        Err(e) => Err(IdempotencyError::Store(e).into()),
+    }
+}
+
+async fn abort<S, T, E>(
+    store: &S,
+    transaction: S::Transaction,
+    claim: &Claim,
+    call: &Settings,
+    error: IdempotencyError,
+) -> Result<T, E>
+where
+    S: TransactionalStore + ?Sized,
+    E: From<IdempotencyError>,
+{
+    tracing::error!(function = call.function, key = %call.key, %error, "response cannot be stored: the body's writes were rolled back");
+    let _ = store.rollback(transaction).await;
+    let _ = store.release(claim).await;
+    Err(error.into())
 }
 
 /// Stores the response of a call whose effect happened. Failing that is reported, not returned:
@@ -248,23 +501,6 @@ async fn finish<S: IdempotencyStore + ?Sized, T: Serialize>(
                 tracing::error!(function = call.function, key = %call.key, error = %e, "response not stored: duplicates get InProgress until the lease ends, then run the body again");
                 metrics::response_not_stored(call.function);
             }
-        }
-    }
-}
-
-/// A claim held while the body runs: if the call is dropped first (a client went away), the
-/// claim is handed back to the store to release.
-struct Held<'s, S: IdempotencyStore + ?Sized> {
-    store: &'s S,
-    claim: Option<Claim>,
-    function: &'static str,
-}
-
-impl<S: IdempotencyStore + ?Sized> Drop for Held<'_, S> {
-    fn drop(&mut self) {
-        if let Some(claim) = self.claim.take() {
-            let released = self.store.abandon(claim);
-            metrics::abandoned(self.function, released);
         }
     }
 }

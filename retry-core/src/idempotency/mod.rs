@@ -18,6 +18,8 @@ mod error;
 pub(crate) mod flow;
 mod key;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
@@ -25,13 +27,18 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use error::{IdempotencyError, StoreError};
-pub use flow::{Idempotent, Once, Retries};
+pub use flow::{
+    Begun, HeldClaim, Idempotent, Once, Retries, Settings, begin_call, finish_transactional,
+};
 pub(crate) use key::digest;
 pub use key::{KeyPart, encode_key, encode_scoped_key};
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use postgres::{PgStore, PgTransaction};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, SqliteTransaction};
 
 /// What a call asks of the store when it claims its key.
 #[derive(Debug, Clone, Copy)]
@@ -159,6 +166,39 @@ pub trait IdempotencyStore: Send + Sync {
     }
 }
 
+/// A store that can write the `done` row inside the handler's own database transaction, so the
+/// handler's writes and the stored response commit together or not at all (transactional mode).
+///
+/// The claim commits first, in its own short transaction, so a concurrent duplicate gets
+/// `InProgress` at once instead of waiting on an uncommitted row. The handler then gets
+/// `&mut Self::Transaction` for its writes; [`commit_done`](Self::commit_done) writes the
+/// response and `done` in that same transaction, guarded by the claim's token
+/// (`UPDATE ... WHERE msg_id = ? AND token = ?`): zero rows means the claim was taken over, so the
+/// whole transaction rolls back and the call fails with [`StoreError::Fenced`]. A transaction
+/// dropped before it commits (a crash, a dropped future) rolls back.
+pub trait TransactionalStore: IdempotencyStore {
+    /// The handler's transaction.
+    type Transaction: Send;
+
+    /// Begins the handler's transaction.
+    fn begin(&self) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send;
+
+    /// Writes `response` and `done` for `claim` in `transaction` and commits it, if the claim's
+    /// token still holds; otherwise rolls back and returns [`StoreError::Fenced`].
+    fn commit_done(
+        &self,
+        transaction: Self::Transaction,
+        claim: &Claim,
+        response: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Rolls the handler's transaction back (its body failed).
+    fn rollback(
+        &self,
+        transaction: Self::Transaction,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
 impl<S: IdempotencyStore + ?Sized> IdempotencyStore for &S {
     fn claim(
         &self,
@@ -224,5 +264,41 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
     }
     fn limits(&self) -> Limits {
         (**self).limits()
+    }
+}
+
+impl<S: TransactionalStore + ?Sized> TransactionalStore for &S {
+    type Transaction = S::Transaction;
+    fn begin(&self) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send {
+        (**self).begin()
+    }
+    fn commit_done(
+        &self,
+        transaction: Self::Transaction,
+        claim: &Claim,
+        response: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).commit_done(transaction, claim, response)
+    }
+    fn rollback(&self, transaction: Self::Transaction) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).rollback(transaction)
+    }
+}
+
+impl<S: TransactionalStore + ?Sized> TransactionalStore for std::sync::Arc<S> {
+    type Transaction = S::Transaction;
+    fn begin(&self) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send {
+        (**self).begin()
+    }
+    fn commit_done(
+        &self,
+        transaction: Self::Transaction,
+        claim: &Claim,
+        response: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).commit_done(transaction, claim, response)
+    }
+    fn rollback(&self, transaction: Self::Transaction) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).rollback(transaction)
     }
 }

@@ -14,6 +14,12 @@
 //!   pool (see [`SqliteStore::with_max_connections`]).
 //! - Timestamps are [`format_utc`] text (fixed width, microseconds), so SQL compares them as
 //!   strings and the lease check compares the same text.
+//! - Transactional mode ([`SqliteTransaction`]): `begin` takes a pooled connection and runs
+//!   `BEGIN IMMEDIATE` on it, so the write lock is held from the first write of the handler to
+//!   the guarded `done` update and its `COMMIT`; nothing in between can fail with `SQLITE_BUSY`.
+//!   The connection moves to the blocking thread with each piece of work and comes back with
+//!   its result; wherever it is dropped before the commit, it is rolled back in place (cheap in
+//!   WAL mode) and a connection still inside a transaction is closed, never pooled.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -23,7 +29,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
-use super::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, StoreError};
+use super::{
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, StoreError, TransactionalStore,
+};
 use crate::time::{Clock, SystemClock, format_utc, parse_utc};
 
 /// The version of the `inbox_log` layout this code writes, kept in `retry_core_schema`.
@@ -418,22 +426,13 @@ impl SqliteStore {
         self
     }
 
-    /// Runs `op` on a pooled connection, off the async executor when a Tokio runtime is
-    /// present (in place otherwise: the call then blocks its thread, as any SQLite call does).
+    /// Runs `op` on a pooled connection (see [`blocking`]).
     async fn run<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection, &dyn Clock) -> Result<T, Fail> + Send + 'static,
     {
-        let work = self.work(op);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => runtime.spawn_blocking(work).await.unwrap_or_else(|e| {
-                Err(StoreError::Unavailable(
-                    format!("SQLite worker task failed: {e}").into(),
-                ))
-            }),
-            Err(_) => work(),
-        }
+        blocking(self.work(op)).await
     }
 
     fn work<T, F>(&self, op: F) -> impl FnOnce() -> Result<T, StoreError> + Send + 'static
@@ -513,6 +512,488 @@ impl IdempotencyStore for SqliteStore {
 
     fn limits(&self) -> Limits {
         self.limits
+    }
+}
+
+// ---- transactional mode ----
+
+/// The handler's transaction in transactional mode: one pooled connection of a [`SqliteStore`]
+/// inside `BEGIN IMMEDIATE`. The handler's own SQL runs on it through [`run`](Self::run), and
+/// [`commit_done`](TransactionalStore::commit_done) writes the response and `done` in it and
+/// commits, so the handler's writes and the stored response commit together or not at all.
+///
+/// - **The write lock is taken by `begin`, up front**, so neither the handler's writes nor the
+///   final `done` update can fail with `SQLITE_BUSY` half-way. The lock is held until commit or
+///   rollback, for the whole body: **keep handlers short**. Every other writer of the file
+///   (claims of other keys, completions, other handlers, other processes) waits meanwhile, up to
+///   the [busy timeout](SqliteStore::with_busy_timeout), and then fails with
+///   [`StoreError::Unavailable`] ("database file ... is locked"). Readers are not blocked (WAL).
+/// - So **do not call the store's other operations from inside the body** (`claim`,
+///   `complete`, a nested `begin`): they need the same lock and fail after the busy timeout.
+/// - Because a takeover is itself a write, no claim can be taken over while its holder's
+///   transaction is open: on SQLite a holder is fenced only when its lease ran out and another
+///   call took the key over *before* this `begin`; `commit_done` then finds another token, rolls
+///   everything back and returns [`StoreError::Fenced`].
+/// - **Dropped without `commit_done` or `rollback`** (a crash of the handler, a dropped future,
+///   a panic), it rolls back synchronously in `Drop`, on the dropping thread: a `ROLLBACK` of a
+///   WAL transaction discards its pages and releases the lock, with no disk write and no wait.
+///   If that `ROLLBACK` fails, the connection is closed instead (SQLite rolls back on close): a
+///   connection with an open transaction never goes back to the pool. A dropped transaction
+///   does not release the claim; that is the claim's holder's business (the `#[idempotent]`
+///   flow releases it, otherwise its lease frees it).
+/// - It holds one of the store's [connections](SqliteStore::with_max_connections) until it
+///   ends.
+///
+/// The closure given to [`run`](Self::run) gets a `&rusqlite::Connection`. Closures rarely need
+/// to name rusqlite's types (`|c| c.execute(...)` infers them); to use `rusqlite::params!` or
+/// name `rusqlite::Error`, depend on the same `rusqlite` version as retry-core (0.43).
+///
+/// ```
+/// use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, SqliteStore, TransactionalStore};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let path = std::env::temp_dir().join(format!("retry-core-doc-tx-{}.sqlite3", std::process::id()));
+/// let store = SqliteStore::open(&path)?;
+/// // The application's own table, in the same file (created here with rusqlite directly).
+/// rusqlite::Connection::open(&path)?.execute_batch(
+///     "CREATE TABLE balances (account TEXT PRIMARY KEY, amount INTEGER NOT NULL);
+///      INSERT INTO balances VALUES ('a', 0);",
+/// )?;
+/// let request = ClaimRequest {
+///     key: "deposit:7",
+///     biz_key: "7",
+///     fingerprint: None,
+///     lease: Duration::from_secs(30),
+///     retention: Duration::from_secs(86_400),
+/// };
+/// let ClaimOutcome::Claimed(claim) = store.claim(&request).await? else { panic!() };
+/// let mut tx = store.begin().await?;
+/// tx.run(|c| c.execute("UPDATE balances SET amount = amount + 10 WHERE account = 'a'", []))
+///     .await?;
+/// store.commit_done(tx, &claim, "{\"receipt\":7}").await?;
+///
+/// // The deposit and its response committed together; a duplicate gets the response.
+/// assert_eq!(store.claim(&request).await?, ClaimOutcome::Done("{\"receipt\":7}".into()));
+/// let amount: i64 = rusqlite::Connection::open(&path)?
+///     .query_row("SELECT amount FROM balances WHERE account = 'a'", [], |row| row.get(0))?;
+/// assert_eq!(amount, 10);
+/// # drop(store);
+/// # for suffix in ["", "-wal", "-shm"] {
+/// #     let mut file = path.clone().into_os_string();
+/// #     file.push(suffix);
+/// #     let _ = std::fs::remove_file(file);
+/// # }
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a transaction rolls back when dropped: finish it with `commit_done` or `rollback`"]
+pub struct SqliteTransaction {
+    /// `None` once the transaction can no longer commit: a `run` was cancelled or panicked (the
+    /// connection was rolled back where it was), or the handler's SQL ended the transaction.
+    conn: Option<TxConnection>,
+    pool: Arc<Pool>,
+}
+
+impl fmt::Debug for SqliteTransaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteTransaction")
+            .field("path", &self.pool.path)
+            .field("open", &self.conn.is_some())
+            .finish()
+    }
+}
+
+impl SqliteTransaction {
+    /// Runs the handler's SQL in this transaction, on a blocking thread when a Tokio runtime is
+    /// present (in place otherwise, like every operation of the store), and returns what `f`
+    /// returns. Call it as often as needed; everything commits with the response in
+    /// [`commit_done`](TransactionalStore::commit_done), or not at all.
+    ///
+    /// `f` must not end the transaction (no `COMMIT`, `ROLLBACK` or `END` of its own;
+    /// `SAVEPOINT` / `RELEASE` / `ROLLBACK TO` are fine). An error returned by `f` leaves the
+    /// transaction open: SQLite undoes only the failed statement, so the handler may go on or
+    /// give up (roll back). To tell the handler's own failures apart from the store's, return
+    /// them inside `R` (`Ok(Err(my_error))`).
+    ///
+    /// A panic in `f` rolls the transaction back and goes on unwinding in the caller.
+    ///
+    /// # Errors
+    /// - [`StoreError::Unavailable`] wrapping `f`'s `rusqlite::Error` (mapped like every other
+    ///   error of the store: a locked file names the file and the wait);
+    /// - [`StoreError::Unavailable`] if the transaction is no longer open: an earlier `run` was
+    ///   cancelled (its future dropped) or panicked, which rolled the transaction back; or the
+    ///   handler's SQL ended it (a `COMMIT` of its own, or an error after which SQLite rolled
+    ///   the whole transaction back, such as a full disk). Such a transaction can only be
+    ///   dropped or rolled back; `commit_done` refuses it, so no `done` is ever written without
+    ///   the writes it stands for.
+    ///
+    /// ```
+    /// use retry_core::idempotency::{SqliteStore, TransactionalStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-tx-run-{}.sqlite3", std::process::id()));
+    /// let store = SqliteStore::open(&path)?;
+    /// # rusqlite::Connection::open(&path)?.execute_batch(
+    /// #     "CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL)",
+    /// # )?;
+    /// let mut tx = store.begin().await?;
+    /// let id = tx
+    ///     .run(|c| {
+    ///         c.execute("INSERT INTO orders (item) VALUES (?1)", ["book"])?;
+    ///         Ok(c.last_insert_rowid())
+    ///     })
+    ///     .await?;
+    /// // Later statements see the earlier ones: it is one transaction.
+    /// let item: String = tx
+    ///     .run(move |c| c.query_row("SELECT item FROM orders WHERE id = ?1", [id], |row| row.get(0)))
+    ///     .await?;
+    /// assert_eq!(item, "book");
+    /// // A failed statement is an error; the transaction stays open.
+    /// assert!(tx.run(|c| c.execute("INSERT INTO no_such_table VALUES (1)", [])).await.is_err());
+    /// store.rollback(tx).await?;
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run<R, F>(&mut self, f: F) -> Result<R, StoreError>
+    where
+        F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+        R: Send + 'static,
+    {
+        let conn = self.take()?;
+        // The connection travels with the work and comes back with its result; if this future
+        // is dropped meanwhile, it is dropped (rolled back) on the blocking thread instead.
+        let work = move || {
+            let result = run_in(&conn, f);
+            (conn, result)
+        };
+        let (conn, result) = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => match runtime.spawn_blocking(work).await {
+                Ok(done) => done,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => {
+                    return Err(StoreError::Unavailable(
+                        format!("SQLite worker task failed: {e}").into(),
+                    ));
+                }
+            },
+            Err(_) => work(),
+        };
+        if conn.is_open() {
+            self.conn = Some(conn);
+        }
+        result.map_err(|e| self.pool.fail(e))
+    }
+
+    /// The connection, for one operation; the transaction is unusable until it is put back.
+    fn take(&mut self) -> Result<TxConnection, StoreError> {
+        self.conn.take().ok_or_else(|| {
+            StoreError::Unavailable(Box::new(TransactionEnded {
+                path: self.pool.path.clone(),
+                source: None,
+            }))
+        })
+    }
+}
+
+/// `f` on the transaction's connection; an error if the transaction ended inside it.
+fn run_in<R>(
+    conn: &TxConnection,
+    f: impl FnOnce(&Connection) -> rusqlite::Result<R>,
+) -> Result<R, Fail> {
+    let c = conn.connection()?;
+    let result = f(c);
+    if c.is_autocommit() {
+        // Its writes may have committed (a COMMIT of its own) or been rolled back by SQLite:
+        // either way `done` can no longer commit with them.
+        return Err(Fail::Store(StoreError::Unavailable(Box::new(
+            TransactionEnded {
+                path: conn.0.pool.path.clone(),
+                source: result.err(),
+            },
+        ))));
+    }
+    Ok(result?)
+}
+
+/// A pooled connection inside `BEGIN IMMEDIATE`, rolled back in place when dropped. Then the
+/// pooled connection goes back to the pool if the rollback worked, and is closed otherwise.
+struct TxConnection(PooledConnection);
+
+impl TxConnection {
+    fn connection(&self) -> Result<&Connection, Fail> {
+        self.0.conn.as_ref().ok_or_else(|| {
+            Fail::Store(StoreError::Unavailable(
+                "SQLite connection pool lost a connection".into(),
+            ))
+        })
+    }
+
+    /// Whether its transaction is still open.
+    fn is_open(&self) -> bool {
+        self.0.conn.as_ref().is_some_and(|c| !c.is_autocommit())
+    }
+}
+
+impl Drop for TxConnection {
+    fn drop(&mut self) {
+        if !self.is_open() {
+            return;
+        }
+        let Some(conn) = self.0.conn.as_ref() else {
+            return;
+        };
+        // Cheap enough for any thread, async ones included: rolling back a WAL transaction
+        // discards its pages and releases the write lock, with no disk write and no lock wait.
+        if let Err(e) = conn.execute_batch("ROLLBACK") {
+            tracing::warn!(path = %self.0.pool.path.display(), error = %e, "rolling back a dropped transaction failed; closing its connection instead");
+        }
+        // `PooledConnection::drop` closes the connection if the transaction is still open.
+    }
+}
+
+impl TransactionalStore for SqliteStore {
+    type Transaction = SqliteTransaction;
+
+    /// Takes a connection from the pool and runs `BEGIN IMMEDIATE` on it, on a blocking thread
+    /// (in place outside a Tokio runtime). The write lock is taken now and held until the
+    /// transaction ends: see [`SqliteTransaction`] for what that means for handlers and for
+    /// other writers.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when no connection frees up within the busy timeout, or the
+    /// lock stays held by another writer for the busy timeout ("database file ... is locked").
+    ///
+    /// ```
+    /// use retry_core::idempotency::{SqliteStore, TransactionalStore};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-tx-begin-{}.sqlite3", std::process::id()));
+    /// let store = SqliteStore::open(&path)?.with_busy_timeout(Duration::from_millis(50));
+    /// let tx = store.begin().await?;
+    /// // One writer at a time: a second transaction waits for the first, here at most 50 ms.
+    /// let error = store.begin().await.unwrap_err();
+    /// assert!(error.to_string().contains("is locked"), "{error}");
+    /// drop(tx); // rolls back and releases the lock
+    /// let again = store.begin().await?;
+    /// # drop((again, store));
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn begin(&self) -> Result<SqliteTransaction, StoreError> {
+        let pool = Arc::clone(&self.pool);
+        blocking(move || {
+            let pooled = pool.checkout()?;
+            let conn = TxConnection(pooled);
+            conn.connection()
+                .and_then(|c| Ok(c.execute_batch("BEGIN IMMEDIATE")?))
+                .map_err(|e| pool.fail(e))?;
+            Ok(SqliteTransaction {
+                conn: Some(conn),
+                pool,
+            })
+        })
+        .await
+    }
+
+    /// In `transaction`: `UPDATE inbox_log SET status = 'done', response = ?` for the claim's
+    /// key, only if its token and `in_progress` still hold. One row: `COMMIT`, so the handler's
+    /// writes and the response commit together. No row (the claim was taken over, or already
+    /// finished): `ROLLBACK` and [`StoreError::Fenced`]. Runs on a blocking thread (in place
+    /// outside a Tokio runtime); if this future is dropped, the commit still finishes there.
+    ///
+    /// # Errors
+    /// [`StoreError::Fenced`] as above; [`StoreError::Unavailable`] if the transaction belongs
+    /// to another database file, is no longer open (see [`SqliteTransaction::run`]), or SQLite
+    /// fails; the transaction is then rolled back.
+    ///
+    /// ```
+    /// use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, SqliteStore, StoreError, TransactionalStore};
+    /// use retry_core::time::ManualClock;
+    /// use std::sync::Arc;
+    /// use std::time::{Duration, UNIX_EPOCH};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-tx-commit-{}.sqlite3", std::process::id()));
+    /// let clock = Arc::new(ManualClock::new(UNIX_EPOCH + Duration::from_secs(1_750_000_000)));
+    /// let store = SqliteStore::open(&path)?.with_clock(clock.clone());
+    /// # rusqlite::Connection::open(&path)?.execute_batch("CREATE TABLE effects (key TEXT NOT NULL)")?;
+    /// let request = ClaimRequest {
+    ///     key: "m-1",
+    ///     biz_key: "m-1",
+    ///     fingerprint: None,
+    ///     lease: Duration::from_secs(10),
+    ///     retention: Duration::from_secs(86_400),
+    /// };
+    /// let ClaimOutcome::Claimed(slow) = store.claim(&request).await? else { panic!() };
+    /// // The slow holder's lease runs out and a duplicate takes the key over.
+    /// clock.advance(Duration::from_secs(11));
+    /// let ClaimOutcome::Claimed(fast) = store.claim(&request).await? else { panic!() };
+    ///
+    /// // The slow holder's write and response are refused together.
+    /// let mut tx = store.begin().await?;
+    /// tx.run(|c| c.execute("INSERT INTO effects VALUES ('slow')", [])).await?;
+    /// assert!(matches!(store.commit_done(tx, &slow, "\"slow\"").await, Err(StoreError::Fenced)));
+    ///
+    /// let mut tx = store.begin().await?;
+    /// tx.run(|c| c.execute("INSERT INTO effects VALUES ('fast')", [])).await?;
+    /// store.commit_done(tx, &fast, "\"fast\"").await?;
+    ///
+    /// let effects: Vec<String> = rusqlite::Connection::open(&path)?
+    ///     .prepare("SELECT key FROM effects")?
+    ///     .query_map([], |row| row.get(0))?
+    ///     .collect::<Result<_, _>>()?;
+    /// assert_eq!(effects, ["fast"]);
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn commit_done(
+        &self,
+        mut transaction: SqliteTransaction,
+        claim: &Claim,
+        response: &str,
+    ) -> Result<(), StoreError> {
+        if !Arc::ptr_eq(&transaction.pool, &self.pool) && transaction.pool.path != self.pool.path {
+            return Err(StoreError::Unavailable(
+                format!(
+                    "a transaction on database file {} cannot complete a claim kept in {}",
+                    transaction.pool.path.display(),
+                    self.pool.path.display()
+                )
+                .into(),
+            ));
+        }
+        let conn = transaction.take()?;
+        let Ok(token) = i64::try_from(claim.token) else {
+            // No row can hold this token; dropping `conn` rolls back.
+            return Err(StoreError::Fenced);
+        };
+        let (key, response) = (claim.key.clone(), response.to_owned());
+        let pool = Arc::clone(&self.pool);
+        blocking(move || commit_in(conn, &response, &key, token).map_err(|e| pool.fail(e))).await
+    }
+
+    /// `ROLLBACK`, in place: it is as cheap as the rollback on drop (see
+    /// [`SqliteTransaction`]). A transaction that already ended (see
+    /// [`SqliteTransaction::run`]) has nothing left to roll back: `Ok`.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] if SQLite refuses the `ROLLBACK`; the connection is then
+    /// closed, which rolls back as well.
+    ///
+    /// ```
+    /// use retry_core::idempotency::{SqliteStore, TransactionalStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-tx-rollback-{}.sqlite3", std::process::id()));
+    /// let store = SqliteStore::open(&path)?;
+    /// # rusqlite::Connection::open(&path)?.execute_batch("CREATE TABLE effects (key TEXT NOT NULL)")?;
+    /// let mut tx = store.begin().await?;
+    /// tx.run(|c| c.execute("INSERT INTO effects VALUES ('m-1')", [])).await?;
+    /// store.rollback(tx).await?; // the body failed: its writes go
+    /// let count: i64 = rusqlite::Connection::open(&path)?
+    ///     .query_row("SELECT count(*) FROM effects", [], |row| row.get(0))?;
+    /// assert_eq!(count, 0);
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn rollback(&self, mut transaction: SqliteTransaction) -> Result<(), StoreError> {
+        let Some(conn) = transaction.conn.take() else {
+            return Ok(());
+        };
+        let c = conn.connection().map_err(|e| transaction.pool.fail(e))?;
+        if conn.is_open() {
+            c.execute_batch("ROLLBACK")
+                .map_err(|e| transaction.pool.error(e))?;
+        }
+        Ok(())
+    }
+}
+
+/// The `done` update and the commit of the handler's transaction.
+fn commit_in(conn: TxConnection, response: &str, key: &str, token: i64) -> Result<(), Fail> {
+    let c = conn.connection()?;
+    let changed = c
+        .prepare_cached(COMPLETE)?
+        .execute(params![response, key, token])?;
+    if changed == 0 {
+        // Taken over (or finished) meanwhile: dropping `conn` rolls the handler's writes back.
+        drop(conn);
+        return Err(Fail::Store(StoreError::Fenced));
+    }
+    c.execute_batch("COMMIT")?;
+    Ok(())
+}
+
+/// Runs `work` off the async executor when a Tokio runtime is present (in place otherwise: the
+/// call then blocks its thread, as any SQLite call does).
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => runtime.spawn_blocking(work).await.unwrap_or_else(|e| {
+            Err(StoreError::Unavailable(
+                format!("SQLite worker task failed: {e}").into(),
+            ))
+        }),
+        Err(_) => work(),
+    }
+}
+
+/// The handler's transaction is no longer open.
+#[derive(Debug)]
+struct TransactionEnded {
+    path: PathBuf,
+    /// The handler's error after which SQLite rolled the transaction back, if any.
+    source: Option<rusqlite::Error>,
+}
+
+impl fmt::Display for TransactionEnded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the transaction on database file {} is no longer open (a cancelled or panicked `run` rolled it back, or the handler's SQL ended it)",
+            self.path.display()
+        )?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for TransactionEnded {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_ref().map(|e| e as _)
     }
 }
 
@@ -865,7 +1346,7 @@ impl Pool {
 
     /// Runs `op` on a connection of the pool.
     fn with_connection<T>(
-        &self,
+        self: &Arc<Self>,
         op: impl FnOnce(&mut Connection) -> Result<T, Fail>,
     ) -> Result<T, StoreError> {
         let mut pooled = self.checkout()?;
@@ -877,13 +1358,13 @@ impl Pool {
         op(conn).map_err(|e| self.fail(e))
     }
 
-    fn checkout(&self) -> Result<PooledConnection<'_>, StoreError> {
+    fn checkout(self: &Arc<Self>) -> Result<PooledConnection, StoreError> {
         let deadline = Instant::now() + self.busy_timeout();
         let mut state = self.state();
         loop {
             if let Some(conn) = state.idle.pop() {
                 return Ok(PooledConnection {
-                    pool: self,
+                    pool: Arc::clone(self),
                     conn: Some(conn),
                 });
             }
@@ -892,7 +1373,7 @@ impl Pool {
                 drop(state);
                 return match self.connect() {
                     Ok(conn) => Ok(PooledConnection {
-                        pool: self,
+                        pool: Arc::clone(self),
                         conn: Some(conn),
                     }),
                     Err(e) => {
@@ -968,13 +1449,14 @@ impl Pool {
     }
 }
 
-/// A connection taken from the pool; goes back when dropped.
-struct PooledConnection<'p> {
-    pool: &'p Pool,
+/// A connection taken from the pool; goes back when dropped. It owns a handle on the pool so a
+/// [`SqliteTransaction`] can keep it across `.await`s and blocking threads.
+struct PooledConnection {
+    pool: Arc<Pool>,
     conn: Option<Connection>,
 }
 
-impl Drop for PooledConnection<'_> {
+impl Drop for PooledConnection {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else { return };
         if conn.is_autocommit() {
@@ -1365,6 +1847,104 @@ mod tests {
         for task in tasks {
             assert!(task.await.unwrap() <= 2);
         }
+    }
+
+    #[test]
+    fn transactions_run_in_place_without_a_runtime() {
+        let dir = TempDir::new("tx-no-runtime");
+        let store = SqliteStore::open(dir.db()).unwrap();
+        let mut cx = Context::from_waker(Waker::noop());
+        let Poll::Ready(Ok(ClaimOutcome::Claimed(claim))) =
+            pin!(store.claim(&request("k"))).poll(&mut cx)
+        else {
+            panic!("the claim did not finish in place");
+        };
+        let Poll::Ready(Ok(mut tx)) = pin!(store.begin()).poll(&mut cx) else {
+            panic!("begin did not finish in place");
+        };
+        let created = pin!(tx.run(|c| c.execute_batch("CREATE TABLE t (x)"))).poll(&mut cx);
+        assert!(matches!(created, Poll::Ready(Ok(()))));
+        let committed = pin!(store.commit_done(tx, &claim, "1")).poll(&mut cx);
+        assert!(matches!(committed, Poll::Ready(Ok(()))));
+        let raw = Connection::open(dir.db()).unwrap();
+        let tables: i64 = raw
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = 't'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(tables, 1);
+    }
+
+    #[test]
+    fn a_dropped_transaction_rolls_back_in_place_and_its_connection_is_pooled() {
+        let dir = TempDir::new("tx-drop");
+        let store = SqliteStore::open(dir.db()).unwrap().with_max_connections(1);
+        let mut cx = Context::from_waker(Waker::noop());
+        let Poll::Ready(Ok(mut tx)) = pin!(store.begin()).poll(&mut cx) else {
+            panic!("begin did not finish in place");
+        };
+        let created = pin!(tx.run(|c| c.execute_batch("CREATE TABLE t (x)"))).poll(&mut cx);
+        assert!(matches!(created, Poll::Ready(Ok(()))));
+        assert!(format!("{tx:?}").contains("open: true"), "{tx:?}");
+        drop(tx);
+        {
+            let state = store.pool.state();
+            assert_eq!((state.open, state.idle.len()), (1, 1), "kept, not closed");
+            assert!(
+                state.idle[0].is_autocommit(),
+                "rolled back before it was pooled"
+            );
+        }
+        let raw = Connection::open(dir.db()).unwrap();
+        let tables: i64 = raw
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = 't'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(tables, 0);
+    }
+
+    #[test]
+    fn a_transaction_the_handler_ended_is_pooled_and_cannot_commit() {
+        let dir = TempDir::new("tx-ended");
+        let store = SqliteStore::open(dir.db()).unwrap().with_max_connections(1);
+        let mut cx = Context::from_waker(Waker::noop());
+        let Poll::Ready(Ok(ClaimOutcome::Claimed(claim))) =
+            pin!(store.claim(&request("k"))).poll(&mut cx)
+        else {
+            panic!("the claim did not finish in place");
+        };
+        let Poll::Ready(Ok(mut tx)) = pin!(store.begin()).poll(&mut cx) else {
+            panic!("begin did not finish in place");
+        };
+        let ended = pin!(tx.run(|c| c.execute_batch("CREATE TABLE t (x); COMMIT"))).poll(&mut cx);
+        let Poll::Ready(Err(error)) = ended else {
+            panic!("ending the transaction inside the handler was accepted");
+        };
+        assert!(error.to_string().contains("no longer open"), "{error}");
+        assert!(format!("{tx:?}").contains("open: false"), "{tx:?}");
+        {
+            let state = store.pool.state();
+            assert_eq!((state.open, state.idle.len()), (1, 1));
+        }
+        let refused = pin!(store.commit_done(tx, &claim, "1")).poll(&mut cx);
+        assert!(matches!(
+            refused,
+            Poll::Ready(Err(StoreError::Unavailable(_)))
+        ));
+        let raw = Connection::open(dir.db()).unwrap();
+        let status: String = raw
+            .query_row(
+                "SELECT status FROM inbox_log WHERE msg_id = 'k'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(status, "in_progress", "no `done` without its transaction");
     }
 
     #[test]
