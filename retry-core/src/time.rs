@@ -71,6 +71,17 @@ impl Clock for ManualClock {
     }
 }
 
+/// The latest time [`format_utc`] can write (9999-12-31T23:59:59Z).
+const END_OF_TIME: Duration = Duration::from_secs(253_402_300_799);
+
+/// `now + by`, ending at the latest time [`format_utc`] can write rather than overflowing: a
+/// lease or retention that would end later ends there.
+pub(crate) fn later(now: SystemTime, by: Duration) -> SystemTime {
+    now.checked_add(by).map_or(UNIX_EPOCH + END_OF_TIME, |t| {
+        t.min(UNIX_EPOCH + END_OF_TIME)
+    })
+}
+
 const NANOS_PER_SEC: i128 = 1_000_000_000;
 const SECS_PER_DAY: i128 = 86_400;
 

@@ -348,23 +348,23 @@ where
 /// writes (a claim taken over meanwhile rolls everything back: `Fenced`); on `Err`, the
 /// transaction rolls back and the claim is given up.
 ///
-/// ```no_run
-/// use retry_core::idempotency::{begin_call, finish_transactional, Begun, IdempotencyError, Settings, SqliteStore, TransactionalStore};
-///
-/// # async fn deposit(store: &SqliteStore) -> Result<u64, IdempotencyError> {
-/// let call = Settings::new("s3:m-1", "deposit");
-/// let held = match begin_call(store, &call).await? {
-///     Begun::Stored(json) => return Ok(serde_json::from_str(&json).unwrap()),
-///     Begun::Claimed(held) => held,
+/// ```
+/// use retry_core::idempotency::{
+///     begin_call, finish_transactional, Begun, IdempotencyError, Settings, TransactionalStore,
 /// };
-/// let mut tx = store.begin().await?;
-/// let outcome = tx
-///     .run(|c| c.execute("UPDATE balances SET amount = amount + 10 WHERE account = 'a'", []))
-///     .await
-///     .map(|_| 10u64)
-///     .map_err(IdempotencyError::Store);
-/// finish_transactional(held, tx, &call, outcome).await
-/// # }
+///
+/// async fn deposit<S: TransactionalStore>(store: &S, key: &str) -> Result<u64, IdempotencyError> {
+///     let call = Settings::new(key, "deposit");
+///     let held = match begin_call(store, &call).await? {
+///         Begun::Stored(json) => {
+///             return serde_json::from_str(&json).map_err(|e| IdempotencyError::Serde(e.to_string()));
+///         }
+///         Begun::Claimed(held) => held,
+///     };
+///     let transaction = store.begin().await?;
+///     // ... the handler's own writes, through `transaction` ...
+///     finish_transactional(held, transaction, &call, Ok(10)).await
+/// }
 /// ```
 pub async fn finish_transactional<S, T, E>(
     mut held: HeldClaim<'_, S>,

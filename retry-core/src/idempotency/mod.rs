@@ -280,7 +280,10 @@ impl<S: TransactionalStore + ?Sized> TransactionalStore for &S {
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).commit_done(transaction, claim, response)
     }
-    fn rollback(&self, transaction: Self::Transaction) -> impl Future<Output = Result<(), StoreError>> + Send {
+    fn rollback(
+        &self,
+        transaction: Self::Transaction,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).rollback(transaction)
     }
 }
@@ -298,7 +301,10 @@ impl<S: TransactionalStore + ?Sized> TransactionalStore for std::sync::Arc<S> {
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).commit_done(transaction, claim, response)
     }
-    fn rollback(&self, transaction: Self::Transaction) -> impl Future<Output = Result<(), StoreError>> + Send {
+    fn rollback(
+        &self,
+        transaction: Self::Transaction,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).rollback(transaction)
     }
 }

@@ -45,7 +45,7 @@ use tokio_postgres::{NoTls, Row};
 use super::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, StoreError, TransactionalStore,
 };
-use crate::time::{Clock, SystemClock, format_utc, parse_utc};
+use crate::time::{Clock, SystemClock, format_utc, later, parse_utc};
 
 /// The version of the `inbox_log` layout this code writes, kept in `retry_core_schema`.
 const SCHEMA_VERSION: i32 = 1;
@@ -65,10 +65,6 @@ const PURGE_BATCH: i64 = 5_000;
 /// How often a claim inserts again when the row that refused its insert was purged before it
 /// could be locked (a purge racing a resend of a long-expired key).
 const CLAIM_ATTEMPTS: usize = 3;
-
-/// The latest time `format_utc` can write (9999-12-31T23:59:59Z): leases and retentions that
-/// would end later end there.
-const END_OF_TIME: Duration = Duration::from_secs(253_402_300_799);
 
 /// The advisory lock key that serialises migrations: "retrycor" in ASCII.
 const MIGRATION_LOCK: i64 = 0x7265_7472_7963_6f72;
@@ -915,13 +911,6 @@ fn corrupt(key: &str, what: impl fmt::Display) -> Fail {
     Fail::Store(StoreError::Corrupt(format!(
         "inbox_log row `{key}`: {what}"
     )))
-}
-
-/// `now + by`, or the end of what the table can hold.
-fn later(now: SystemTime, by: Duration) -> SystemTime {
-    now.checked_add(by).map_or(UNIX_EPOCH + END_OF_TIME, |t| {
-        t.min(UNIX_EPOCH + END_OF_TIME)
-    })
 }
 
 impl Db {

@@ -32,7 +32,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionB
 use super::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, StoreError, TransactionalStore,
 };
-use crate::time::{Clock, SystemClock, format_utc, parse_utc};
+use crate::time::{Clock, SystemClock, format_utc, later, parse_utc};
 
 /// The version of the `inbox_log` layout this code writes, kept in `retry_core_schema`.
 const SCHEMA_VERSION: i64 = 1;
@@ -47,10 +47,6 @@ const DEFAULT_MAX_CONNECTIONS: usize = 4;
 /// the request path never wait behind one huge delete. Every matching row is deleted; the batch
 /// size only decides how many transactions that takes.
 const PURGE_BATCH: usize = 5_000;
-
-/// The latest time `format_utc` can write (9999-12-31T23:59:59Z): leases and retentions that
-/// would end later end there.
-const END_OF_TIME: Duration = Duration::from_secs(253_402_300_799);
 
 /// A schema table of our own rather than `PRAGMA user_version`: with transactional mode the
 /// application's tables may live in the same file, and its migration tool may own
@@ -1034,13 +1030,6 @@ fn corrupt(key: &str, what: impl fmt::Display) -> Fail {
     Fail::Store(StoreError::Corrupt(format!(
         "inbox_log row `{key}`: {what}"
     )))
-}
-
-/// `now + by`, or the end of what the table can hold.
-fn later(now: SystemTime, by: Duration) -> SystemTime {
-    now.checked_add(by).map_or(UNIX_EPOCH + END_OF_TIME, |t| {
-        t.min(UNIX_EPOCH + END_OF_TIME)
-    })
 }
 
 /// The claim: insert under the primary key, or decide about the row that is there, in one

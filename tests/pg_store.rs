@@ -1,0 +1,1402 @@
+#![cfg(feature = "postgres")]
+//! `PgStore` on a real PostgreSQL server (`DATABASE_URL`, as `scripts/test` sets it): the store
+//! contract (checked step by step against `MemoryStore`), concurrent claims through a small pool
+//! and from two processes, a claim left by a killed process, purging by age, the migration,
+//! transactional mode, and a server that cannot be reached.
+//!
+//! Without `DATABASE_URL`, or with a server that cannot be reached, every test fails (never
+//! passes silently). Each test works in a schema of its own (`search_path` in the URL), so the
+//! tests run in parallel on one database and a purge in one never sees another's rows.
+//!
+//! Three tests re-run this binary as a child process (`--exact <test> --nocapture`, with
+//! `RETRY_CORE_PG_CHILD=<schema>` and `DATABASE_URL`); the child side of each is at its top.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use retry_core::idempotency::{
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, MemoryStore, PgStore, StoreError,
+    TransactionalStore,
+};
+use retry_core::time::{Clock, ManualClock};
+
+#[path = "common/pg.rs"]
+mod pg;
+
+use pg::{Schema, database_url, raw_client};
+
+/// Set in a child process: the schema to work in.
+const CHILD_ENV: &str = "RETRY_CORE_PG_CHILD";
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn request(key: &str) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        biz_key: key,
+        fingerprint: None,
+        lease: Duration::from_secs(30),
+        retention: 30 * DAY,
+    }
+}
+
+fn claimed(outcome: Result<ClaimOutcome, StoreError>) -> Claim {
+    match outcome {
+        Ok(ClaimOutcome::Claimed(claim)) => claim,
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+fn manual_clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(
+        UNIX_EPOCH + Duration::from_secs(1_750_000_000),
+    ))
+}
+
+// ---- the contract ----
+
+#[tokio::test]
+async fn claim_complete_done_and_the_answer_survives_reconnecting() {
+    let schema = Schema::new("contract").await;
+    let store = schema.store().await;
+    let claim = claimed(store.claim(&request("m-1")).await);
+    assert_eq!(
+        claim,
+        Claim {
+            key: "m-1".into(),
+            token: 1
+        }
+    );
+    assert_eq!(
+        store.claim(&request("m-1")).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+    store.complete(&claim, r#"{"receipt":7}"#).await.unwrap();
+    let done = ClaimOutcome::Done(r#"{"receipt":7}"#.into());
+    assert_eq!(store.claim(&request("m-1")).await.unwrap(), done);
+    // Completing twice is refused: the claim is finished.
+    assert!(matches!(
+        store.complete(&claim, "\"again\"").await,
+        Err(StoreError::Fenced)
+    ));
+    drop(store);
+
+    let reconnected = schema.store().await;
+    assert_eq!(reconnected.claim(&request("m-1")).await.unwrap(), done);
+    // The row is as the SQLite store writes it.
+    let row = schema
+        .client()
+        .await
+        .query_one(
+            "SELECT biz_key, status, token, length(created_at), created_at < lease_until, \
+             lease_until < expires_at FROM inbox_log WHERE msg_id = 'm-1'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "m-1");
+    assert_eq!(row.get::<_, String>(1), "done");
+    assert_eq!(row.get::<_, i64>(2), 1);
+    assert_eq!(row.get::<_, i32>(3), 27, "fixed-width UTC text");
+    assert!(row.get::<_, bool>(4) && row.get::<_, bool>(5));
+    drop(reconnected);
+    schema.drop_all().await;
+}
+
+#[tokio::test]
+async fn release_keeps_the_row_and_the_token_grows() {
+    let schema = Schema::new("release").await;
+    let store = schema.store().await;
+    let first = claimed(store.claim(&request("m-2")).await);
+    store.release(&first).await.unwrap();
+    assert!(matches!(
+        store.release(&first).await,
+        Err(StoreError::Fenced)
+    ));
+    let status: String = schema
+        .client()
+        .await
+        .query_one("SELECT status FROM inbox_log WHERE msg_id = 'm-2'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "released", "a released row is kept");
+    let second = claimed(store.claim(&request("m-2")).await);
+    assert_eq!(
+        second.token,
+        first.token + 1,
+        "a released key is claimed with a larger token"
+    );
+    store.release(&second).await.unwrap();
+    // A released key is claimed afresh whatever its payload.
+    let third = claimed(
+        store
+            .claim(&ClaimRequest {
+                fingerprint: Some("other"),
+                ..request("m-2")
+            })
+            .await,
+    );
+    assert_eq!(third.token, 3);
+    // No ABA: the first holder cannot finish the third claim.
+    assert!(matches!(
+        store.complete(&first, "\"stale\"").await,
+        Err(StoreError::Fenced)
+    ));
+    store.complete(&third, "\"third\"").await.unwrap();
+    assert_eq!(
+        store
+            .claim(&ClaimRequest {
+                fingerprint: Some("other"),
+                ..request("m-2")
+            })
+            .await
+            .unwrap(),
+        ClaimOutcome::Done("\"third\"".into())
+    );
+    drop(store);
+    schema.drop_all().await;
+}
+
+#[tokio::test]
+async fn mark_failed_answers_failed() {
+    let schema = Schema::new("failed").await;
+    let store = schema.store().await;
+    let claim = claimed(store.claim(&request("m-3")).await);
+    store.mark_failed(&claim).await.unwrap();
+    assert_eq!(
+        store.claim(&request("m-3")).await.unwrap(),
+        ClaimOutcome::Failed
+    );
+    assert!(matches!(
+        store.complete(&claim, "\"late\"").await,
+        Err(StoreError::Fenced)
+    ));
+    assert!(matches!(
+        store.release(&claim).await,
+        Err(StoreError::Fenced)
+    ));
+    drop(store);
+    schema.drop_all().await;
+}
+
+#[tokio::test]
+async fn another_fingerprint_is_key_reused_and_leaves_the_row_alone() {
+    let schema = Schema::new("fingerprint").await;
+    let clock = manual_clock();
+    let store = schema.store().await.with_clock(clock.clone());
+    let with = |fingerprint| ClaimRequest {
+        fingerprint,
+        ..request("m-4")
+    };
+    let claim = claimed(store.claim(&with(Some("f-a"))).await);
+    assert_eq!(
+        store.claim(&with(Some("f-b"))).await.unwrap(),
+        ClaimOutcome::KeyReused
+    );
+    // Even after the lease: a mismatch never takes the row over.
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(
+        store.claim(&with(Some("f-b"))).await.unwrap(),
+        ClaimOutcome::KeyReused
+    );
+    clock.set(UNIX_EPOCH + Duration::from_secs(1_750_000_000));
+    // The row is untouched: same token, still in progress, and its holder finishes it.
+    assert_eq!(
+        store.claim(&with(Some("f-a"))).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+    store.complete(&claim, "\"ok\"").await.unwrap();
+    assert_eq!(
+        store.claim(&with(Some("f-b"))).await.unwrap(),
+        ClaimOutcome::KeyReused
+    );
+    assert_eq!(
+        store.claim(&with(Some("f-a"))).await.unwrap(),
+        ClaimOutcome::Done("\"ok\"".into())
+    );
+    // A request without a fingerprint is not compared.
+    assert_eq!(
+        store.claim(&with(None)).await.unwrap(),
+        ClaimOutcome::Done("\"ok\"".into())
+    );
+    drop(store);
+    schema.drop_all().await;
+}
+
+#[tokio::test]
+async fn a_takeover_after_the_lease_fences_the_old_holder() {
+    let schema = Schema::new("fencing").await;
+    let clock = manual_clock();
+    let store = schema.store().await.with_clock(clock.clone());
+    let lease = |key| ClaimRequest {
+        lease: Duration::from_secs(10),
+        ..request(key)
+    };
+    let first = claimed(store.claim(&lease("m-5")).await);
+
+    clock.advance(Duration::from_millis(9_999));
+    assert_eq!(
+        store.claim(&lease("m-5")).await.unwrap(),
+        ClaimOutcome::InProgress,
+        "the lease still holds"
+    );
+    clock.advance(Duration::from_millis(1));
+    let second = claimed(store.claim(&lease("m-5")).await);
+    assert_eq!(second.token, 2);
+
+    assert!(matches!(
+        store.complete(&first, "\"first\"").await,
+        Err(StoreError::Fenced)
+    ));
+    assert!(matches!(
+        store.release(&first).await,
+        Err(StoreError::Fenced)
+    ));
+    assert!(matches!(
+        store.mark_failed(&first).await,
+        Err(StoreError::Fenced)
+    ));
+    assert_eq!(
+        store.claim(&lease("m-5")).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+    store.complete(&second, "\"second\"").await.unwrap();
+    assert_eq!(
+        store.claim(&lease("m-5")).await.unwrap(),
+        ClaimOutcome::Done("\"second\"".into())
+    );
+    // A token beyond what the table holds is simply not the row's.
+    let huge = Claim {
+        key: "m-5".into(),
+        token: u64::MAX,
+    };
+    assert!(matches!(
+        store.complete(&huge, "\"x\"").await,
+        Err(StoreError::Fenced)
+    ));
+    drop(store);
+    schema.drop_all().await;
+}
+
+/// A small deterministic generator (xorshift64*): the same script on every run.
+struct Script(u64);
+
+impl Script {
+    fn next(&mut self, below: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let value = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33;
+        usize::try_from(value).unwrap() % below
+    }
+}
+
+fn same_result(pg: &Result<(), StoreError>, memory: &Result<(), StoreError>) -> bool {
+    matches!(
+        (pg, memory),
+        (Ok(()), Ok(())) | (Err(StoreError::Fenced), Err(StoreError::Fenced))
+    )
+}
+
+/// Thousands of random operations (claims with and without fingerprints, leases running out,
+/// stale and current claims completing, releasing and failing, purges) give the same answers
+/// from both stores, on one clock.
+#[tokio::test]
+async fn every_answer_matches_the_memory_store() {
+    let schema = Schema::new("differential").await;
+    let clock = manual_clock();
+    let pg = schema.store().await.with_clock(clock.clone());
+    let memory = MemoryStore::with_clock(clock.clone());
+    let keys = ["k0", "k1", "k2", "k3", "k4"];
+    let fingerprints = [None, Some("fa"), Some("fb")];
+    let leases = [0, 3, 10].map(Duration::from_secs);
+    let retentions = [Duration::from_secs(1), 5 * DAY, 20 * DAY];
+    let advances = [0, 0, 1, 4, 10, 2 * 86_400, 11 * 86_400].map(Duration::from_secs);
+    let mut script = Script(0x9e37_79b9_7f4a_7c15);
+    let mut claims: Vec<Claim> = Vec::new();
+    let mut seen = [0usize; 5];
+    for step in 0..2_000 {
+        match script.next(10) {
+            0..=3 => {
+                let request = ClaimRequest {
+                    key: keys[script.next(keys.len())],
+                    biz_key: "biz",
+                    fingerprint: fingerprints[script.next(fingerprints.len())],
+                    lease: leases[script.next(leases.len())],
+                    retention: retentions[script.next(retentions.len())],
+                };
+                let (p, m) = (
+                    pg.claim(&request).await.unwrap(),
+                    memory.claim(&request).await.unwrap(),
+                );
+                assert_eq!(p, m, "step {step}: claim {request:?}");
+                seen[match &p {
+                    ClaimOutcome::Claimed(_) => 0,
+                    ClaimOutcome::Done(_) => 1,
+                    ClaimOutcome::InProgress => 2,
+                    ClaimOutcome::Failed => 3,
+                    ClaimOutcome::KeyReused => 4,
+                }] += 1;
+                if let ClaimOutcome::Claimed(claim) = p {
+                    claims.push(claim);
+                }
+            }
+            4..=6 if !claims.is_empty() => {
+                // Mostly the latest claims, sometimes a stale one.
+                let pick = claims.len() - 1 - script.next(claims.len().min(4));
+                let claim = claims[pick].clone();
+                let (p, m) = match script.next(3) {
+                    0 => {
+                        let response = format!("\"r{step}\"");
+                        (
+                            pg.complete(&claim, &response).await,
+                            memory.complete(&claim, &response).await,
+                        )
+                    }
+                    1 => (pg.release(&claim).await, memory.release(&claim).await),
+                    _ => (
+                        pg.mark_failed(&claim).await,
+                        memory.mark_failed(&claim).await,
+                    ),
+                };
+                assert!(
+                    same_result(&p, &m),
+                    "step {step}: {claim:?}: postgres {p:?}, memory {m:?}"
+                );
+            }
+            7 | 8 => clock.advance(advances[script.next(advances.len())]),
+            _ => {
+                let age = [Duration::ZERO, DAY, 10 * DAY][script.next(3)];
+                let (p, m) = (
+                    pg.purge_older_than(age).await.unwrap(),
+                    memory.purge_older_than(age).await.unwrap(),
+                );
+                assert_eq!(p, m, "step {step}: purge_older_than({age:?})");
+            }
+        }
+    }
+    assert!(
+        seen.iter().all(|&n| n > 10),
+        "every outcome was exercised: {seen:?}"
+    );
+    drop(pg);
+    schema.drop_all().await;
+}
+
+// ---- concurrency ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_concurrent_claims_through_four_connections_have_one_winner() {
+    let schema = Schema::new("concurrent").await;
+    let store = Arc::new(schema.store().await.with_pool_size(4));
+    let claim_all = || {
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move { store.claim(&request("hot")).await.unwrap() })
+            })
+            .collect();
+        async move {
+            let mut outcomes = Vec::new();
+            for task in tasks {
+                outcomes.push(task.await.unwrap());
+            }
+            outcomes
+        }
+    };
+    let outcomes = claim_all().await;
+    let winners: Vec<_> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            ClaimOutcome::Claimed(claim) => Some(claim.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(winners.len(), 1, "{outcomes:?}");
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| **o == ClaimOutcome::InProgress)
+            .count(),
+        63
+    );
+    assert!(store.pool().status().size <= 4, "{store:?}");
+
+    store.complete(&winners[0], "\"first\"").await.unwrap();
+    let after = claim_all().await;
+    assert!(
+        after
+            .iter()
+            .all(|o| *o == ClaimOutcome::Done("\"first\"".into())),
+        "{after:?}"
+    );
+    assert!(store.pool().status().size <= 4, "{store:?}");
+    drop(store);
+    schema.drop_all().await;
+}
+
+/// 64 claims at once of a key whose lease ran out, and of a released key: each is taken by
+/// exactly one of them, with the next token (the row lock decides; nobody fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_concurrent_takeovers_have_one_winner() {
+    let schema = Schema::new("takeovers").await;
+    let clock = manual_clock();
+    let store = Arc::new(
+        schema
+            .store()
+            .await
+            .with_pool_size(4)
+            .with_clock(clock.clone()),
+    );
+    let lease = |key| ClaimRequest {
+        lease: Duration::from_secs(10),
+        ..request(key)
+    };
+    claimed(store.claim(&lease("expired")).await);
+    let released = claimed(store.claim(&lease("released")).await);
+    store.release(&released).await.unwrap();
+    clock.advance(Duration::from_secs(11));
+    for key in ["expired", "released"] {
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move { store.claim(&lease(key)).await.unwrap() })
+            })
+            .collect();
+        let mut outcomes = Vec::new();
+        for task in tasks {
+            outcomes.push(task.await.unwrap());
+        }
+        let winners: Vec<_> = outcomes
+            .iter()
+            .filter_map(|o| match o {
+                ClaimOutcome::Claimed(claim) => Some(claim.token),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(winners, [2], "{key}: {outcomes:?}");
+        assert_eq!(
+            outcomes
+                .iter()
+                .filter(|o| **o == ClaimOutcome::InProgress)
+                .count(),
+            63,
+            "{key}"
+        );
+    }
+    drop(store);
+    schema.drop_all().await;
+}
+
+/// What one process saw while hammering the shared schema.
+#[derive(Debug, Default, PartialEq)]
+struct Counts {
+    shared_claimed: usize,
+    shared_in_progress: usize,
+    shared_done: usize,
+    distinct_done: usize,
+    errors: usize,
+}
+
+impl Counts {
+    fn line(&self) -> String {
+        format!(
+            "COUNTS {} {} {} {} {}",
+            self.shared_claimed,
+            self.shared_in_progress,
+            self.shared_done,
+            self.distinct_done,
+            self.errors
+        )
+    }
+
+    fn parse(line: &str) -> Option<Counts> {
+        // The harness may have started the line with "test <name> ... ".
+        let (_, numbers) = line.split_once("COUNTS ")?;
+        let numbers: Vec<usize> = numbers
+            .split(' ')
+            .map(|n| n.parse().ok())
+            .collect::<Option<_>>()?;
+        let [
+            shared_claimed,
+            shared_in_progress,
+            shared_done,
+            distinct_done,
+            errors,
+        ] = numbers[..]
+        else {
+            return None;
+        };
+        Some(Counts {
+            shared_claimed,
+            shared_in_progress,
+            shared_done,
+            distinct_done,
+            errors,
+        })
+    }
+}
+
+/// 32 claims of one shared key (the winner completes it) and 100 keys of its own, each claimed
+/// and completed, all at once.
+async fn hammer(store: Arc<PgStore>, who: &'static str) -> Counts {
+    enum Did {
+        Shared(Result<ClaimOutcome, StoreError>),
+        Distinct(Result<(), StoreError>),
+    }
+    let mut tasks = Vec::new();
+    for i in 0..132 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            // 32 shared claims spread among the 100 others.
+            if i % 4 == 0 && i / 4 < 32 {
+                let shared = ClaimRequest {
+                    lease: Duration::from_secs(60),
+                    ..request("shared")
+                };
+                let outcome = store.claim(&shared).await;
+                if let Ok(ClaimOutcome::Claimed(claim)) = &outcome
+                    && let Err(e) = store.complete(claim, &format!("\"{who}\"")).await
+                {
+                    return Did::Shared(Err(e));
+                }
+                Did::Shared(outcome)
+            } else {
+                let key = format!("{who}-{i}");
+                let done = match store.claim(&request(&key)).await {
+                    Ok(ClaimOutcome::Claimed(claim)) => store.complete(&claim, "\"ok\"").await,
+                    Ok(other) => Err(StoreError::Corrupt(format!("{key}: {other:?}"))),
+                    Err(e) => Err(e),
+                };
+                Did::Distinct(done)
+            }
+        }));
+    }
+    let mut counts = Counts::default();
+    for task in tasks {
+        match task.await {
+            Ok(Did::Shared(Ok(ClaimOutcome::Claimed(_)))) => counts.shared_claimed += 1,
+            Ok(Did::Shared(Ok(ClaimOutcome::InProgress))) => counts.shared_in_progress += 1,
+            Ok(Did::Shared(Ok(ClaimOutcome::Done(_)))) => counts.shared_done += 1,
+            Ok(Did::Distinct(Ok(()))) => counts.distinct_done += 1,
+            Ok(Did::Shared(Ok(other))) => {
+                eprintln!("{who}: unexpected {other:?}");
+                counts.errors += 1;
+            }
+            Ok(Did::Shared(Err(e)) | Did::Distinct(Err(e))) => {
+                eprintln!("{who}: {e}");
+                counts.errors += 1;
+            }
+            Err(e) => {
+                eprintln!("{who}: task failed: {e}");
+                counts.errors += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// Starts this test binary again, running only `test`, as a child working in `schema`.
+fn spawn_child(test: &str, schema: &Schema, stdin: Stdio) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, &schema.name)
+        .env("DATABASE_URL", database_url())
+        .stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_claim_one_key_and_one_wins() {
+    if let Ok(name) = std::env::var(CHILD_ENV) {
+        // The child: connect, say so, wait for the parent's go, hammer, report.
+        let store = Arc::new(Schema::existing(&name).store().await);
+        println!("READY");
+        std::io::stdout().flush().unwrap();
+        let mut go = String::new();
+        std::io::stdin().read_line(&mut go).unwrap();
+        let counts = hammer(store, "child").await;
+        println!("{}", counts.line());
+        return;
+    }
+
+    let schema = Schema::new("two_processes").await;
+    let store = Arc::new(schema.store().await);
+    let mut child = spawn_child(
+        "two_processes_claim_one_key_and_one_wins",
+        &schema,
+        Stdio::piped(),
+    );
+    // The child's stdout, line by line, read off the runtime; a child that hangs fails the test.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut next_line = async || {
+        tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .ok()
+            .flatten()
+    };
+    let mut ready = false;
+    while let Some(line) = next_line().await {
+        if line.ends_with("READY") {
+            ready = true;
+            break;
+        }
+    }
+    if !ready {
+        let _ = child.kill();
+        panic!("the child never got ready");
+    }
+    writeln!(child.stdin.take().unwrap(), "go").unwrap();
+
+    let parent = hammer(store.clone(), "parent").await;
+    let mut child_counts = None;
+    while let Some(line) = next_line().await {
+        if let Some(counts) = Counts::parse(&line) {
+            child_counts = Some(counts);
+            break;
+        }
+    }
+    let Some(child_counts) = child_counts else {
+        let _ = child.kill();
+        panic!("the child did not report its counts");
+    };
+    assert!(child.wait().unwrap().success(), "the child failed");
+
+    for (who, counts) in [("parent", &parent), ("child", &child_counts)] {
+        assert_eq!(counts.errors, 0, "{who}: {counts:?}");
+        assert_eq!(counts.distinct_done, 100, "{who}: {counts:?}");
+        assert_eq!(
+            counts.shared_claimed + counts.shared_in_progress + counts.shared_done,
+            32,
+            "{who}: {counts:?}"
+        );
+    }
+    assert_eq!(
+        parent.shared_claimed + child_counts.shared_claimed,
+        1,
+        "parent {parent:?}, child {child_counts:?}"
+    );
+    let winner = if parent.shared_claimed == 1 {
+        "parent"
+    } else {
+        "child"
+    };
+    assert_eq!(
+        store.claim(&request("shared")).await.unwrap(),
+        ClaimOutcome::Done(format!("\"{winner}\""))
+    );
+    assert_eq!(
+        store.claim(&request("child-1")).await.unwrap(),
+        ClaimOutcome::Done("\"ok\"".into())
+    );
+    drop(store);
+    schema.drop_all().await;
+}
+
+#[tokio::test]
+async fn a_claim_left_by_a_killed_process_is_taken_over_after_its_lease() {
+    let one_second = |key| ClaimRequest {
+        lease: Duration::from_secs(1),
+        ..request(key)
+    };
+    if let Ok(name) = std::env::var(CHILD_ENV) {
+        // The child: claim, then die without releasing anything.
+        let store = Schema::existing(&name).store().await;
+        let claim = claimed(store.claim(&one_second("crash")).await);
+        println!("CLAIMED {}", claim.token);
+        std::io::stdout().flush().unwrap();
+        std::process::abort();
+    }
+
+    let schema = Schema::new("killed").await;
+    let store = schema.store().await;
+    let mut child = spawn_child(
+        "a_claim_left_by_a_killed_process_is_taken_over_after_its_lease",
+        &schema,
+        Stdio::null(),
+    );
+    let stdout = child.stdout.take().unwrap();
+    let watch = tokio::task::spawn_blocking(move || {
+        // When the claim was surely made: as soon as the child says so.
+        let claimed_at = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find(|line| line.ends_with("CLAIMED 1"))
+            .map(|_| Instant::now());
+        (claimed_at, child.wait().unwrap())
+    });
+    let (claimed_at, status) = tokio::time::timeout(Duration::from_secs(30), watch)
+        .await
+        .expect("the child neither claimed nor died")
+        .unwrap();
+    let claimed_at = claimed_at.expect("the child claimed the key");
+    assert!(!status.success(), "the child was meant to abort");
+
+    // The child is gone but its claim holds until the lease ends; then it is taken over.
+    let checked = Instant::now();
+    let taken = match store.claim(&one_second("crash")).await.unwrap() {
+        ClaimOutcome::InProgress => {
+            tokio::time::sleep_until((claimed_at + Duration::from_millis(1_100)).into()).await;
+            claimed(store.claim(&one_second("crash")).await)
+        }
+        // Only if dying took the whole lease (writing a core dump can).
+        ClaimOutcome::Claimed(claim) if checked - claimed_at >= Duration::from_secs(1) => {
+            eprintln!("the child took {:?} to die", checked - claimed_at);
+            claim
+        }
+        other => panic!("the dead child's claim within its lease: {other:?}"),
+    };
+    assert_eq!(
+        taken,
+        Claim {
+            key: "crash".into(),
+            token: 2
+        }
+    );
+    store.complete(&taken, "\"recovered\"").await.unwrap();
+    drop(store);
+    schema.drop_all().await;
+}
+
+#[tokio::test]
+async fn abandon_releases_in_the_background() {
+    let schema = Schema::new("abandon").await;
+    let store = schema.store().await;
+    let claim = claimed(store.claim(&request("gone")).await);
+    assert!(store.abandon(claim));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match store.claim(&request("gone")).await.unwrap() {
+            ClaimOutcome::Claimed(again) => {
+                assert_eq!(again.token, 2, "released, then claimed again");
+                break;
+            }
+            ClaimOutcome::InProgress if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(5)).await
+            }
+            other => panic!("the abandoned claim was not released: {other:?}"),
+        }
+    }
+    drop(store);
+    schema.drop_all().await;
+}
+
+#[test]
+fn abandon_outside_a_runtime_starts_nothing() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let schema = runtime.block_on(Schema::new("abandon_no_rt"));
+    let store = runtime.block_on(schema.store());
+    let claim = claimed(runtime.block_on(store.claim(&request("k"))));
+    // Here, outside the runtime: nothing can be spawned.
+    assert!(!store.abandon(claim));
+    assert_eq!(
+        runtime.block_on(store.claim(&request("k"))).unwrap(),
+        ClaimOutcome::InProgress
+    );
+    drop(store);
+    runtime.block_on(schema.drop_all());
+}
+
+// ---- purging ----
+
+/// Claims every key, 16 at a time.
+async fn claim_all(store: &Arc<PgStore>, keys: impl Iterator<Item = String>, retention: Duration) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for key in keys {
+        if tasks.len() == 16 {
+            tasks.join_next().await.unwrap().unwrap();
+        }
+        let store = Arc::clone(store);
+        tasks.spawn(async move {
+            let request = ClaimRequest {
+                retention,
+                ..request(&key)
+            };
+            claimed(store.claim(&request).await);
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn purge_deletes_by_age_only() {
+    let schema = Schema::new("purge").await;
+    let clock = manual_clock();
+    let store = Arc::new(schema.store().await.with_clock(clock.clone()));
+    let started = Instant::now();
+    claim_all(&store, (0..100).map(|i| format!("old-{i}")), 30 * DAY).await;
+    clock.advance(31 * DAY);
+    claim_all(&store, (0..1_000).map(|i| format!("new-{i}")), 30 * DAY).await;
+    let filled = started.elapsed();
+
+    assert_eq!(store.purge_older_than(30 * DAY).await.unwrap(), 100);
+    assert_eq!(store.purge_older_than(30 * DAY).await.unwrap(), 0);
+    // The old keys are gone (claimed afresh); the new ones are all still there.
+    assert_eq!(claimed(store.claim(&request("old-0")).await).token, 1);
+    assert_eq!(claimed(store.claim(&request("old-99")).await).token, 1);
+    for i in (0..1_000).step_by(97) {
+        assert_eq!(
+            store.claim(&request(&format!("new-{i}"))).await.unwrap(),
+            ClaimOutcome::InProgress
+        );
+    }
+    // A row is never purged before its own retention has passed, whatever the age asked.
+    claim_all(&store, (0..100).map(|i| format!("kept-{i}")), 60 * DAY).await;
+    clock.advance(31 * DAY);
+    assert_eq!(
+        store.purge_older_than(30 * DAY).await.unwrap(),
+        1_000 + 2,
+        "only the 30-day rows"
+    );
+    clock.advance(29 * DAY);
+    assert_eq!(store.purge_older_than(30 * DAY).await.unwrap(), 100);
+    eprintln!("purge test: 1,200 claims took {filled:?}");
+    drop(store);
+    schema.drop_all().await;
+}
+
+/// A purge that meets a row claimed again while it was deciding (a released key, resent) keeps
+/// it: the purge's conditions are checked again on the row as it is now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_keeps_a_row_claimed_again_meanwhile() {
+    let schema = Schema::new("purge_race").await;
+    let clock = manual_clock();
+    let app = format!("purge_race_{}", std::process::id());
+    let url = format!("{}&application_name={app}", schema.url);
+    let store = Arc::new(
+        PgStore::connect(&url)
+            .await
+            .unwrap()
+            .with_clock(clock.clone()),
+    );
+    let first = claimed(store.claim(&request("k")).await);
+    store.release(&first).await.unwrap();
+    clock.advance(31 * DAY);
+
+    // Another instance locks the released row, as its claim would...
+    let mut other = schema.client().await;
+    let other_tx = other.transaction().await.unwrap();
+    other_tx
+        .query_one(
+            "SELECT token FROM inbox_log WHERE msg_id = 'k' FOR UPDATE",
+            &[],
+        )
+        .await
+        .unwrap();
+    // ...while the purge finds the row old and released, and waits for the lock.
+    let purge = tokio::spawn({
+        let store = Arc::clone(&store);
+        async move { store.purge_older_than(30 * DAY).await }
+    });
+    wait_for_lock_wait(&schema.client().await, &app).await;
+    // The other instance claims the key again (the store's RECLAIM, by hand) and commits.
+    other_tx
+        .execute(
+            "UPDATE inbox_log SET status = 'in_progress', token = token + 1, created_at = $1, \
+             lease_until = $2, expires_at = $3 WHERE msg_id = 'k'",
+            &[
+                &retry_core::time::format_utc(clock.now()),
+                &retry_core::time::format_utc(clock.now() + Duration::from_secs(30)),
+                &retry_core::time::format_utc(clock.now() + 30 * DAY),
+            ],
+        )
+        .await
+        .unwrap();
+    other_tx.commit().await.unwrap();
+
+    assert_eq!(purge.await.unwrap().unwrap(), 0, "the fresh claim was kept");
+    assert_eq!(
+        store.claim(&request("k")).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+    drop(store);
+    schema.drop_all().await;
+}
+
+/// Waits until a backend of `app` waits for a lock.
+async fn wait_for_lock_wait(watcher: &tokio_postgres::Client, app: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
+                 AND wait_event_type = 'Lock'",
+                &[&app],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting == 1 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{app} never waited for the row");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A claim whose insert met a row that is purged before the claim can lock it inserts again,
+/// and wins the key afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_meeting_a_row_purged_meanwhile_inserts_again() {
+    let schema = Schema::new("claim_race").await;
+    let app = format!("claim_race_{}", std::process::id());
+    let url = format!("{}&application_name={app}", schema.url);
+    let store = Arc::new(PgStore::connect(&url).await.unwrap());
+    let first = claimed(store.claim(&request("k")).await);
+    store.complete(&first, "\"old\"").await.unwrap();
+
+    // A purge elsewhere has locked the row and is about to delete it...
+    let mut other = schema.client().await;
+    let other_tx = other.transaction().await.unwrap();
+    other_tx
+        .query_one(
+            "SELECT token FROM inbox_log WHERE msg_id = 'k' FOR UPDATE",
+            &[],
+        )
+        .await
+        .unwrap();
+    // ...while a claim's insert meets the row and waits to lock it.
+    let claim = tokio::spawn({
+        let store = Arc::clone(&store);
+        async move { store.claim(&request("k")).await }
+    });
+    wait_for_lock_wait(&schema.client().await, &app).await;
+    other_tx
+        .execute("DELETE FROM inbox_log WHERE msg_id = 'k'", &[])
+        .await
+        .unwrap();
+    other_tx.commit().await.unwrap();
+
+    assert_eq!(
+        claimed(claim.await.unwrap()),
+        Claim {
+            key: "k".into(),
+            token: 1
+        }
+    );
+    drop(store);
+    schema.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_purger_runs_in_the_background() {
+    let schema = Schema::new("purger").await;
+    let clock = manual_clock();
+    let store = Arc::new(schema.store().await.with_clock(clock.clone()));
+    let stale = claimed(store.claim(&request("stale")).await);
+    store.complete(&stale, "\"old\"").await.unwrap();
+    clock.advance(31 * DAY);
+    let purger = store.spawn_purger(30 * DAY, Duration::from_secs(3600));
+    // The first round runs at once: the done row disappears and the key can be claimed afresh.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match store.claim(&request("stale")).await.unwrap() {
+            ClaimOutcome::Claimed(claim) => {
+                assert_eq!(claim.token, 1);
+                break;
+            }
+            ClaimOutcome::Done(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(5)).await
+            }
+            other => panic!("the purger never purged: {other:?}"),
+        }
+    }
+    assert!(!purger.is_finished(), "the purger keeps running");
+    purger.abort();
+    drop(store);
+    schema.drop_all().await;
+}
+
+// ---- the migration ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn instances_starting_together_migrate_once() {
+    let schema = Schema::new("migrate").await;
+    let url = Arc::new(schema.url.clone());
+    let starts: Vec<_> = (0..8)
+        .map(|_| {
+            let url = Arc::clone(&url);
+            tokio::spawn(async move { PgStore::connect(&url).await })
+        })
+        .collect();
+    for start in starts {
+        start.await.unwrap().unwrap();
+    }
+    let client = schema.client().await;
+    let versions: Vec<(String, i32)> = client
+        .query("SELECT component, version FROM retry_core_schema", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(versions, [("inbox_log".to_owned(), 1)]);
+    // The timestamp columns compare bytewise, whatever the database's collation.
+    let collations: Vec<(String, Option<String>)> = client
+        .query(
+            "SELECT a.attname::text, c.collname::text FROM pg_attribute a \
+             LEFT JOIN pg_collation c ON c.oid = a.attcollation \
+             WHERE a.attrelid = 'inbox_log'::regclass \
+             AND a.attname IN ('created_at', 'lease_until', 'expires_at') ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(
+        collations,
+        [
+            ("created_at".to_owned(), Some("C".to_owned())),
+            ("expires_at".to_owned(), Some("C".to_owned())),
+            ("lease_until".to_owned(), Some("C".to_owned())),
+        ]
+    );
+
+    client
+        .execute("UPDATE retry_core_schema SET version = 2", &[])
+        .await
+        .unwrap();
+    let error = PgStore::connect(&schema.url).await.unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .contains("has inbox_log schema version 2, newer than the 1"),
+        "{error}"
+    );
+    schema.drop_all().await;
+}
+
+/// A row made by hand (the store never writes one like it).
+const ROW: &str = "INSERT INTO inbox_log \
+     (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at) \
+     VALUES ($1, 'b', $2, $3, '2025-01-01T00:00:00.000000Z', NULL, $4, $5, '2999-01-01T00:00:00.000000Z')";
+
+fn corrupt_message(outcome: Result<ClaimOutcome, StoreError>) -> String {
+    match outcome {
+        Err(StoreError::Corrupt(what)) => what,
+        other => panic!("expected a corrupt row, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn unreadable_rows_are_corrupt_and_name_their_key() {
+    let schema = Schema::new("corrupt").await;
+    let store = schema.store().await;
+    let raw = schema.client().await;
+    let far = "2999-01-01T00:00:00.000000Z";
+    let none: Option<&str> = None;
+    for (key, status, token, lease) in [
+        ("bad-lease", "in_progress", 1_i64, "yesterday"),
+        ("no-response", "done", 1, far),
+        ("zero-token", "failed", 0, far),
+    ] {
+        raw.execute(ROW, &[&key, &status, &none, &token, &lease])
+            .await
+            .unwrap();
+    }
+    for (key, what) in [
+        ("bad-lease", "bad lease_until"),
+        ("no-response", "done without a text response"),
+        ("zero-token", "bad token"),
+    ] {
+        let message = corrupt_message(store.claim(&request(key)).await);
+        assert!(
+            message.contains(&format!("`{key}`")) && message.contains(what),
+            "{message}"
+        );
+    }
+    // The table refuses an unknown status.
+    let refused = raw
+        .execute(ROW, &[&"odd", &"paused", &none, &1_i64, &far])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION)
+    );
+    drop(store);
+    schema.drop_all().await;
+}
+
+#[tokio::test]
+async fn an_unknown_status_in_a_hand_made_table_is_corrupt() {
+    let schema = Schema::new("status").await;
+    // A table made by hand, without the CHECK constraint: connecting keeps it as it is.
+    let raw = schema.client().await;
+    raw.batch_execute(
+        "CREATE TABLE inbox_log (msg_id TEXT PRIMARY KEY, biz_key TEXT NOT NULL, status TEXT NOT NULL, \
+         response TEXT, created_at TEXT NOT NULL, fingerprint TEXT, token BIGINT NOT NULL, \
+         lease_until TEXT NOT NULL, expires_at TEXT NOT NULL)",
+    )
+    .await
+    .unwrap();
+    let store = schema.store().await;
+    let none: Option<&str> = None;
+    raw.execute(
+        ROW,
+        &[
+            &"odd",
+            &"paused",
+            &none,
+            &1_i64,
+            &"2999-01-01T00:00:00.000000Z",
+        ],
+    )
+    .await
+    .unwrap();
+    let message = corrupt_message(store.claim(&request("odd")).await);
+    assert!(
+        message.contains("`odd`") && message.contains("unknown status \"paused\""),
+        "{message}"
+    );
+    drop(store);
+    schema.drop_all().await;
+}
+
+// ---- a server that is down ----
+
+#[tokio::test]
+async fn a_server_that_cannot_be_reached_is_unavailable_and_named() {
+    // Make sure the real server is there, so this test too fails without one.
+    drop(raw_client(&database_url()).await);
+    // Nothing listens on port 1 of the loopback address.
+    let started = Instant::now();
+    let error = PgStore::connect("postgres://app:s3cret-pw@127.0.0.1:1/inbox")
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("cannot connect to PostgreSQL at 127.0.0.1:1 (database inbox)"),
+        "{message}"
+    );
+    assert!(!message.contains("s3cret-pw"), "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "refused at once"
+    );
+}
+
+// ---- transactional mode ----
+
+/// The application's own table, next to `inbox_log` in the test's schema.
+async fn balances(schema: &Schema) -> tokio_postgres::Client {
+    let client = schema.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE balances (account TEXT PRIMARY KEY, amount BIGINT NOT NULL); \
+             INSERT INTO balances VALUES ('a', 100)",
+        )
+        .await
+        .unwrap();
+    client
+}
+
+async fn balance(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one("SELECT amount FROM balances WHERE account = 'a'", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+const DEPOSIT: &str = "UPDATE balances SET amount = amount + $1 WHERE account = 'a'";
+
+#[tokio::test]
+async fn commit_done_commits_the_handlers_writes_with_the_response() {
+    let schema = Schema::new("tx_commit").await;
+    let store = schema.store().await;
+    let reader = balances(&schema).await;
+    let claim = claimed(store.claim(&request("dep-1")).await);
+    let tx = store.begin().await.unwrap();
+    tx.client().execute(DEPOSIT, &[&10_i64]).await.unwrap();
+    let add = tx.prepare_cached(DEPOSIT).await.unwrap();
+    tx.client().execute(&add, &[&5_i64]).await.unwrap();
+    // Not visible outside before the commit.
+    assert_eq!(balance(&reader).await, 100);
+    store
+        .commit_done(tx, &claim, "{\"receipt\":1}")
+        .await
+        .unwrap();
+    assert_eq!(balance(&reader).await, 115);
+    assert_eq!(
+        store.claim(&request("dep-1")).await.unwrap(),
+        ClaimOutcome::Done("{\"receipt\":1}".into())
+    );
+    // The connection went back to the pool, outside any transaction.
+    let pooled = store.pool().get().await.unwrap();
+    let txid: Option<i64> = pooled
+        .query_one("SELECT txid_current_if_assigned()::bigint", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(txid, None);
+    drop((pooled, store));
+    schema.drop_all().await;
+}
+
+#[tokio::test]
+async fn a_fenced_commit_done_rolls_back_the_handlers_writes() {
+    let schema = Schema::new("tx_fenced").await;
+    let clock = manual_clock();
+    let store = schema.store().await.with_clock(clock.clone());
+    let reader = balances(&schema).await;
+    let lease = ClaimRequest {
+        lease: Duration::from_secs(10),
+        ..request("dep-2")
+    };
+    let slow = claimed(store.claim(&lease).await);
+    let tx = store.begin().await.unwrap();
+    tx.client().execute(DEPOSIT, &[&10_i64]).await.unwrap();
+    // Meanwhile the slow holder's lease runs out and a duplicate takes the key over: its claim
+    // does not wait for the slow holder's open transaction.
+    clock.advance(Duration::from_secs(11));
+    let fast = claimed(store.claim(&lease).await);
+    assert_eq!(fast.token, 2);
+
+    assert!(matches!(
+        store.commit_done(tx, &slow, "\"slow\"").await,
+        Err(StoreError::Fenced)
+    ));
+    assert_eq!(balance(&reader).await, 100, "the stale deposit rolled back");
+    assert_eq!(
+        store.claim(&lease).await.unwrap(),
+        ClaimOutcome::InProgress,
+        "the new holder still holds the key"
+    );
+
+    let tx = store.begin().await.unwrap();
+    tx.client().execute(DEPOSIT, &[&10_i64]).await.unwrap();
+    store.commit_done(tx, &fast, "\"fast\"").await.unwrap();
+    assert_eq!(balance(&reader).await, 110, "deposited exactly once");
+    assert_eq!(
+        store.claim(&lease).await.unwrap(),
+        ClaimOutcome::Done("\"fast\"".into())
+    );
+    drop(store);
+    schema.drop_all().await;
+}
+
+#[tokio::test]
+async fn a_dropped_transaction_rolls_back_and_its_connection_is_not_reused() {
+    let schema = Schema::new("tx_dropped").await;
+    let store = schema.store().await.with_pool_size(1);
+    let reader = balances(&schema).await;
+    let claim = claimed(store.claim(&request("dep-3")).await);
+    let tx = store.begin().await.unwrap();
+    tx.client().execute(DEPOSIT, &[&10_i64]).await.unwrap();
+    assert_eq!(store.pool().status().size, 1);
+    drop(tx);
+    assert_eq!(
+        store.pool().status().size,
+        0,
+        "the connection was detached, not pooled"
+    );
+    assert_eq!(balance(&reader).await, 100);
+    // The server rolled back: the row lock is gone, so another write goes through at once.
+    reader
+        .batch_execute("SET statement_timeout = 5000")
+        .await
+        .unwrap();
+    reader.execute(DEPOSIT, &[&1_i64]).await.unwrap();
+    assert_eq!(balance(&reader).await, 101);
+    // The pool's next connection is a fresh one, outside any transaction.
+    let pooled = store.pool().get().await.unwrap();
+    let txid: Option<i64> = pooled
+        .query_one("SELECT txid_current_if_assigned()::bigint", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(txid, None);
+    drop(pooled);
+    // The claim itself is untouched: its holder finishes or releases it.
+    assert_eq!(
+        store.claim(&request("dep-3")).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+    store.release(&claim).await.unwrap();
+    drop(store);
+    schema.drop_all().await;
+}
+
+#[tokio::test]
+async fn rollback_undoes_the_writes_and_pools_the_connection() {
+    let schema = Schema::new("tx_rollback").await;
+    let store = schema.store().await.with_pool_size(1);
+    let reader = balances(&schema).await;
+    let tx = store.begin().await.unwrap();
+    tx.client().execute(DEPOSIT, &[&10_i64]).await.unwrap();
+    store.rollback(tx).await.unwrap();
+    assert_eq!(balance(&reader).await, 100);
+    assert_eq!(store.pool().status().size, 1, "pooled again");
+    // A failed statement aborts the transaction: commit_done refuses it and rolls back.
+    let claim = claimed(store.claim(&request("dep-4")).await);
+    let tx = store.begin().await.unwrap();
+    tx.client().execute(DEPOSIT, &[&10_i64]).await.unwrap();
+    assert!(
+        tx.client()
+            .execute("INSERT INTO no_such_table VALUES (1)", &[])
+            .await
+            .is_err()
+    );
+    let error = store.commit_done(tx, &claim, "\"x\"").await.unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+    assert!(error.to_string().contains("aborted"), "{error}");
+    assert_eq!(balance(&reader).await, 100);
+    assert_eq!(
+        store.claim(&request("dep-4")).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+    drop(store);
+    schema.drop_all().await;
+}
+
+#[tokio::test]
+async fn a_transaction_ended_by_the_handler_cannot_store_its_response() {
+    let schema = Schema::new("tx_ended").await;
+    let store = schema.store().await;
+    let reader = balances(&schema).await;
+    let claim = claimed(store.claim(&request("dep-5")).await);
+    let tx = store.begin().await.unwrap();
+    tx.client().execute(DEPOSIT, &[&10_i64]).await.unwrap();
+    // The handler commits on its own, then (worse) begins another transaction.
+    tx.client().batch_execute("COMMIT; BEGIN").await.unwrap();
+    let error = store.commit_done(tx, &claim, "\"x\"").await.unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+    assert!(
+        error.to_string().contains("ended the transaction"),
+        "{error}"
+    );
+    // Its own commit stands; the response was not stored.
+    assert_eq!(balance(&reader).await, 110);
+    assert_eq!(
+        store.claim(&request("dep-5")).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+    // And a transaction of another store is refused.
+    let other_schema = Schema::new("tx_other").await;
+    let other = other_schema.store().await;
+    let tx = other.begin().await.unwrap();
+    let error = store.commit_done(tx, &claim, "\"x\"").await.unwrap_err();
+    assert!(error.to_string().contains("another store"), "{error}");
+    store.complete(&claim, "\"ok\"").await.unwrap();
+    drop((store, other));
+    schema.drop_all().await;
+    other_schema.drop_all().await;
+}

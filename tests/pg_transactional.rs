@@ -1,0 +1,227 @@
+//! `#[idempotent(transaction = tx)]` on PostgreSQL: the business write and the `done` row commit
+//! together. Deliveries repeat, arrive out of order and crash between the write and the commit;
+//! every balance still ends exactly right, and a batch rerun repeats no effect.
+#![cfg(feature = "postgres")]
+
+#[path = "common/pg.rs"]
+mod pg;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pg::Schema;
+use retry_core::idempotency::{IdempotencyError, PgStore, PgTransaction, StoreError};
+use retry_core::idempotent;
+
+#[derive(Debug)]
+enum Rejected {
+    Idempotency(IdempotencyError),
+    Db(#[allow(dead_code, reason = "read through Debug when a test fails")] tokio_postgres::Error),
+}
+
+impl From<IdempotencyError> for Rejected {
+    fn from(e: IdempotencyError) -> Self {
+        Rejected::Idempotency(e)
+    }
+}
+
+impl From<tokio_postgres::Error> for Rejected {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Rejected::Db(e)
+    }
+}
+
+impl From<StoreError> for Rejected {
+    fn from(e: StoreError) -> Self {
+        Rejected::Idempotency(IdempotencyError::Store(e))
+    }
+}
+
+#[idempotent(key = deposit_no, store = inbox, transaction = tx, lease = "5s")]
+async fn deposit(
+    inbox: &PgStore,
+    tx: &mut PgTransaction,
+    deposit_no: u64,
+    account: i32,
+    amount: i64,
+    crash: bool,
+) -> Result<i64, Rejected> {
+    tx.client()
+        .execute(
+            "UPDATE balances SET amount = amount + $1 WHERE account = $2",
+            &[&amount, &account],
+        )
+        .await?;
+    tx.client()
+        .execute(
+            "INSERT INTO effects (deposit_no) VALUES ($1)",
+            &[&(deposit_no as i64)],
+        )
+        .await?;
+    if crash {
+        // The process dies between the business write and the commit: the caller drops us here.
+        std::future::pending::<()>().await;
+    }
+    Ok(amount)
+}
+
+/// A small seeded generator: the test is the same every run.
+struct XorShift(u64);
+
+impl XorShift {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+async fn setup(test: &str, accounts: i32) -> (Schema, Arc<PgStore>, tokio_postgres::Client) {
+    let schema = Schema::new(test).await;
+    let client = schema.client().await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE balances (account INT PRIMARY KEY, amount BIGINT NOT NULL);
+             INSERT INTO balances SELECT a, 0 FROM generate_series(0, {}) a;
+             CREATE TABLE effects (deposit_no BIGINT NOT NULL);",
+            accounts - 1
+        ))
+        .await
+        .unwrap();
+    let store = Arc::new(schema.store().await.with_pool_size(4));
+    (schema, store, client)
+}
+
+#[derive(Clone, Copy)]
+struct Delivery {
+    deposit_no: u64,
+    account: i32,
+    amount: i64,
+    crash: bool,
+}
+
+/// Works through `queue` with `workers` concurrent consumers, acknowledging a delivery only when
+/// the call returned its response; crashed and in-progress deliveries are redelivered.
+async fn consume(store: &Arc<PgStore>, queue: VecDeque<Delivery>, workers: usize) -> u32 {
+    let queue = Arc::new(Mutex::new(queue));
+    let crashes = Arc::new(Mutex::new(0u32));
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let (store, queue, crashes) = (store.clone(), queue.clone(), crashes.clone());
+            tokio::spawn(async move {
+                loop {
+                    let Some(d) = queue.lock().unwrap().pop_front() else {
+                        break;
+                    };
+                    let call = deposit(&store, d.deposit_no, d.account, d.amount, d.crash);
+                    match tokio::time::timeout(Duration::from_millis(50), call).await {
+                        Ok(Ok(amount)) => assert_eq!(amount, d.amount),
+                        Ok(Err(Rejected::Idempotency(IdempotencyError::InProgress))) | Err(_) => {
+                            if d.crash {
+                                *crashes.lock().unwrap() += 1;
+                            }
+                            // Redelivered later, and without the crash this time.
+                            queue
+                                .lock()
+                                .unwrap()
+                                .push_back(Delivery { crash: false, ..d });
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                        }
+                        Ok(Err(other)) => panic!("deposit {}: {other:?}", d.deposit_no),
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let crashes = *crashes.lock().unwrap();
+    crashes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redelivered_shuffled_and_crashing_deposits_leave_every_balance_exact() {
+    const ACCOUNTS: i32 = 50;
+    const DEPOSITS: u64 = 1_000;
+    let (schema, store, client) = setup("balances", ACCOUNTS).await;
+    let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
+    let mut expected = vec![0i64; ACCOUNTS as usize];
+    let mut deliveries = Vec::new();
+    for deposit_no in 0..DEPOSITS {
+        let account = rng.below(ACCOUNTS as u64) as i32;
+        let amount = 1 + rng.below(100) as i64;
+        expected[account as usize] += amount;
+        for _ in 0..2 + rng.below(2) {
+            deliveries.push(Delivery {
+                deposit_no,
+                account,
+                amount,
+                crash: false,
+            });
+        }
+    }
+    for i in (1..deliveries.len()).rev() {
+        deliveries.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    for d in &mut deliveries {
+        d.crash = rng.below(100) < 5;
+    }
+    let crashes = consume(&store, deliveries.into(), 4).await;
+    assert!(crashes > 50, "the crash injection ran: {crashes}");
+
+    let rows = client
+        .query("SELECT account, amount FROM balances ORDER BY account", &[])
+        .await
+        .unwrap();
+    let balances: Vec<i64> = rows.iter().map(|r| r.get(1)).collect();
+    assert_eq!(balances, expected, "every balance exactly right");
+    let effects: i64 = client
+        .query_one("SELECT count(*) FROM effects", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(effects, DEPOSITS as i64, "one committed effect per deposit");
+    let done: i64 = client
+        .query_one("SELECT count(*) FROM inbox_log WHERE status = 'done'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(done, DEPOSITS as i64);
+    drop(client);
+    schema.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_rerun_whole_after_stopping_half_way_repeats_no_effect() {
+    const MESSAGES: u64 = 10_000;
+    let (schema, store, client) = setup("rerun", 10).await;
+    let batch = |range: std::ops::Range<u64>| -> VecDeque<Delivery> {
+        range
+            .map(|n| Delivery {
+                deposit_no: n,
+                account: (n % 10) as i32,
+                amount: 1,
+                crash: false,
+            })
+            .collect()
+    };
+    consume(&store, batch(0..MESSAGES / 2), 4).await;
+    consume(&store, batch(0..MESSAGES), 4).await;
+    let effects: i64 = client
+        .query_one("SELECT count(*) FROM effects", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(effects, MESSAGES as i64);
+    let total: i64 = client
+        .query_one("SELECT sum(amount)::BIGINT FROM balances", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(total, MESSAGES as i64);
+    drop(client);
+    schema.drop_all().await;
+}
