@@ -138,8 +138,7 @@ async fn consume(store: &Arc<PgStore>, queue: VecDeque<Delivery>, workers: usize
     for task in tasks {
         task.await.unwrap();
     }
-    let crashes = *crashes.lock().unwrap();
-    crashes
+    *crashes.lock().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
