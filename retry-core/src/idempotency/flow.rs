@@ -303,17 +303,22 @@ where
             Ok(value)
         }
         Err(error) => {
-            let undone = if call.keep_failed {
-                store.mark_failed(&claim).await
-            } else {
-                store.release(&claim).await
-            };
-            if let Err(e) = undone {
-                // The lease frees the claim later; a resend meanwhile gets `InProgress`.
-                tracing::warn!(function = call.function, key = %call.key, error = %e, "could not release the claim of a failed call");
-            }
+            give_up(store, &claim, &call).await;
             Err(error)
         }
+    }
+}
+
+/// Releases the claim of a failed call, or marks it failed with `keep_failed`.
+async fn give_up<S: IdempotencyStore + ?Sized>(store: &S, claim: &Claim, call: &Settings) {
+    let undone = if call.keep_failed {
+        store.mark_failed(claim).await
+    } else {
+        store.release(claim).await
+    };
+    if let Err(e) = undone {
+        // The lease frees the claim later; a resend meanwhile gets `InProgress`.
+        tracing::warn!(function = call.function, key = %call.key, error = %e, "could not release the claim of a failed call");
     }
 }
 
@@ -387,14 +392,7 @@ where
             if let Err(e) = store.rollback(transaction).await {
                 tracing::warn!(function = call.function, key = %call.key, error = %e, "rollback failed; the store rolls back when the connection closes");
             }
-            let undone = if call.keep_failed {
-                store.mark_failed(&claim).await
-            } else {
-                store.release(&claim).await
-            };
-            if let Err(e) = undone {
-                tracing::warn!(function = call.function, key = %call.key, error = %e, "could not release the claim of a failed call");
-            }
+            give_up(store, &claim, call).await;
             return Err(error);
         }
     };

@@ -20,6 +20,8 @@ mod key;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod purge;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 

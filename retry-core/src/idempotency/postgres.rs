@@ -32,7 +32,7 @@
 //!   and closed, and the server rolls back.
 
 use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use deadpool_postgres::{
@@ -439,26 +439,7 @@ impl PgStore {
         age: Duration,
         every: Duration,
     ) -> tokio::task::JoinHandle<()> {
-        let store: Weak<Self> = Arc::downgrade(self);
-        let every = every.max(Duration::from_secs(1));
-        tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(every);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticks.tick().await;
-                // Upgraded for one round only, so the purger never keeps the store alive.
-                let Some(store) = store.upgrade() else { break };
-                match store.purge_older_than(age).await {
-                    Ok(0) => {}
-                    Ok(purged) => {
-                        tracing::debug!(server = %store.db.server, purged, "purged idempotency rows");
-                    }
-                    Err(e) => {
-                        tracing::warn!(server = %store.db.server, error = %e, "purging idempotency rows failed; trying again next round");
-                    }
-                }
-            }
-        })
+        super::purge::spawn_purger(self, age, every, self.db.server.to_string())
     }
 }
 

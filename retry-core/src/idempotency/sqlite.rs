@@ -23,7 +23,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::types::Value;
@@ -391,26 +391,7 @@ impl SqliteStore {
         age: Duration,
         every: Duration,
     ) -> tokio::task::JoinHandle<()> {
-        let store: Weak<Self> = Arc::downgrade(self);
-        let every = every.max(Duration::from_secs(1));
-        tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(every);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticks.tick().await;
-                // Upgraded for one round only, so the purger never keeps the store alive.
-                let Some(store) = store.upgrade() else { break };
-                match store.purge_older_than(age).await {
-                    Ok(0) => {}
-                    Ok(purged) => {
-                        tracing::debug!(path = %store.pool.path.display(), purged, "purged idempotency rows");
-                    }
-                    Err(e) => {
-                        tracing::warn!(path = %store.pool.path.display(), error = %e, "purging idempotency rows failed; trying again next round");
-                    }
-                }
-            }
-        })
+        super::purge::spawn_purger(self, age, every, self.pool.path.display().to_string())
     }
 
     /// The same store with other connection settings: idle connections are closed, and the
