@@ -6,6 +6,7 @@ pub mod backoff;
 mod budget;
 mod call;
 mod classify;
+pub mod dlq;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;

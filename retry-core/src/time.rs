@@ -72,10 +72,12 @@ impl Clock for ManualClock {
 }
 
 /// The latest time [`format_utc`] can write (9999-12-31T23:59:59Z).
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 const END_OF_TIME: Duration = Duration::from_secs(253_402_300_799);
 
 /// `now + by`, ending at the latest time [`format_utc`] can write rather than overflowing: a
 /// lease or retention that would end later ends there.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn later(now: SystemTime, by: Duration) -> SystemTime {
     now.checked_add(by).map_or(UNIX_EPOCH + END_OF_TIME, |t| {
         t.min(UNIX_EPOCH + END_OF_TIME)
@@ -114,6 +116,100 @@ pub fn format_utc(time: SystemTime) -> String {
         in_day % 60
     );
     out
+}
+
+/// `time` as RFC 3339 with an explicit offset, to the millisecond: `2026-08-19T02:11:03.123+00:00`
+/// (what dead letters carry).
+///
+/// ```
+/// use retry_core::time::format_rfc3339;
+/// use std::time::{Duration, UNIX_EPOCH};
+///
+/// let t = UNIX_EPOCH + Duration::from_millis(1_755_569_463_123);
+/// assert_eq!(format_rfc3339(t), "2025-08-19T02:11:03.123+00:00");
+/// ```
+pub fn format_rfc3339(time: SystemTime) -> String {
+    let utc = format_utc(time);
+    // `YYYY-MM-DDTHH:MM:SS.mmm` of the fixed-width form, then the offset.
+    format!("{}+00:00", &utc[..23])
+}
+
+/// Reads an RFC 3339 timestamp with any offset (`Z`, `+09:00`, `-05:30`) and an optional
+/// fraction; `None` for anything else.
+///
+/// ```
+/// use retry_core::time::{format_rfc3339, parse_rfc3339};
+///
+/// let tokyo = parse_rfc3339("2026-08-19T02:11:03+09:00").unwrap();
+/// assert_eq!(format_rfc3339(tokyo), "2026-08-18T17:11:03.000+00:00");
+/// assert!(parse_rfc3339("2026-08-19 02:11:03").is_none());
+/// ```
+pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
+    let b = text.as_bytes();
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let num = |range: std::ops::Range<usize>| -> Option<u32> {
+        let digits = text.get(range)?;
+        digits
+            .bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| digits.parse().ok())?
+    };
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let mut rest = &text[19..];
+    let mut nanos: i128 = 0;
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let kept = &fraction[..digits.min(9)];
+        nanos = i128::from(kept.parse::<u32>().ok()?) * 10i128.pow(9 - kept.len() as u32);
+        rest = &fraction[digits..];
+    }
+    let offset_seconds: i128 = match rest.as_bytes() {
+        [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let digits = [*h1, *h2, *m1, *m2];
+            if !digits.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            let hours = i128::from((h1 - b'0') * 10 + (h2 - b'0'));
+            let minutes = i128::from((m1 - b'0') * 10 + (m2 - b'0'));
+            if hours > 23 || minutes > 59 {
+                return None;
+            }
+            let magnitude = hours * 3600 + minutes * 60;
+            if *sign == b'+' { magnitude } else { -magnitude }
+        }
+        _ => return None,
+    };
+    if !(1..=12).contains(&month)
+        || day == 0
+        || day > days_in_month(i128::from(year), month)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let seconds = days_from_civil(i128::from(year), month, day) * SECS_PER_DAY
+        + i128::from(hour * 3600 + minute * 60 + second.min(59))
+        - offset_seconds;
+    let total = seconds * NANOS_PER_SEC + nanos;
+    if total >= 0 {
+        UNIX_EPOCH.checked_add(Duration::from_nanos(u64::try_from(total).ok()?))
+    } else {
+        UNIX_EPOCH.checked_sub(Duration::from_nanos(u64::try_from(-total).ok()?))
+    }
 }
 
 /// Reads what [`format_utc`] wrote; `None` for anything else.

@@ -1,0 +1,4 @@
+//! Placeholder.
+/// Placeholder.
+#[derive(Debug)]
+pub struct PgDeadLetters;
