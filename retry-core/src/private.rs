@@ -249,3 +249,81 @@ impl<F> Probe<Idempotent<F, Retries>> {
         Nested(self.0)
     }
 }
+
+// ---- dlq(...) ----
+
+use crate::dlq::{DeadLetter, DeadLetterSink, DlqFailed, FailureClass};
+
+/// `dlq(sink = expr)`, checked to be a sink where the user wrote it.
+#[inline]
+pub fn sink<S: DeadLetterSink + ?Sized>(sink: &S) -> &S {
+    sink
+}
+
+/// What `dlq(id = ..., original = ...)` evaluated before the first attempt.
+#[derive(Debug)]
+pub struct LetterInput {
+    msg_id: String,
+    original: serde_json::Value,
+}
+
+/// Evaluates `id` and `original` (through `redact`, when given) before the first attempt. An
+/// original that cannot be serialised is parked as a note saying so, rather than not at all.
+pub fn letter_input<I: std::fmt::Display + ?Sized, O: serde::Serialize + ?Sized>(
+    id: &I,
+    original: &O,
+    redact: Option<fn(serde_json::Value) -> serde_json::Value>,
+) -> LetterInput {
+    let original = serde_json::to_value(original)
+        .unwrap_or_else(|e| serde_json::Value::String(format!("<original not serialisable: {e}>")));
+    LetterInput {
+        msg_id: id.to_string(),
+        original: redact.map_or(original.clone(), |redact| redact(original)),
+    }
+}
+
+/// On give-up, parks the call's dead letter before its error returns. Parked: the error as is.
+/// Not parked (the sink failed): `E::from(DlqFailed)`, so the caller does not acknowledge the
+/// message. A call collapsed to one attempt by nesting parks nothing: its outer layer decides.
+pub async fn park_on_give_up<S, T, E>(
+    state: &State<'_>,
+    result: Result<T, E>,
+    sink: &S,
+    input: &LetterInput,
+) -> Result<T, E>
+where
+    S: DeadLetterSink + ?Sized,
+    E: From<DlqFailed>,
+{
+    let (Err(_), Some(give_up), Some(failures)) = (&result, state.gave_up(), state.failures())
+    else {
+        return result;
+    };
+    let class = match give_up {
+        crate::GiveUp::SingleAttempt => return result,
+        crate::GiveUp::NotRetryable => FailureClass::Data,
+        _ => FailureClass::System,
+    };
+    let letter = DeadLetter {
+        msg_id: input.msg_id.clone(),
+        original: input.original.clone(),
+        reason: failures.reason.clone(),
+        attempts: state.attempts(),
+        first_failed_at: crate::time::format_rfc3339(failures.first),
+        last_failed_at: crate::time::format_rfc3339(failures.last),
+        trace_id: format!("{:016x}", crate::scope::current_trace_id()),
+        class,
+        error_type: std::any::type_name::<E>().to_owned(),
+        idempotency_key: None,
+    };
+    match sink.park(&letter).await {
+        Ok(()) => {
+            tracing::info!(function = state.function(), msg_id = %letter.msg_id, class = %letter.class, "parked a dead letter");
+            result
+        }
+        Err(error) => {
+            tracing::error!(function = state.function(), msg_id = %letter.msg_id, %error, "dead letter NOT parked");
+            Err(E::from(DlqFailed { letter, error }))
+        }
+    }
+}

@@ -44,6 +44,7 @@ pin_project! {
         function: &'static str,
         caller: &'static Location<'static>,
         layer: Layer,
+        trace_id: u64,
     }
 }
 
@@ -70,7 +71,8 @@ impl<F> Retrying<F> {
     ) -> Self {
         Retrying {
             inner,
-            span: tracing::debug_span!("retry", function),
+            span: tracing::debug_span!("retry", function, trace_id = tracing::field::Empty),
+            trace_id: 0,
             function,
             caller,
             layer: Layer::NotStarted,
@@ -130,6 +132,16 @@ impl<F: Future> Future for Retrying<F> {
         let this = self.project();
         let _span = this.span.enter();
         let outer_frame = scope::current();
+        if *this.trace_id == 0 {
+            // One logical call, one trace id: a nested retry shares its outer call's.
+            *this.trace_id = outer_frame.map_or_else(scope::new_trace_id, |f| f.trace_id);
+            if !this.span.is_disabled() {
+                this.span.record(
+                    "trace_id",
+                    tracing::field::display(format_args!("{:016x}", this.trace_id)),
+                );
+            }
+        }
         if *this.layer == Layer::NotStarted {
             *this.layer = match outer_frame {
                 Some(outer) => {
@@ -158,14 +170,14 @@ impl<F: Future> Future for Retrying<F> {
             };
         }
         let frame = match *this.layer {
-            Layer::Outermost | Layer::NotStarted => Frame::outermost(this.function),
+            Layer::Outermost | Layer::NotStarted => Frame::outermost(this.function, *this.trace_id),
             Layer::Nested { outer } => Frame {
                 single: true,
                 ..outer
             },
             Layer::Single => Frame {
                 single: true,
-                ..outer_frame.unwrap_or(Frame::outermost(this.function))
+                ..outer_frame.unwrap_or(Frame::outermost(this.function, *this.trace_id))
             },
         };
         let _scope = scope::enter(frame);

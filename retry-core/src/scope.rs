@@ -25,16 +25,29 @@ pub(crate) struct Frame {
     /// Set by the caller on purpose (the `Caller-Retries` header): nested retries are expected,
     /// not a mistake to warn about.
     pub(crate) quiet: bool,
+    /// The logical call's trace id: on its tracing events and its dead letter.
+    pub(crate) trace_id: u64,
 }
 
 impl Frame {
-    pub(crate) const fn outermost(function: &'static str) -> Frame {
+    pub(crate) const fn outermost(function: &'static str, trace_id: u64) -> Frame {
         Frame {
             outer: function,
             single: false,
             quiet: false,
+            trace_id,
         }
     }
+}
+
+/// A fresh trace id for a logical call.
+pub(crate) fn new_trace_id() -> u64 {
+    rand::random()
+}
+
+/// The trace id of the call running here, or a fresh one.
+pub(crate) fn current_trace_id() -> u64 {
+    current().map_or_else(new_trace_id, |frame| frame.trace_id)
 }
 
 thread_local! {
@@ -137,6 +150,7 @@ pub fn caller_retries<F: Future>(future: F) -> InScope<F> {
             outer: "the caller",
             single: true,
             quiet: true,
+            trace_id: current_trace_id(),
         }),
     }
 }
@@ -149,6 +163,7 @@ pub(crate) fn single_attempt<F: Future>(future: F) -> InScope<F> {
             outer: "single_attempt()",
             single: true,
             quiet: true,
+            trace_id: current_trace_id(),
         }),
     }
 }

@@ -138,6 +138,19 @@ pub struct State<'p> {
     // Created on the first wait only: a call that succeeds at once never seeds an RNG.
     backoff: Option<Backoff>,
     gave_up: Option<GiveUp>,
+    /// What a dead letter needs, recorded on the failure path only.
+    failures: Option<Failures>,
+}
+
+/// When and why a call's attempts failed: the raw material of a dead letter.
+#[derive(Debug, Clone)]
+pub struct Failures {
+    /// When the first attempt failed.
+    pub first: std::time::SystemTime,
+    /// When the last attempt failed.
+    pub last: std::time::SystemTime,
+    /// The give-up reason in words, once the call gave up.
+    pub reason: String,
 }
 
 impl<'p> State<'p> {
@@ -152,6 +165,7 @@ impl<'p> State<'p> {
             started: None,
             backoff: None,
             gave_up: None,
+            failures: None,
         }
     }
 
@@ -190,6 +204,16 @@ impl<'p> State<'p> {
         self.gave_up
     }
 
+    /// When and why attempts failed, once one has.
+    pub fn failures(&self) -> Option<&Failures> {
+        self.failures.as_ref()
+    }
+
+    /// The function this call retries.
+    pub fn function(&self) -> &'static str {
+        self.function
+    }
+
     /// Decides what follows an attempt's outcome. `on_retry` sees the attempt number, the error
     /// and the chosen wait before the error is dropped; on give-up the error is returned.
     pub fn after_attempt<T, E>(
@@ -202,6 +226,13 @@ impl<'p> State<'p> {
             Ok(value) => return Next::Return(Ok(value)),
             Err(error) => error,
         };
+        let now = std::time::SystemTime::now();
+        let failures = self.failures.get_or_insert_with(|| Failures {
+            first: now,
+            last: now,
+            reason: String::new(),
+        });
+        failures.last = now;
         let decision = classifier.decide(&error);
         match self.judge(decision) {
             Ok(wait) => {
@@ -230,6 +261,9 @@ impl<'p> State<'p> {
                 }
                 metrics::gave_up(self.function, give_up.label());
                 self.gave_up = Some(give_up);
+                if let Some(failures) = &mut self.failures {
+                    failures.reason = reason;
+                }
                 Next::Return(Err(error))
             }
         }

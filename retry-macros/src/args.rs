@@ -23,8 +23,21 @@ const ARGUMENTS: &[&str] = &[
     "on_retry",
     "policy",
     "budget",
+    "dlq",
     "crate",
 ];
+
+const DLQ_ARGUMENTS: &[&str] = &["sink", "id", "original", "redact"];
+
+/// `dlq(sink = expr, id = expr, original = expr, redact = path)`.
+pub(crate) struct DlqArgs {
+    pub(crate) sink: Expr,
+    pub(crate) id: Expr,
+    pub(crate) original: Expr,
+    pub(crate) redact: Option<Path>,
+    /// The `dlq` token, where errors about the whole clause point.
+    pub(crate) span: Span,
+}
 
 /// Arguments that describe the policy itself; `policy = expr` replaces all of them.
 const KNOBS: &[&str] = &[
@@ -62,6 +75,7 @@ pub(crate) struct RetryArgs {
     pub(crate) on_retry: Option<Path>,
     pub(crate) policy: Option<Expr>,
     pub(crate) budget: Option<Expr>,
+    pub(crate) dlq: Option<DlqArgs>,
     pub(crate) krate: Option<Path>,
     /// Every knob written, in order, for the `policy` conflict check.
     knobs: Vec<(String, Span)>,
@@ -114,6 +128,10 @@ impl RetryArgs {
         self.seen.push(key.clone());
         if KNOBS.contains(&key.as_str()) {
             self.knobs.push((key.clone(), key_span));
+        }
+        if key == "dlq" {
+            self.dlq = parse_dlq(&meta, key_span, errors)?;
+            return Ok(());
         }
         let value = meta.value()?;
         match key.as_str() {
@@ -210,6 +228,61 @@ impl RetryArgs {
             errors.at(span, message);
         }
     }
+}
+
+fn parse_dlq(
+    meta: &ParseNestedMeta<'_>,
+    span: Span,
+    errors: &mut Errors,
+) -> syn::Result<Option<DlqArgs>> {
+    let (mut sink, mut id, mut original, mut redact) = (None, None, None, None);
+    meta.parse_nested_meta(|inner| {
+        let name = inner
+            .path
+            .get_ident()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let at = inner.path.span();
+        match name.as_str() {
+            "sink" => sink = Some(inner.value()?.parse::<Expr>()?),
+            "id" => id = Some(inner.value()?.parse::<Expr>()?),
+            "original" => original = Some(inner.value()?.parse::<Expr>()?),
+            "redact" => redact = Some(inner.value()?.parse::<Path>()?),
+            _ => {
+                let hint = closest(&name, DLQ_ARGUMENTS).map_or_else(
+                    || format!("; expected one of {}", list(DLQ_ARGUMENTS)),
+                    |near| format!("; did you mean `{near}`?"),
+                );
+                errors.at(at, format!("unknown `dlq` argument `{name}`{hint}"));
+                return skip_value(&inner);
+            }
+        }
+        Ok(())
+    })?;
+    let mut missing = Vec::new();
+    if sink.is_none() {
+        missing.push("`sink = ...` (where letters are parked)");
+    }
+    if id.is_none() {
+        missing.push("`id = ...` (the message id, ideally the receiver's idempotency key)");
+    }
+    if original.is_none() {
+        missing.push("`original = ...` (the request, serialisable)");
+    }
+    if !missing.is_empty() {
+        errors.at(span, format!("`dlq(...)` needs {}", missing.join(", ")));
+        return Ok(None);
+    }
+    Ok(sink
+        .zip(id)
+        .zip(original)
+        .map(|((sink, id), original)| DlqArgs {
+            sink,
+            id,
+            original,
+            redact,
+            span,
+        }))
 }
 
 fn parse_duration(lit: LitStr, errors: &mut Errors) -> Option<Spanned<Duration>> {

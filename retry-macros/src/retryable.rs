@@ -325,9 +325,13 @@ pub(crate) fn retry_loop(
         // The pattern is bound inside the attempt's block, so the body sees a fresh value
         // each time, and `mut` and destructuring work as written.
         let pat = strip_type_ascription(pat);
-        let allow = body
-            .args_used_elsewhere
-            .then(|| quote!(#[allow(unused_variables)]));
+        // Arguments the attribute itself reads (`dlq(...)`, `policy`, `budget`, `#[idempotent]`'s
+        // key) need not be read by the body too.
+        let used_elsewhere = body.args_used_elsewhere
+            || args.dlq.is_some()
+            || args.policy.is_some()
+            || args.budget.is_some();
+        let allow = used_elsewhere.then(|| quote!(#[allow(unused_variables)]));
         bindings.push(quote!(#allow let #pat = #this_attempt;));
     }
 
@@ -395,9 +399,41 @@ pub(crate) fn retry_loop(
     let outcome = Ident::new("__retry_outcome", at_output);
     let returned = Ident::new("__retry_returned", at_output);
     let wait = Ident::new("__retry_wait", Span::mixed_site());
+    // `dlq(...)`: `id`, `original` and the sink are evaluated before the first attempt (and
+    // before by-value arguments move into their slots).
+    let (dlq_prelude, park) = match &args.dlq {
+        None => (TokenStream::new(), TokenStream::new()),
+        Some(dlq) => {
+            let (sink, id, original) = (&dlq.sink, &dlq.id, &dlq.original);
+            let held = Ident::new("__retry_dlq_sink", Span::mixed_site());
+            let input = Ident::new("__retry_dlq_input", Span::mixed_site());
+            let redact = match &dlq.redact {
+                Some(path) => quote!(::core::option::Option::Some(#path as fn(_) -> _)),
+                None => quote!(::core::option::Option::None),
+            };
+            let sink_private = respan(private.clone(), sink.span());
+            let park_private = respan(private.clone(), dlq.span);
+            (
+                quote! {
+                    let #held = #sink;
+                    let #input = #private::letter_input(&(#id), &(#original), #redact);
+                },
+                {
+                    // The same hygienic names, located at `dlq` so unmet bounds point there.
+                    let at = |name: &str| Ident::new(name, Span::mixed_site().located_at(dlq.span));
+                    let (state, returned) = (at("__retry_state"), at("__retry_returned"));
+                    let (held, input) = (at("__retry_dlq_sink"), at("__retry_dlq_input"));
+                    quote_spanned! {dlq.span=>
+                        let #returned = #park_private::park_on_give_up(&#state, #returned, #sink_private::sink(&#held), &#input).await;
+                    }
+                },
+            )
+        }
+    };
     quote! {
         #private::retrying(#name, #caller, async move {
             #policy_ref
+            #dlq_prelude
             #(#slots)*
             let mut #classifier = #classify;
             let mut #hook = #on_retry;
@@ -406,7 +442,10 @@ pub(crate) fn retry_loop(
                 #(#per_attempt)*
                 let #outcome = #attempt;
                 match #state.after_attempt(#private_out::into_result(#outcome), &mut #classifier, &mut #hook) {
-                    #private::Next::Return(#returned) => return #private_out::from_result::<#output>(#returned),
+                    #private::Next::Return(#returned) => {
+                        #park
+                        return #private_out::from_result::<#output>(#returned);
+                    }
                     #private::Next::Retry(#wait) => #private::pause(#wait).await,
                 }
             }

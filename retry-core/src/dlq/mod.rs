@@ -7,6 +7,7 @@
 
 mod jsonl;
 mod letter;
+mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
@@ -16,6 +17,7 @@ use std::future::Future;
 
 pub use jsonl::{JsonlSink, TornLine};
 pub use letter::{DeadLetter, DlqError, DlqFailed, FailureClass};
+pub use memory::MemoryDeadLetters;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::PgDeadLetters;

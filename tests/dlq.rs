@@ -1,0 +1,183 @@
+//! `#[retryable(dlq(...))]`: on give-up the letter is parked before the error returns, and a
+//! caller can tell parked from not parked.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use retry_core::dlq::{
+    DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, DlqFailed, FailureClass,
+    MemoryDeadLetters,
+};
+use retry_core::time::parse_rfc3339;
+use retry_core::{Classify, Decision, retryable};
+use serde::Serialize;
+
+#[derive(Debug)]
+enum FetchError {
+    Upstream(u16),
+    NotParked(Box<DlqFailed>),
+}
+
+impl Classify for FetchError {
+    fn classify(&self) -> Decision {
+        match self {
+            FetchError::Upstream(s) if *s >= 500 => Decision::Retry,
+            _ => Decision::Stop,
+        }
+    }
+    fn reason(&self) -> Option<String> {
+        match self {
+            FetchError::Upstream(503) => Some("upstream 503".into()),
+            FetchError::Upstream(400) => Some("400 Bad Request".into()),
+            other => Some(format!("{other:?}")),
+        }
+    }
+}
+
+impl From<DlqFailed> for FetchError {
+    fn from(e: DlqFailed) -> Self {
+        FetchError::NotParked(Box::new(e))
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Order {
+    id: String,
+    amount: u64,
+    card_number: String,
+}
+
+fn redact(mut original: serde_json::Value) -> serde_json::Value {
+    original["card_number"] = serde_json::Value::String("****".into());
+    original
+}
+
+#[retryable(max = 5, base = "10ms", dlq(sink = letters, id = order.id, original = order, redact = redact))]
+async fn submit(
+    letters: &MemoryDeadLetters,
+    order: Order,
+    status: u16,
+    calls: &AtomicU32,
+) -> Result<(), FetchError> {
+    calls.fetch_add(1, Ordering::SeqCst);
+    Err(FetchError::Upstream(status))
+}
+
+fn order(id: &str) -> Order {
+    Order {
+        id: id.into(),
+        amount: 10,
+        card_number: "4111111111111111".into(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_exhausted_call_parks_a_system_letter_before_its_error_returns() {
+    let (letters, calls) = (MemoryDeadLetters::new(), AtomicU32::new(0));
+    let err = submit(&letters, order("M-1"), 503, &calls)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, FetchError::Upstream(503)),
+        "parked: the caller gets its own error"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 5);
+    let letter = letters.get("M-1").await.unwrap().expect("parked");
+    assert_eq!(letter.attempts, 5);
+    assert_eq!(letter.class, FailureClass::System);
+    assert_eq!(letter.reason, "gave up after 5 attempts: upstream 503");
+    assert_eq!(
+        letter.original["card_number"], "****",
+        "redacted before it was written"
+    );
+    assert_eq!(letter.original["amount"], 10);
+    assert!(letter.error_type.ends_with("FetchError"));
+    assert_eq!(letter.trace_id.len(), 16);
+    let (first, last) = (
+        parse_rfc3339(&letter.first_failed_at).unwrap(),
+        parse_rfc3339(&letter.last_failed_at).unwrap(),
+    );
+    assert!(first <= last);
+    assert!(
+        letter.first_failed_at.ends_with("+00:00"),
+        "RFC 3339 with offset"
+    );
+    // The seed's field names, exactly.
+    let json = serde_json::to_value(&letter).unwrap();
+    for field in [
+        "msg_id",
+        "original",
+        "reason",
+        "attempts",
+        "first_failed_at",
+        "last_failed_at",
+        "trace_id",
+    ] {
+        assert!(json.get(field).is_some(), "{field}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_error_parks_a_data_letter_after_one_attempt() {
+    let (letters, calls) = (MemoryDeadLetters::new(), AtomicU32::new(0));
+    assert!(submit(&letters, order("M-2"), 400, &calls).await.is_err());
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let letter = letters.get("M-2").await.unwrap().expect("parked");
+    assert_eq!((letter.class, letter.attempts), (FailureClass::Data, 1));
+    assert_eq!(letter.reason, "not retryable: 400 Bad Request");
+}
+
+/// A sink whose disk is full.
+struct Full;
+
+impl DeadLetterSink for Full {
+    async fn park(&self, _: &DeadLetter) -> Result<(), DlqError> {
+        Err(DlqError::Io("no space left on device".into()))
+    }
+}
+
+#[retryable(max = 2, base = "10ms", dlq(sink = Full, id = id, original = id))]
+async fn into_full_sink(id: &str) -> Result<(), FetchError> {
+    Err(FetchError::Upstream(503))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_sink_makes_the_caller_see_not_parked() {
+    match into_full_sink("M-3").await.unwrap_err() {
+        FetchError::NotParked(failed) => {
+            assert_eq!(failed.letter.msg_id, "M-3");
+            assert_eq!(
+                failed.to_string(),
+                "not parked (dead-letter store failed: no space left on device): gave up after 2 attempts: upstream 503"
+            );
+        }
+        other => panic!("the caller must see that nothing was parked: {other:?}"),
+    }
+}
+
+#[retryable(max = 3, base = "10ms", dlq(sink = letters, id = id, original = id))]
+async fn inner(letters: &MemoryDeadLetters, id: &str) -> Result<(), FetchError> {
+    Err(FetchError::Upstream(503))
+}
+
+async fn hidden(letters: &MemoryDeadLetters) -> Result<(), FetchError> {
+    inner(letters, "inner").await
+}
+
+#[retryable(max = 2, base = "10ms", dlq(sink = letters, id = "outer", original = "outer"))]
+async fn outer(letters: &MemoryDeadLetters) -> Result<(), FetchError> {
+    hidden(letters).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_collapsed_by_nesting_parks_nothing() {
+    let letters = MemoryDeadLetters::new();
+    assert!(outer(&letters).await.is_err());
+    let parked: Vec<_> = letters
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.msg_id)
+        .collect();
+    assert_eq!(parked, ["outer"], "only the layer that retried parks");
+}
