@@ -75,3 +75,55 @@ fn calls_retries_give_ups_and_nested_suppressions_are_counted_by_function() {
     expected.sort();
     assert_eq!(counters(&recorder), expected);
 }
+
+#[test]
+fn the_dead_letter_queue_reports_pending_letters_and_the_oldest_age() {
+    use retry_core::dlq::{DeadLetter, DeadLetterSink, FailureClass, MemoryDeadLetters};
+    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let letter = |id: &str| DeadLetter {
+        msg_id: id.into(),
+        original: serde_json::json!({}),
+        reason: "gave up".into(),
+        attempts: 5,
+        first_failed_at: retry_core::time::format_rfc3339(an_hour_ago),
+        last_failed_at: retry_core::time::format_rfc3339(an_hour_ago),
+        trace_id: "0".into(),
+        class: FailureClass::System,
+        error_type: "E".into(),
+        idempotency_key: None,
+    };
+    let recorder = DebuggingRecorder::new();
+    let pending = metrics::with_local_recorder(&recorder, || {
+        paused_runtime().block_on(async {
+            let letters = MemoryDeadLetters::new();
+            letters.park(&letter("a")).await.unwrap();
+            letters.park(&letter("b")).await.unwrap();
+            retry_core::dlq::pending(&letters, "payments")
+                .await
+                .unwrap()
+        })
+    });
+    assert_eq!(pending.count, 2);
+    let age = pending.oldest_age.unwrap().as_secs();
+    assert!((3600..3610).contains(&age), "{age}");
+    let gauges: Vec<_> = recorder
+        .snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| match value {
+            DebugValue::Gauge(v) => Some((key.key().name().to_owned(), v.into_inner())),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        gauges.contains(&(names::DLQ_PENDING.to_owned(), 2.0)),
+        "{gauges:?}"
+    );
+    assert!(
+        gauges
+            .iter()
+            .any(|(n, v)| n == names::DLQ_OLDEST_AGE && *v >= 3600.0),
+        "{gauges:?}"
+    );
+}

@@ -11,6 +11,8 @@
 //! | `retry_core_idempotency_fenced_total` | counter | `function` | late completions refused after a takeover |
 //! | `retry_core_idempotency_not_stored_total` | counter | `function` | responses of finished calls that could not be stored |
 //! | `retry_core_idempotency_abandoned_total` | counter | `function`, `released` | calls dropped while holding a claim |
+//! | `retry_core_dlq_pending` | gauge | `queue` | dead letters waiting (set by `dlq::pending`) |
+//! | `retry_core_dlq_oldest_age_seconds` | gauge | `queue` | age of the oldest waiting letter's first failure |
 
 /// Metric names, for dashboards and tests.
 pub mod names {
@@ -32,6 +34,10 @@ pub mod names {
     pub const NOT_STORED: &str = "retry_core_idempotency_not_stored_total";
     /// Calls dropped while holding a claim; `released` says whether the claim was released.
     pub const ABANDONED: &str = "retry_core_idempotency_abandoned_total";
+    /// Dead letters waiting.
+    pub const DLQ_PENDING: &str = "retry_core_dlq_pending";
+    /// Age in seconds of the oldest waiting dead letter's first failure.
+    pub const DLQ_OLDEST_AGE: &str = "retry_core_dlq_oldest_age_seconds";
 }
 
 pub(crate) fn call_started(function: &'static str) {

@@ -8,6 +8,7 @@
 mod jsonl;
 mod letter;
 mod memory;
+mod monitor;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
@@ -18,6 +19,7 @@ use std::future::Future;
 pub use jsonl::{JsonlSink, TornLine};
 pub use letter::{DeadLetter, DlqError, DlqFailed, FailureClass};
 pub use memory::MemoryDeadLetters;
+pub use monitor::{Pending, pending, spawn_monitor};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::PgDeadLetters;
