@@ -181,3 +181,38 @@ async fn a_retry_collapsed_by_nesting_parks_nothing() {
         .collect();
     assert_eq!(parked, ["outer"], "only the layer that retried parks");
 }
+
+#[retryable(max = 5, base = "10ms", dlq(sink = letters, id = order.id, original = order))]
+async fn submit_to_file(
+    letters: &retry_core::dlq::JsonlSink,
+    order: Order,
+) -> Result<(), FetchError> {
+    Err(FetchError::Upstream(503))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_give_up_writes_one_jsonl_line_in_the_seed_shape() {
+    let path =
+        std::env::temp_dir().join(format!("retry-core-dlq-seed-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let letters = retry_core::dlq::JsonlSink::open(&path).unwrap();
+    assert!(
+        submit_to_file(&letters, order("M-20260819-000123"))
+            .await
+            .is_err()
+    );
+    drop(letters);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let lines: Vec<_> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    let line: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(line["msg_id"], "M-20260819-000123");
+    assert_eq!(line["attempts"], 5);
+    assert_eq!(line["reason"], "gave up after 5 attempts: upstream 503");
+    assert_eq!(line["original"]["id"], "M-20260819-000123");
+    assert!(line["trace_id"].as_str().is_some_and(|t| !t.is_empty()));
+    let first = parse_rfc3339(line["first_failed_at"].as_str().unwrap()).unwrap();
+    let last = parse_rfc3339(line["last_failed_at"].as_str().unwrap()).unwrap();
+    assert!(first <= last);
+}

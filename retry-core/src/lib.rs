@@ -18,6 +18,8 @@ mod policy;
 pub mod reqwest;
 mod retrying;
 pub mod scope;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
 mod state;
 pub mod time;
 #[cfg(feature = "tower")]

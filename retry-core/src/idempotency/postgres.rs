@@ -35,27 +35,18 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use deadpool_postgres::{
-    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
-};
-use tokio_postgres::config::Host;
+use deadpool_postgres::{Object, Pool};
+use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
 
 use super::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, StoreError, TransactionalStore,
 };
+use crate::sql::postgres::{self as sql, Db, Schema};
 use crate::time::{Clock, SystemClock, format_utc, later, parse_utc};
 
 /// The version of the `inbox_log` layout this code writes, kept in `retry_core_schema`.
 const SCHEMA_VERSION: i32 = 1;
-
-/// See [`PgStore::with_pool_size`].
-const DEFAULT_POOL_SIZE: usize = 16;
-
-/// For pools made by [`PgStore::connect`]: how long opening a connection, and waiting for a free
-/// one, may take.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Rows deleted per purge statement: each batch commits on its own, so a purge of millions of
 /// rows never becomes one long transaction. Every matching row is deleted; the batch size only
@@ -66,17 +57,9 @@ const PURGE_BATCH: i64 = 5_000;
 /// could be locked (a purge racing a resend of a long-expired key).
 const CLAIM_ATTEMPTS: usize = 3;
 
-/// The advisory lock key that serialises migrations: "retrycor" in ASCII.
-const MIGRATION_LOCK: i64 = 0x7265_7472_7963_6f72;
-
-/// A schema table of our own (rather than the application's migration tool's): the same
-/// `retry_core_schema` as the SQLite store keeps.
-const MIGRATION: &str = "
-CREATE TABLE IF NOT EXISTS retry_core_schema (
-    component TEXT NOT NULL PRIMARY KEY,
-    version INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS inbox_log (
+/// The table, created after the shared `retry_core_schema` (a schema table of our own rather
+/// than the application's migration tool's: the same one the SQLite store keeps).
+const TABLES: &str = "CREATE TABLE IF NOT EXISTS inbox_log (
     msg_id TEXT NOT NULL PRIMARY KEY,
     biz_key TEXT NOT NULL,
     status TEXT NOT NULL CHECK (status IN ('in_progress', 'done', 'failed', 'released')),
@@ -90,14 +73,20 @@ CREATE TABLE IF NOT EXISTS inbox_log (
 CREATE INDEX IF NOT EXISTS inbox_log_created_at ON inbox_log (created_at);
 ";
 
-const LOCK_MIGRATION: &str = "SELECT pg_advisory_xact_lock($1)";
 const TABLES_EXIST: &str = "SELECT to_regclass('retry_core_schema') IS NOT NULL, \
      to_regclass('inbox_log') IS NOT NULL";
 const SELECT_VERSION: &str = "SELECT version FROM retry_core_schema WHERE component = 'inbox_log'";
 const RECORD_VERSION: &str = "INSERT INTO retry_core_schema (component, version) VALUES ('inbox_log', $1) \
      ON CONFLICT (component) DO NOTHING";
-const SERVER_ADDRESS: &str =
-    "SELECT host(inet_server_addr()), inet_server_port(), current_database()::text";
+
+const SCHEMA: Schema = Schema {
+    component: "inbox_log",
+    version: SCHEMA_VERSION,
+    tables: TABLES,
+    tables_exist: TABLES_EXIST,
+    select_version: SELECT_VERSION,
+    record_version: RECORD_VERSION,
+};
 
 const INSERT_CLAIM: &str = "INSERT INTO inbox_log \
      (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at) \
@@ -232,41 +221,9 @@ impl PgStore {
     /// # }
     /// ```
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
-            StoreError::Unavailable(Box::new(ServerError {
-                context: "invalid PostgreSQL connection string".to_owned(),
-                source: Box::new(e),
-            }))
-        })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(DEFAULT_TIMEOUT);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("retry-core");
-        }
-        let server: Arc<str> = describe_server(&config).into();
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(DEFAULT_POOL_SIZE)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(DEFAULT_TIMEOUT))
-            .create_timeout(Some(DEFAULT_TIMEOUT))
-            .recycle_timeout(Some(DEFAULT_TIMEOUT))
-            .build()
-            .map_err(|e| {
-                StoreError::Unavailable(Box::new(ServerError {
-                    context: format!("cannot build a connection pool for PostgreSQL at {server}"),
-                    source: Box::new(e),
-                }))
-            })?;
-        let db = Db { pool, server };
-        db.migrate().await?;
+        let db = Db::connect(url, &SCHEMA)
+            .await
+            .map_err(StoreError::Unavailable)?;
         Ok(PgStore::with_db(db))
     }
 
@@ -293,13 +250,9 @@ impl PgStore {
     /// # }
     /// ```
     pub async fn from_pool(pool: Pool) -> Result<Self, StoreError> {
-        let mut db = Db {
-            pool,
-            server: Arc::from("the server of the pool given to PgStore::from_pool"),
-        };
-        if let Some(server) = db.migrate().await? {
-            db.server = server.into();
-        }
+        let db = Db::from_pool(pool, "PgStore", &SCHEMA)
+            .await
+            .map_err(StoreError::Unavailable)?;
         Ok(PgStore::with_db(db))
     }
 
@@ -309,6 +262,11 @@ impl PgStore {
             clock: Arc::new(SystemClock),
             limits: Limits::default(),
         }
+    }
+
+    /// A failed statement (or a lost connection): names the server.
+    fn error(&self, e: tokio_postgres::Error) -> StoreError {
+        StoreError::Unavailable(self.db.error(e))
     }
 
     /// Reads time from `clock` instead of the system clock (for tests of leases and retention).
@@ -445,33 +403,31 @@ impl PgStore {
 
 impl IdempotencyStore for PgStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        let mut client = self.db.get().await?;
+        let mut client = self.db.get().await.map_err(StoreError::Unavailable)?;
         claim_in(&mut client, &*self.clock, request)
             .await
-            .map_err(|e| self.db.fail(e))
+            .map_err(|e| self.db.fail(e, StoreError::Unavailable))
     }
 
     async fn complete(&self, claim: &Claim, response: &str) -> Result<(), StoreError> {
         let Ok(token) = i64::try_from(claim.token) else {
             return Err(StoreError::Fenced);
         };
-        self.db
-            .guarded(COMPLETE, &[&response, &claim.key, &token])
-            .await
+        guarded(&self.db, COMPLETE, &[&response, &claim.key, &token]).await
     }
 
     async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
         let Ok(token) = i64::try_from(claim.token) else {
             return Err(StoreError::Fenced);
         };
-        self.db.guarded(RELEASE, &[&claim.key, &token]).await
+        guarded(&self.db, RELEASE, &[&claim.key, &token]).await
     }
 
     async fn mark_failed(&self, claim: &Claim) -> Result<(), StoreError> {
         let Ok(token) = i64::try_from(claim.token) else {
             return Err(StoreError::Fenced);
         };
-        self.db.guarded(MARK_FAILED, &[&claim.key, &token]).await
+        guarded(&self.db, MARK_FAILED, &[&claim.key, &token]).await
     }
 
     /// Starts the release as a Tokio task when called inside a runtime; returns whether it was
@@ -487,7 +443,7 @@ impl IdempotencyStore for PgStore {
         let db = self.db.clone();
         let key = claim.key;
         runtime.spawn(async move {
-            match db.guarded(RELEASE, &[&key, &token]).await {
+            match guarded(&db, RELEASE, &[&key, &token]).await {
                 Ok(()) => {
                     tracing::debug!(server = %db.server, %key, token, "released an abandoned claim");
                 }
@@ -503,10 +459,10 @@ impl IdempotencyStore for PgStore {
     }
 
     async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {
-        let client = self.db.get().await?;
+        let client = self.db.get().await.map_err(StoreError::Unavailable)?;
         purge_in(&client, &*self.clock, age)
             .await
-            .map_err(|e| self.db.fail(e))
+            .map_err(|e| self.db.fail(e, StoreError::Unavailable))
     }
 
     fn limits(&self) -> Limits {
@@ -689,7 +645,7 @@ impl TransactionalStore for PgStore {
     /// # }
     /// ```
     async fn begin(&self) -> Result<PgTransaction, StoreError> {
-        let conn = self.db.get().await?;
+        let conn = self.db.get().await.map_err(StoreError::Unavailable)?;
         // Wrapped before `BEGIN` is sent, so that from here on a drop detaches the connection.
         let mut tx = PgTransaction {
             conn: Some(conn),
@@ -700,7 +656,7 @@ impl TransactionalStore for PgStore {
             .client()
             .simple_query(BEGIN)
             .await
-            .map_err(|e| self.db.error(e))?;
+            .map_err(|e| self.error(e))?;
         let txid = messages.iter().find_map(|message| match message {
             tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0)?.parse::<i64>().ok(),
             _ => None,
@@ -793,16 +749,16 @@ impl TransactionalStore for PgStore {
         let statement = client
             .prepare_cached(COMMIT_DONE)
             .await
-            .map_err(|e| self.db.error(e))?;
+            .map_err(|e| self.error(e))?;
         let updated = client
             .execute(&statement, &[&response, &claim.key, &token, &tx.txid])
             .await
-            .map_err(|e| self.db.error(e))?;
+            .map_err(|e| self.error(e))?;
         if updated == 1 {
             client
                 .batch_execute("COMMIT")
                 .await
-                .map_err(|e| self.db.error(e))?;
+                .map_err(|e| self.error(e))?;
             tx.give_back();
             return Ok(());
         }
@@ -810,12 +766,12 @@ impl TransactionalStore for PgStore {
         let statement = client
             .prepare_cached(SAME_TRANSACTION)
             .await
-            .map_err(|e| self.db.error(e))?;
+            .map_err(|e| self.error(e))?;
         let same: bool = client
             .query_one(&statement, &[&tx.txid])
             .await
             .and_then(|row| row.try_get(0))
-            .map_err(|e| self.db.error(e))?;
+            .map_err(|e| self.error(e))?;
         match client.batch_execute("ROLLBACK").await {
             Ok(()) => tx.give_back(),
             // Nothing of this transaction can commit any more: dropped, its connection closes
@@ -861,7 +817,7 @@ impl TransactionalStore for PgStore {
         tx.client()
             .batch_execute("ROLLBACK")
             .await
-            .map_err(|e| self.db.error(e))?;
+            .map_err(|e| self.error(e))?;
         tx.give_back();
         Ok(())
     }
@@ -869,24 +825,8 @@ impl TransactionalStore for PgStore {
 
 // ---- the statements ----
 
-/// The pool and how to name its server in errors.
-#[derive(Clone)]
-struct Db {
-    pool: Pool,
-    server: Arc<str>,
-}
-
 /// Why an operation failed before its errors get the server's name.
-enum Fail {
-    Sql(tokio_postgres::Error),
-    Store(StoreError),
-}
-
-impl From<tokio_postgres::Error> for Fail {
-    fn from(e: tokio_postgres::Error) -> Self {
-        Fail::Sql(e)
-    }
-}
+type Fail = sql::Fail<StoreError>;
 
 fn corrupt(key: &str, what: impl fmt::Display) -> Fail {
     Fail::Store(StoreError::Corrupt(format!(
@@ -894,128 +834,22 @@ fn corrupt(key: &str, what: impl fmt::Display) -> Fail {
     )))
 }
 
-impl Db {
-    async fn get(&self) -> Result<Object, StoreError> {
-        self.pool.get().await.map_err(|e| self.pool_error(e))
-    }
-
-    /// Creates what is missing of the schema, under an advisory lock; refuses a schema newer
-    /// than this code. Returns the server's address as it reports it.
-    async fn migrate(&self) -> Result<Option<String>, StoreError> {
-        let mut client = self.get().await?;
-        self.migrate_on(&mut client).await.map_err(|e| self.fail(e))
-    }
-
-    async fn migrate_on(&self, client: &mut Object) -> Result<Option<String>, Fail> {
-        let tx = client.transaction().await?;
-        tx.execute(LOCK_MIGRATION, &[&MIGRATION_LOCK]).await?;
-        let exist = tx.query_one(TABLES_EXIST, &[]).await?;
-        let (schema_table, inbox_table): (bool, bool) = (exist.try_get(0)?, exist.try_get(1)?);
-        let version: Option<i32> = if schema_table {
-            tx.query_opt(SELECT_VERSION, &[])
-                .await?
-                .map(|row| row.try_get(0))
-                .transpose()?
-        } else {
-            None
-        };
-        match version {
-            Some(version) if version > SCHEMA_VERSION => {
-                return Err(Fail::Store(StoreError::Unavailable(
-                    format!(
-                        "PostgreSQL at {} has inbox_log schema version {version}, newer than the {SCHEMA_VERSION} this retry-core understands",
-                        self.server
-                    )
-                    .into(),
-                )));
-            }
-            Some(_) if inbox_table => {}
-            _ => {
-                tx.batch_execute(MIGRATION).await?;
-                tx.execute(RECORD_VERSION, &[&SCHEMA_VERSION]).await?;
-            }
-        }
-        let address = tx.query_one(SERVER_ADDRESS, &[]).await?;
-        tx.commit().await?;
-        let host: Option<String> = address.try_get(0)?;
-        let port: Option<i32> = address.try_get(1)?;
-        let database: String = address.try_get(2)?;
-        Ok(Some(match (host, port) {
-            (Some(host), Some(port)) if host.contains(':') => {
-                format!("[{host}]:{port} (database {database})")
-            }
-            (Some(host), Some(port)) => format!("{host}:{port} (database {database})"),
-            _ => format!("a local socket (database {database})"),
-        }))
-    }
-
-    /// One statement guarded by the claim's token, in autocommit: no row touched means the
-    /// claim was taken over (or finished): [`StoreError::Fenced`].
-    async fn guarded(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<(), StoreError> {
-        let client = self.get().await?;
-        let statement = client
-            .prepare_cached(sql)
-            .await
-            .map_err(|e| self.error(e))?;
-        let changed = client
-            .execute(&statement, params)
-            .await
-            .map_err(|e| self.error(e))?;
-        if changed == 0 {
-            Err(StoreError::Fenced)
-        } else {
-            Ok(())
-        }
-    }
-
-    fn fail(&self, e: Fail) -> StoreError {
-        match e {
-            Fail::Sql(e) => self.error(e),
-            Fail::Store(e) => e,
-        }
-    }
-
-    /// A failed statement (or a lost connection): names the server.
-    fn error(&self, e: tokio_postgres::Error) -> StoreError {
-        StoreError::Unavailable(Box::new(ServerError {
-            context: format!("PostgreSQL at {}", self.server),
-            source: Box::new(e),
-        }))
-    }
-
-    /// No connection could be had from the pool: says why, naming the server.
-    fn pool_error(&self, e: PoolError) -> StoreError {
-        let server = &self.server;
-        let timeouts = self.pool.timeouts();
-        let message = |text: String| StoreError::Unavailable(text.into());
-        match e {
-            PoolError::Timeout(TimeoutType::Wait) => message(format!(
-                "all {} connections to PostgreSQL at {server} stayed busy (waited {:?})",
-                self.pool.status().max_size,
-                timeouts.wait.unwrap_or_default()
-            )),
-            PoolError::Timeout(TimeoutType::Create) => message(format!(
-                "cannot connect to PostgreSQL at {server}: no answer within {:?}",
-                timeouts.create.unwrap_or_default()
-            )),
-            PoolError::Timeout(TimeoutType::Recycle) => message(format!(
-                "PostgreSQL at {server} did not answer a connection check within {:?}",
-                timeouts.recycle.unwrap_or_default()
-            )),
-            PoolError::Backend(e) => StoreError::Unavailable(Box::new(ServerError {
-                context: format!("cannot connect to PostgreSQL at {server}"),
-                source: Box::new(e),
-            })),
-            PoolError::Closed => message(format!(
-                "the connection pool for PostgreSQL at {server} is closed"
-            )),
-            PoolError::NoRuntimeSpecified => message(format!(
-                "the connection pool for PostgreSQL at {server} has timeouts but no runtime (build it with deadpool_postgres::Runtime::Tokio1)"
-            )),
-            PoolError::PostCreateHook(e) => message(format!(
-                "cannot connect to PostgreSQL at {server}: the pool's post_create hook failed: {e}"
-            )),
-        }
+/// One statement guarded by the claim's token, in autocommit: no row touched means the claim
+/// was taken over (or finished): [`StoreError::Fenced`].
+async fn guarded(db: &Db, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<(), StoreError> {
+    let client = db.get().await.map_err(StoreError::Unavailable)?;
+    let statement = client
+        .prepare_cached(sql)
+        .await
+        .map_err(|e| StoreError::Unavailable(db.error(e)))?;
+    let changed = client
+        .execute(&statement, params)
+        .await
+        .map_err(|e| StoreError::Unavailable(db.error(e)))?;
+    if changed == 0 {
+        Err(StoreError::Fenced)
+    } else {
+        Ok(())
     }
 }
 
@@ -1183,129 +1017,9 @@ async fn purge_in(client: &Object, clock: &dyn Clock, age: Duration) -> Result<u
     }
 }
 
-/// `host:port (database name)` for each host of `config`: never the user or the password.
-fn describe_server(config: &tokio_postgres::Config) -> String {
-    let ports = config.get_ports();
-    let port = |i: usize| match ports {
-        [] => 5432,
-        [one] => *one,
-        many => many.get(i).copied().unwrap_or(5432),
-    };
-    let mut hosts: Vec<String> = config
-        .get_hosts()
-        .iter()
-        .enumerate()
-        .map(|(i, host)| match host {
-            Host::Tcp(name) if name.contains(':') => format!("[{name}]:{}", port(i)),
-            Host::Tcp(name) => format!("{name}:{}", port(i)),
-            #[cfg(unix)]
-            Host::Unix(path) => format!("{}:{}", path.display(), port(i)),
-        })
-        .collect();
-    if hosts.is_empty() {
-        hosts = config
-            .get_hostaddrs()
-            .iter()
-            .enumerate()
-            .map(|(i, addr)| match addr {
-                std::net::IpAddr::V4(v4) => format!("{v4}:{}", port(i)),
-                std::net::IpAddr::V6(v6) => format!("[{v6}]:{}", port(i)),
-            })
-            .collect();
-    }
-    let hosts = if hosts.is_empty() {
-        "(no host given)".to_owned()
-    } else {
-        hosts.join(",")
-    };
-    match config.get_dbname() {
-        Some(database) => format!("{hosts} (database {database})"),
-        None => hosts,
-    }
-}
-
-/// An error of the server or of reaching it, with the whole chain of causes in its message
-/// (tokio-postgres says only "db error" at the top).
-#[derive(Debug)]
-struct ServerError {
-    context: String,
-    source: Box<dyn std::error::Error + Send + Sync>,
-}
-
-impl fmt::Display for ServerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.context, self.source)?;
-        let mut cause = self.source.source();
-        while let Some(e) = cause {
-            write!(f, ": {e}")?;
-            cause = e.source();
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ServerError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.source)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn config(url: &str) -> tokio_postgres::Config {
-        url.parse().unwrap()
-    }
-
-    #[test]
-    fn the_server_is_named_without_user_or_password() {
-        for (url, expected) in [
-            (
-                "postgres://app:s3cret@db.internal:6543/payments",
-                "db.internal:6543 (database payments)",
-            ),
-            (
-                "postgres://app:s3cret@db.internal/payments",
-                "db.internal:5432 (database payments)",
-            ),
-            (
-                "postgres://app:s3cret@a:1,b:2/payments",
-                "a:1,b:2 (database payments)",
-            ),
-            ("postgres://app@[::1]:5433", "[::1]:5433"),
-            (
-                "host=/run/postgresql user=app password=s3cret dbname=x",
-                "/run/postgresql:5432 (database x)",
-            ),
-            (
-                "hostaddr=10.0.0.7 port=7 user=app password=s3cret",
-                "10.0.0.7:7",
-            ),
-            ("user=app password=s3cret", "(no host given)"),
-        ] {
-            let named = describe_server(&config(url));
-            assert_eq!(named, expected, "{url}");
-            assert!(
-                !named.contains("s3cret") && !named.contains("app"),
-                "{named}"
-            );
-        }
-    }
-
-    #[test]
-    fn server_errors_carry_the_whole_chain() {
-        let inner = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
-        let error = ServerError {
-            context: "cannot connect to PostgreSQL at h:1".to_owned(),
-            source: Box::new(StoreError::Unavailable(Box::new(inner))),
-        };
-        assert_eq!(
-            error.to_string(),
-            "cannot connect to PostgreSQL at h:1: idempotency store unavailable: refused: refused"
-        );
-        assert!(std::error::Error::source(&error).is_some());
-    }
 
     #[test]
     fn a_bad_connection_string_is_unavailable_and_does_not_echo_it() {

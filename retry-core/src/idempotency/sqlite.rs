@@ -23,40 +23,44 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::types::Value;
-use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, StoreError, TransactionalStore,
+};
+use crate::sql::sqlite::{
+    self as sql, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, PooledConnection, Schema, Settings,
+    blocking,
 };
 use crate::time::{Clock, SystemClock, format_utc, later, parse_utc};
 
 /// The version of the `inbox_log` layout this code writes, kept in `retry_core_schema`.
 const SCHEMA_VERSION: i64 = 1;
 
-/// How long an operation waits for a lock held by another connection or process.
-const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// See [`SqliteStore::with_max_connections`].
 const DEFAULT_MAX_CONNECTIONS: usize = 4;
+
+/// A store's settings until the `with_*` methods change them: a 5 s busy timeout,
+/// `synchronous=NORMAL`, up to 4 connections.
+const DEFAULT_SETTINGS: Settings = Settings {
+    busy_timeout: DEFAULT_BUSY_TIMEOUT,
+    synchronous_full: false,
+    max_connections: DEFAULT_MAX_CONNECTIONS,
+};
 
 /// Rows deleted per purge transaction: the write lock is released between batches so claims on
 /// the request path never wait behind one huge delete. Every matching row is deleted; the batch
 /// size only decides how many transactions that takes.
 const PURGE_BATCH: usize = 5_000;
 
-/// A schema table of our own rather than `PRAGMA user_version`: with transactional mode the
-/// application's tables may live in the same file, and its migration tool may own
-/// `user_version`.
-const MIGRATION: &str = "
-CREATE TABLE IF NOT EXISTS retry_core_schema (
-    component TEXT NOT NULL PRIMARY KEY,
-    version INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS inbox_log (
+/// The table, created after the shared `retry_core_schema` (its version is kept there rather than
+/// in `PRAGMA user_version`: with transactional mode the application's tables may live in the
+/// same file, and its migration tool may own `user_version`).
+const TABLES: &str = "CREATE TABLE IF NOT EXISTS inbox_log (
     msg_id TEXT NOT NULL PRIMARY KEY,
     biz_key TEXT NOT NULL,
     status TEXT NOT NULL CHECK (status IN ('in_progress', 'done', 'failed', 'released')),
@@ -73,6 +77,15 @@ CREATE INDEX IF NOT EXISTS inbox_log_created_at ON inbox_log (created_at);
 const SELECT_VERSION: &str = "SELECT version FROM retry_core_schema WHERE component = 'inbox_log'";
 const RECORD_VERSION: &str = "INSERT INTO retry_core_schema (component, version) VALUES ('inbox_log', ?1) \
      ON CONFLICT(component) DO NOTHING";
+
+const SCHEMA: Schema = Schema {
+    store: "SqliteStore",
+    component: "inbox_log",
+    version: SCHEMA_VERSION,
+    tables: TABLES,
+    select_version: SELECT_VERSION,
+    record_version: RECORD_VERSION,
+};
 
 const INSERT_CLAIM: &str = "INSERT INTO inbox_log \
      (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at) \
@@ -199,10 +212,8 @@ impl SqliteStore {
     /// # Ok::<(), retry_core::idempotency::StoreError>(())
     /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let pool = Pool::new(path.as_ref().to_path_buf(), Settings::default());
-        let mut first = pool.connect()?;
-        pool.prepare_file(&mut first)?;
-        pool.give_back_new(first);
+        let pool = Pool::open(path.as_ref().to_path_buf(), DEFAULT_SETTINGS, &SCHEMA)
+            .map_err(StoreError::from_sqlite)?;
         Ok(SqliteStore {
             pool: Arc::new(pool),
             clock: Arc::new(SystemClock),
@@ -399,7 +410,7 @@ impl SqliteStore {
     fn reconfigure(mut self, change: impl FnOnce(&mut Settings)) -> Self {
         let mut settings = self.pool.settings;
         change(&mut settings);
-        self.pool = Arc::new(Pool::new(self.pool.path.clone(), settings));
+        self.pool = Arc::new(self.pool.with_settings(settings));
         self
     }
 
@@ -409,7 +420,7 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&mut Connection, &dyn Clock) -> Result<T, Fail> + Send + 'static,
     {
-        blocking(self.work(op)).await
+        blocking(&self.pool.path, self.work(op)).await
     }
 
     fn work<T, F>(&self, op: F) -> impl FnOnce() -> Result<T, StoreError> + Send + 'static
@@ -693,7 +704,7 @@ fn run_in<R>(
         // either way `done` can no longer commit with them.
         return Err(Fail::Store(StoreError::Unavailable(Box::new(
             TransactionEnded {
-                path: conn.0.pool.path.clone(),
+                path: conn.0.pool().path.clone(),
                 source: result.err(),
             },
         ))));
@@ -707,16 +718,14 @@ struct TxConnection(PooledConnection);
 
 impl TxConnection {
     fn connection(&self) -> Result<&Connection, Fail> {
-        self.0.conn.as_ref().ok_or_else(|| {
-            Fail::Store(StoreError::Unavailable(
-                "SQLite connection pool lost a connection".into(),
-            ))
-        })
+        self.0
+            .connection()
+            .map_err(|e| Fail::Store(StoreError::from_sqlite(e)))
     }
 
     /// Whether its transaction is still open.
     fn is_open(&self) -> bool {
-        self.0.conn.as_ref().is_some_and(|c| !c.is_autocommit())
+        self.0.connection().is_ok_and(|c| !c.is_autocommit())
     }
 }
 
@@ -725,13 +734,13 @@ impl Drop for TxConnection {
         if !self.is_open() {
             return;
         }
-        let Some(conn) = self.0.conn.as_ref() else {
+        let Ok(conn) = self.0.connection() else {
             return;
         };
         // Cheap enough for any thread, async ones included: rolling back a WAL transaction
         // discards its pages and releases the write lock, with no disk write and no lock wait.
         if let Err(e) = conn.execute_batch("ROLLBACK") {
-            tracing::warn!(path = %self.0.pool.path.display(), error = %e, "rolling back a dropped transaction failed; closing its connection instead");
+            tracing::warn!(path = %self.0.pool().path.display(), error = %e, "rolling back a dropped transaction failed; closing its connection instead");
         }
         // `PooledConnection::drop` closes the connection if the transaction is still open.
     }
@@ -774,8 +783,8 @@ impl TransactionalStore for SqliteStore {
     /// ```
     async fn begin(&self) -> Result<SqliteTransaction, StoreError> {
         let pool = Arc::clone(&self.pool);
-        blocking(move || {
-            let pooled = pool.checkout()?;
+        blocking(&self.pool.path, move || {
+            let pooled = pool.checkout().map_err(StoreError::from_sqlite)?;
             let conn = TxConnection(pooled);
             conn.connection()
                 .and_then(|c| Ok(c.execute_batch("BEGIN IMMEDIATE")?))
@@ -869,7 +878,10 @@ impl TransactionalStore for SqliteStore {
         };
         let (key, response) = (claim.key.clone(), response.to_owned());
         let pool = Arc::clone(&self.pool);
-        blocking(move || commit_in(conn, &response, &key, token).map_err(|e| pool.fail(e))).await
+        blocking(&self.pool.path, move || {
+            commit_in(conn, &response, &key, token).map_err(|e| pool.fail(e))
+        })
+        .await
     }
 
     /// `ROLLBACK`, in place: it is as cheap as the rollback on drop (see
@@ -910,7 +922,7 @@ impl TransactionalStore for SqliteStore {
         let c = conn.connection().map_err(|e| transaction.pool.fail(e))?;
         if conn.is_open() {
             c.execute_batch("ROLLBACK")
-                .map_err(|e| transaction.pool.error(e))?;
+                .map_err(|e| StoreError::from_sqlite(transaction.pool.error(e)))?;
         }
         Ok(())
     }
@@ -929,21 +941,6 @@ fn commit_in(conn: TxConnection, response: &str, key: &str, token: i64) -> Resul
     }
     c.execute_batch("COMMIT")?;
     Ok(())
-}
-
-/// Runs `work` off the async executor when a Tokio runtime is present (in place otherwise: the
-/// call then blocks its thread, as any SQLite call does).
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => runtime.spawn_blocking(work).await.unwrap_or_else(|e| {
-            Err(StoreError::Unavailable(
-                format!("SQLite worker task failed: {e}").into(),
-            ))
-        }),
-        Err(_) => work(),
-    }
 }
 
 /// The handler's transaction is no longer open.
@@ -996,14 +993,22 @@ impl From<&ClaimRequest<'_>> for OwnedRequest {
 }
 
 /// Why an operation failed before its errors get the file's name.
-enum Fail {
-    Sql(rusqlite::Error),
-    Store(StoreError),
-}
+type Fail = sql::Fail<StoreError>;
 
-impl From<rusqlite::Error> for Fail {
-    fn from(e: rusqlite::Error) -> Self {
-        Fail::Sql(e)
+impl FromSqliteError for StoreError {
+    /// The plumbing's failures, as this store has always reported them: `Unavailable`, with
+    /// SQLite's error (or the plumbing's own error naming the file) as the source.
+    fn from_sqlite(error: sql::Error) -> Self {
+        StoreError::Unavailable(match error {
+            sql::Error::Locked(e) => Box::new(e),
+            sql::Error::Sql { source, .. } => Box::new(source),
+            sql::Error::OpenFailed(e) => Box::new(e),
+            sql::Error::PoolExhausted(e) => Box::new(e),
+            sql::Error::Message(message) => message.into(),
+            sql::Error::Worker { source, .. } => {
+                format!("SQLite worker task failed: {source}").into()
+            }
+        })
     }
 }
 
@@ -1181,344 +1186,14 @@ fn purge_in(conn: &mut Connection, clock: &dyn Clock, age: Duration) -> Result<u
     }
 }
 
-/// Per-connection settings, and the pool's size.
-#[derive(Debug, Clone, Copy)]
-struct Settings {
-    busy_timeout: Duration,
-    synchronous_full: bool,
-    max_connections: usize,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            busy_timeout: DEFAULT_BUSY_TIMEOUT,
-            synchronous_full: false,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-        }
-    }
-}
-
-/// Connections to one file: idle ones are reused, a new one is opened while fewer than
-/// `max_connections` exist, and otherwise an operation waits for one to come back.
-struct Pool {
-    path: PathBuf,
-    settings: Settings,
-    state: Mutex<PoolState>,
-    returned: Condvar,
-}
-
-struct PoolState {
-    idle: Vec<Connection>,
-    /// Connections that exist: idle, in use, or being opened.
-    open: usize,
-}
-
-impl Pool {
-    fn new(path: PathBuf, settings: Settings) -> Self {
-        Pool {
-            path,
-            settings,
-            state: Mutex::new(PoolState {
-                idle: Vec::new(),
-                open: 0,
-            }),
-            returned: Condvar::new(),
-        }
-    }
-
-    fn state(&self) -> MutexGuard<'_, PoolState> {
-        // Every update of the state is a single push, pop or count: a panic cannot tear it.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The busy timeout as SQLite takes it (whole milliseconds in an `i32`; rusqlite panics on
-    /// more).
-    fn busy_timeout(&self) -> Duration {
-        self.settings
-            .busy_timeout
-            .min(Duration::from_millis(i32::MAX.unsigned_abs().into()))
-    }
-
-    /// Opens a connection with the per-connection settings. Does not count it.
-    fn connect(&self) -> Result<Connection, StoreError> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn =
-            Connection::open_with_flags(&self.path, flags).map_err(|e| self.open_error(e))?;
-        conn.busy_timeout(self.busy_timeout())
-            .map_err(|e| self.open_error(e))?;
-        let synchronous = if self.settings.synchronous_full {
-            "FULL"
-        } else {
-            "NORMAL"
-        };
-        conn.pragma_update(None, "synchronous", synchronous)
-            .map_err(|e| self.error(e))?;
-        Ok(conn)
-    }
-
-    /// Once per `open`: WAL mode (a property of the file) and the table.
-    fn prepare_file(&self, conn: &mut Connection) -> Result<(), StoreError> {
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode", [], |row| row.get(0))
-            .map_err(|e| self.open_error(e))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            let mode: String = conn
-                .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-                .map_err(|e| self.open_error(e))?;
-            if !mode.eq_ignore_ascii_case("wal") {
-                return Err(StoreError::Unavailable(
-                    format!(
-                        "database file {} cannot use WAL (journal mode stays {mode:?}); SqliteStore needs a local file",
-                        self.path.display()
-                    )
-                    .into(),
-                ));
-            }
-        }
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| self.error(e))?;
-        self.migrate(&tx).map_err(|e| self.fail(e))?;
-        tx.commit().map_err(|e| self.error(e))
-    }
-
-    /// Creates what is missing of the schema; refuses a schema newer than this code.
-    fn migrate(&self, conn: &Connection) -> Result<(), Fail> {
-        conn.execute_batch(MIGRATION)?;
-        let version: Option<i64> = conn
-            .query_row(SELECT_VERSION, [], |row| row.get(0))
-            .optional()?;
-        match version {
-            Some(version) if version > SCHEMA_VERSION => Err(Fail::Store(StoreError::Unavailable(
-                format!(
-                    "database file {} has inbox_log schema version {version}, newer than the {SCHEMA_VERSION} this retry-core understands",
-                    self.path.display()
-                )
-                .into(),
-            ))),
-            Some(_) => Ok(()),
-            None => {
-                conn.execute(RECORD_VERSION, [SCHEMA_VERSION])?;
-                Ok(())
-            }
-        }
-    }
-
-    /// Puts a connection opened outside [`Self::checkout`] into the pool.
-    fn give_back_new(&self, conn: Connection) {
-        let mut state = self.state();
-        state.open += 1;
-        state.idle.push(conn);
-    }
-
-    /// Runs `op` on a connection of the pool.
-    fn with_connection<T>(
-        self: &Arc<Self>,
-        op: impl FnOnce(&mut Connection) -> Result<T, Fail>,
-    ) -> Result<T, StoreError> {
-        let mut pooled = self.checkout()?;
-        let Some(conn) = pooled.conn.as_mut() else {
-            return Err(StoreError::Unavailable(
-                "SQLite connection pool lost a connection".into(),
-            ));
-        };
-        op(conn).map_err(|e| self.fail(e))
-    }
-
-    fn checkout(self: &Arc<Self>) -> Result<PooledConnection, StoreError> {
-        let deadline = Instant::now() + self.busy_timeout();
-        let mut state = self.state();
-        loop {
-            if let Some(conn) = state.idle.pop() {
-                return Ok(PooledConnection {
-                    pool: Arc::clone(self),
-                    conn: Some(conn),
-                });
-            }
-            if state.open < self.settings.max_connections {
-                state.open += 1;
-                drop(state);
-                return match self.connect() {
-                    Ok(conn) => Ok(PooledConnection {
-                        pool: Arc::clone(self),
-                        conn: Some(conn),
-                    }),
-                    Err(e) => {
-                        self.forget_one();
-                        Err(e)
-                    }
-                };
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(StoreError::Unavailable(Box::new(PoolExhausted {
-                    path: self.path.clone(),
-                    connections: self.settings.max_connections,
-                    busy_for: self.busy_timeout(),
-                })));
-            }
-            state = self
-                .returned
-                .wait_timeout(state, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
-
-    /// A connection was closed (or never opened): make room for another.
-    fn forget_one(&self) {
-        let mut state = self.state();
-        state.open = state.open.saturating_sub(1);
-        drop(state);
-        self.returned.notify_one();
-    }
-
-    fn fail(&self, e: Fail) -> StoreError {
-        match e {
-            Fail::Sql(e) => self.error(e),
-            Fail::Store(e) => e,
-        }
-    }
-
-    /// A failed SQLite call: "locked" errors name the file and the wait.
-    fn error(&self, e: rusqlite::Error) -> StoreError {
-        match e.sqlite_error_code() {
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-                StoreError::Unavailable(Box::new(Locked {
-                    path: self.path.clone(),
-                    busy_for: self.busy_timeout(),
-                    source: e,
-                }))
-            }
-            _ => StoreError::Unavailable(Box::new(e)),
-        }
-    }
-
-    /// A failure to open the file: says which file, and why when it is plain.
-    fn open_error(&self, e: rusqlite::Error) -> StoreError {
-        if matches!(
-            e.sqlite_error_code(),
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
-        ) {
-            return self.error(e);
-        }
-        let hint = match self.path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
-                format!(" (directory {} does not exist)", dir.display())
-            }
-            _ => String::new(),
-        };
-        StoreError::Unavailable(Box::new(OpenFailed {
-            path: self.path.clone(),
-            hint,
-            source: e,
-        }))
-    }
-}
-
-/// A connection taken from the pool; goes back when dropped. It owns a handle on the pool so a
-/// [`SqliteTransaction`] can keep it across `.await`s and blocking threads.
-struct PooledConnection {
-    pool: Arc<Pool>,
-    conn: Option<Connection>,
-}
-
-impl Drop for PooledConnection {
-    fn drop(&mut self) {
-        let Some(conn) = self.conn.take() else { return };
-        if conn.is_autocommit() {
-            self.pool.state().idle.push(conn);
-            self.pool.returned.notify_one();
-        } else {
-            // A transaction is still open (its rollback failed): never reuse the connection.
-            drop(conn);
-            self.pool.forget_one();
-        }
-    }
-}
-
-/// SQLITE_BUSY / SQLITE_LOCKED after the busy timeout.
-#[derive(Debug)]
-struct Locked {
-    path: PathBuf,
-    busy_for: Duration,
-    source: rusqlite::Error,
-}
-
-impl fmt::Display for Locked {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "database file {} is locked by another process (busy for {:?})",
-            self.path.display(),
-            self.busy_for
-        )
-    }
-}
-
-impl std::error::Error for Locked {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
-
-/// Every connection of the pool stayed in use for the busy timeout.
-#[derive(Debug)]
-struct PoolExhausted {
-    path: PathBuf,
-    connections: usize,
-    busy_for: Duration,
-}
-
-impl fmt::Display for PoolExhausted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "all {} connections to database file {} stayed busy (waited {:?})",
-            self.connections,
-            self.path.display(),
-            self.busy_for
-        )
-    }
-}
-
-impl std::error::Error for PoolExhausted {}
-
-/// The file could not be opened or created.
-#[derive(Debug)]
-struct OpenFailed {
-    path: PathBuf,
-    hint: String,
-    source: rusqlite::Error,
-}
-
-impl fmt::Display for OpenFailed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "cannot open database file {}{}: {}",
-            self.path.display(),
-            self.hint,
-            self.source
-        )
-    }
-}
-
-impl std::error::Error for OpenFailed {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::ErrorCode;
     use std::future::Future;
     use std::pin::pin;
     use std::task::{Context, Poll, Waker};
+    use std::time::Instant;
 
     struct TempDir(PathBuf);
 
@@ -1693,7 +1368,7 @@ mod tests {
         let synchronous = |store: &SqliteStore| -> i64 {
             store
                 .pool
-                .with_connection(|conn| {
+                .with_connection(|conn| -> Result<i64, Fail> {
                     Ok(conn.query_row("PRAGMA synchronous", [], |row| row.get(0))?)
                 })
                 .unwrap()
@@ -1772,7 +1447,7 @@ mod tests {
             .with_busy_timeout(Duration::from_millis(50));
         let held = store.pool.checkout().unwrap();
         let started = Instant::now();
-        let error = store.pool.checkout().err().unwrap();
+        let error = StoreError::from_sqlite(store.pool.checkout().err().unwrap());
         assert!(started.elapsed() >= Duration::from_millis(50));
         assert!(
             error
@@ -1789,7 +1464,7 @@ mod tests {
         let dir = TempDir::new("dirty");
         let store = SqliteStore::open(dir.db()).unwrap();
         let mut pooled = store.pool.checkout().unwrap();
-        let conn = pooled.conn.as_mut().unwrap();
+        let conn = pooled.connection_mut().unwrap();
         conn.execute_batch("BEGIN").unwrap();
         drop(pooled);
         let state = store.pool.state();

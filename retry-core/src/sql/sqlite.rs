@@ -1,0 +1,476 @@
+//! The SQLite plumbing of `SqliteStore` and `SqliteDeadLetters`: a small connection pool to one
+//! file, the helper that runs blocking SQLite calls off the async executor, the preparation of
+//! the file (WAL, busy timeout, `synchronous`) and the migration through `retry_core_schema`.
+//!
+//! Design notes (the why of each choice):
+//! - SQLite calls block: they run in `tokio::task::spawn_blocking` (in place outside a runtime),
+//!   on a connection from a small pool of our own (idle connections reused, at most
+//!   `max_connections`, waiting for one at most the busy timeout).
+//! - `journal_mode=WAL` (a property of the file): readers never block the writer, and the file is
+//!   safe for several processes on one machine (not on a network file system: WAL needs shared
+//!   memory).
+//! - A connection still inside a transaction when it comes back (its rollback failed) is closed,
+//!   never pooled.
+//! - Failures come back as [`Error`], which names the file; each store turns it into its own
+//!   error type ([`FromSqliteError`]), so their messages stay their own.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+
+/// How long an operation waits for a lock held by another connection or process.
+pub(crate) const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Per-connection settings, and the pool's size.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    /// How long a call waits for a lock another connection holds; also bounds the wait for a
+    /// free connection of the pool.
+    pub(crate) busy_timeout: Duration,
+    /// `synchronous=FULL` (every commit synced) rather than `NORMAL`.
+    pub(crate) synchronous_full: bool,
+    /// Connections opened to the file at most.
+    pub(crate) max_connections: usize,
+}
+
+/// A store's table in the file, and how its layout version is kept in `retry_core_schema`.
+#[derive(Debug)]
+pub(crate) struct Schema {
+    /// The store's type, named when the file cannot use WAL.
+    pub(crate) store: &'static str,
+    /// The store's table: its row in `retry_core_schema`, named when the file is newer.
+    pub(crate) component: &'static str,
+    /// The version of the layout this code writes.
+    pub(crate) version: i64,
+    /// The store's `CREATE TABLE IF NOT EXISTS` / `CREATE INDEX IF NOT EXISTS` statements.
+    pub(crate) tables: &'static str,
+    /// Reads the store's row of `retry_core_schema`.
+    pub(crate) select_version: &'static str,
+    /// Records `?1` as the store's version, unless a row is there.
+    pub(crate) record_version: &'static str,
+}
+
+/// What went wrong in the plumbing, before a store turns it into its own error.
+#[derive(Debug)]
+pub(crate) enum Error {
+    /// SQLITE_BUSY / SQLITE_LOCKED after the busy timeout.
+    Locked(Locked),
+    /// Any other failed SQLite call on the file.
+    Sql {
+        /// The file.
+        path: PathBuf,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// The file could not be opened or created.
+    OpenFailed(OpenFailed),
+    /// Every connection of the pool stayed in use for the busy timeout.
+    PoolExhausted(PoolExhausted),
+    /// Any other failure, in words (naming the file where there is one).
+    Message(String),
+    /// The blocking task running the work failed (it panicked, or the runtime shut down).
+    Worker {
+        /// The file.
+        path: PathBuf,
+        /// Why the task failed.
+        source: tokio::task::JoinError,
+    },
+}
+
+/// A store's own error type: how an [`Error`] of the plumbing reads as one.
+pub(crate) trait FromSqliteError {
+    fn from_sqlite(error: Error) -> Self;
+}
+
+/// Why an operation failed before its errors get the file's name: a failed SQLite call, or the
+/// store's own verdict (a corrupt row, a fenced claim).
+pub(crate) type Fail<E> = super::Fail<rusqlite::Error, E>;
+
+/// Runs `work` off the async executor when a Tokio runtime is present (in place otherwise: the
+/// call then blocks its thread, as any SQLite call does). `path` names the file if the blocking
+/// task fails.
+pub(crate) async fn blocking<T: Send + 'static, E: FromSqliteError + Send + 'static>(
+    path: &Path,
+    work: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, E> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => runtime.spawn_blocking(work).await.unwrap_or_else(|e| {
+            Err(E::from_sqlite(Error::Worker {
+                path: path.to_path_buf(),
+                source: e,
+            }))
+        }),
+        Err(_) => work(),
+    }
+}
+
+/// Connections to one file: idle ones are reused, a new one is opened while fewer than
+/// `max_connections` exist, and otherwise an operation waits for one to come back (at most the
+/// busy timeout).
+pub(crate) struct Pool {
+    pub(crate) path: PathBuf,
+    pub(crate) settings: Settings,
+    state: Mutex<PoolState>,
+    returned: Condvar,
+}
+
+pub(crate) struct PoolState {
+    pub(crate) idle: Vec<Connection>,
+    /// Connections that exist: idle, in use, or being opened.
+    pub(crate) open: usize,
+}
+
+impl Pool {
+    pub(crate) fn new(path: PathBuf, settings: Settings) -> Self {
+        Pool {
+            path,
+            settings,
+            state: Mutex::new(PoolState {
+                idle: Vec::new(),
+                open: 0,
+            }),
+            returned: Condvar::new(),
+        }
+    }
+
+    /// Opens (creating it if needed) the file at `path`, switches it to WAL and creates what is
+    /// missing of `schema`; the first connection stays in the pool. Safe to call from several
+    /// processes at once. Waits up to the busy timeout for a lock another process holds.
+    pub(crate) fn open(path: PathBuf, settings: Settings, schema: &Schema) -> Result<Self, Error> {
+        let pool = Pool::new(path, settings);
+        let mut first = pool.connect()?;
+        pool.prepare_file(&mut first, schema)?;
+        pool.give_back_new(first);
+        Ok(pool)
+    }
+
+    /// The same file with other settings: a new pool, whose first operation opens a connection
+    /// with them (idle connections of this one close when it is dropped).
+    pub(crate) fn with_settings(&self, settings: Settings) -> Self {
+        Pool::new(self.path.clone(), settings)
+    }
+
+    /// The pool's bookkeeping (the unit tests look at it too).
+    pub(crate) fn state(&self) -> MutexGuard<'_, PoolState> {
+        // Every update of the state is a single push, pop or count: a panic cannot tear it.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The busy timeout as SQLite takes it (whole milliseconds in an `i32`; rusqlite panics on
+    /// more).
+    fn busy_timeout(&self) -> Duration {
+        self.settings
+            .busy_timeout
+            .min(Duration::from_millis(i32::MAX.unsigned_abs().into()))
+    }
+
+    /// Opens a connection with the per-connection settings. Does not count it.
+    fn connect(&self) -> Result<Connection, Error> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn =
+            Connection::open_with_flags(&self.path, flags).map_err(|e| self.open_error(e))?;
+        conn.busy_timeout(self.busy_timeout())
+            .map_err(|e| self.open_error(e))?;
+        let synchronous = if self.settings.synchronous_full {
+            "FULL"
+        } else {
+            "NORMAL"
+        };
+        conn.pragma_update(None, "synchronous", synchronous)
+            .map_err(|e| self.error(e))?;
+        Ok(conn)
+    }
+
+    /// Once per `open`: WAL mode (a property of the file) and the table.
+    fn prepare_file(&self, conn: &mut Connection, schema: &Schema) -> Result<(), Error> {
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+            .map_err(|e| self.open_error(e))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            let mode: String = conn
+                .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+                .map_err(|e| self.open_error(e))?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                return Err(Error::Message(format!(
+                    "database file {} cannot use WAL (journal mode stays {mode:?}); {} needs a local file",
+                    self.path.display(),
+                    schema.store
+                )));
+            }
+        }
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.error(e))?;
+        self.migrate(&tx, schema)?;
+        tx.commit().map_err(|e| self.error(e))
+    }
+
+    /// Creates what is missing of the schema; refuses a schema newer than this code.
+    fn migrate(&self, conn: &Connection, schema: &Schema) -> Result<(), Error> {
+        conn.execute_batch(&super::migration(schema.tables))
+            .map_err(|e| self.error(e))?;
+        let version: Option<i64> = conn
+            .query_row(schema.select_version, [], |row| row.get(0))
+            .optional()
+            .map_err(|e| self.error(e))?;
+        match version {
+            Some(version) if version > schema.version => Err(Error::Message(format!(
+                "database file {} has {} schema version {version}, newer than the {} this retry-core understands",
+                self.path.display(),
+                schema.component,
+                schema.version
+            ))),
+            Some(_) => Ok(()),
+            None => {
+                conn.execute(schema.record_version, [schema.version])
+                    .map_err(|e| self.error(e))?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Puts a connection opened outside [`Self::checkout`] into the pool.
+    fn give_back_new(&self, conn: Connection) {
+        let mut state = self.state();
+        state.open += 1;
+        state.idle.push(conn);
+    }
+
+    /// Runs `op` on a connection of the pool.
+    pub(crate) fn with_connection<T, E: FromSqliteError>(
+        self: &Arc<Self>,
+        op: impl FnOnce(&mut Connection) -> Result<T, Fail<E>>,
+    ) -> Result<T, E> {
+        let mut pooled = self.checkout().map_err(E::from_sqlite)?;
+        let conn = pooled.connection_mut().map_err(E::from_sqlite)?;
+        op(conn).map_err(|e| self.fail(e))
+    }
+
+    pub(crate) fn checkout(self: &Arc<Self>) -> Result<PooledConnection, Error> {
+        let deadline = Instant::now() + self.busy_timeout();
+        let mut state = self.state();
+        loop {
+            if let Some(conn) = state.idle.pop() {
+                return Ok(PooledConnection {
+                    pool: Arc::clone(self),
+                    conn: Some(conn),
+                });
+            }
+            if state.open < self.settings.max_connections {
+                state.open += 1;
+                drop(state);
+                return match self.connect() {
+                    Ok(conn) => Ok(PooledConnection {
+                        pool: Arc::clone(self),
+                        conn: Some(conn),
+                    }),
+                    Err(e) => {
+                        self.forget_one();
+                        Err(e)
+                    }
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::PoolExhausted(PoolExhausted {
+                    path: self.path.clone(),
+                    connections: self.settings.max_connections,
+                    busy_for: self.busy_timeout(),
+                }));
+            }
+            state = self
+                .returned
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// A connection was closed (or never opened): make room for another.
+    fn forget_one(&self) {
+        let mut state = self.state();
+        state.open = state.open.saturating_sub(1);
+        drop(state);
+        self.returned.notify_one();
+    }
+
+    /// `e` as the store's error: a failed SQLite call names the file.
+    pub(crate) fn fail<E: FromSqliteError>(&self, e: Fail<E>) -> E {
+        match e {
+            Fail::Sql(e) => E::from_sqlite(self.error(e)),
+            Fail::Store(e) => e,
+        }
+    }
+
+    /// A failed SQLite call: "locked" errors name the file and the wait.
+    pub(crate) fn error(&self, e: rusqlite::Error) -> Error {
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Error::Locked(Locked {
+                path: self.path.clone(),
+                busy_for: self.busy_timeout(),
+                source: e,
+            }),
+            _ => Error::Sql {
+                path: self.path.clone(),
+                source: e,
+            },
+        }
+    }
+
+    /// A failure to open the file: says which file, and why when it is plain.
+    fn open_error(&self, e: rusqlite::Error) -> Error {
+        if matches!(
+            e.sqlite_error_code(),
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+        ) {
+            return self.error(e);
+        }
+        let hint = match self.path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
+                format!(" (directory {} does not exist)", dir.display())
+            }
+            _ => String::new(),
+        };
+        Error::OpenFailed(OpenFailed {
+            path: self.path.clone(),
+            hint,
+            source: e,
+        })
+    }
+}
+
+/// A connection taken from the pool; goes back when dropped. It owns a handle on the pool so a
+/// store can keep it across `.await`s and blocking threads (`SqliteStore`'s transactions do).
+pub(crate) struct PooledConnection {
+    pool: Arc<Pool>,
+    conn: Option<Connection>,
+}
+
+impl PooledConnection {
+    /// The connection; `None` only if the pool lost it, which it never does.
+    pub(crate) fn connection(&self) -> Result<&Connection, Error> {
+        self.conn.as_ref().ok_or_else(lost_connection)
+    }
+
+    pub(crate) fn connection_mut(&mut self) -> Result<&mut Connection, Error> {
+        self.conn.as_mut().ok_or_else(lost_connection)
+    }
+
+    /// The pool it goes back to.
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+}
+
+fn lost_connection() -> Error {
+    Error::Message("SQLite connection pool lost a connection".to_owned())
+}
+
+impl Drop for PooledConnection {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        if conn.is_autocommit() {
+            self.pool.state().idle.push(conn);
+            self.pool.returned.notify_one();
+        } else {
+            // A transaction is still open (its rollback failed): never reuse the connection.
+            drop(conn);
+            self.pool.forget_one();
+        }
+    }
+}
+
+/// SQLITE_BUSY / SQLITE_LOCKED after the busy timeout.
+#[derive(Debug)]
+pub(crate) struct Locked {
+    path: PathBuf,
+    busy_for: Duration,
+    source: rusqlite::Error,
+}
+
+impl Locked {
+    /// SQLite's own error.
+    pub(crate) fn into_source(self) -> rusqlite::Error {
+        self.source
+    }
+}
+
+impl fmt::Display for Locked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "database file {} is locked by another process (busy for {:?})",
+            self.path.display(),
+            self.busy_for
+        )
+    }
+}
+
+impl std::error::Error for Locked {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// Every connection of the pool stayed in use for the busy timeout.
+#[derive(Debug)]
+pub(crate) struct PoolExhausted {
+    path: PathBuf,
+    connections: usize,
+    busy_for: Duration,
+}
+
+impl fmt::Display for PoolExhausted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "all {} connections to database file {} stayed busy (waited {:?})",
+            self.connections,
+            self.path.display(),
+            self.busy_for
+        )
+    }
+}
+
+impl std::error::Error for PoolExhausted {}
+
+/// The file could not be opened or created.
+#[derive(Debug)]
+pub(crate) struct OpenFailed {
+    path: PathBuf,
+    hint: String,
+    source: rusqlite::Error,
+}
+
+impl OpenFailed {
+    /// Which file could not be opened, and why when it is plain, without SQLite's error.
+    pub(crate) fn what(&self) -> String {
+        format!(
+            "cannot open database file {}{}",
+            self.path.display(),
+            self.hint
+        )
+    }
+
+    /// SQLite's own error.
+    pub(crate) fn into_source(self) -> rusqlite::Error {
+        self.source
+    }
+}
+
+impl fmt::Display for OpenFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.what(), self.source)
+    }
+}
+
+impl std::error::Error for OpenFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}

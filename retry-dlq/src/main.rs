@@ -1,0 +1,481 @@
+//! `retry-dlq`: look into a dead-letter store of retry-core. Counts and ages for alerting
+//! (`stats --check`), a line per letter (`list`), one letter (`show`) and everything as JSON Lines
+//! (`export`). Read-only: nothing is acknowledged or redriven here.
+
+mod duration;
+mod report;
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use retry_core::dlq::SqliteDeadLetters;
+use retry_core::dlq::{DeadLetter, DeadLetterStore, DlqError, FailureClass, JsonlSink};
+
+use crate::report::{Stats, Verdict};
+
+/// Exit status: done, nothing to flag.
+const EXIT_OK: u8 = 0;
+/// Exit status: `stats --check` found something to alert on, or `show` found no such letter.
+const EXIT_FLAGGED: u8 = 1;
+/// Exit status: bad usage, or the store could not be opened or read (clap uses 2 as well).
+const EXIT_ERROR: u8 = 2;
+
+const STORE_HELP: &str = "\
+The store:
+  One of --jsonl PATH, --sqlite PATH, --pg URL; without any, the environment: RETRY_DLQ_JSONL
+  or RETRY_DLQ_SQLITE (not both), else DATABASE_URL as --pg. An option always wins over the
+  environment. --pg needs the `postgres` build feature; prefer DATABASE_URL to --pg when the
+  URL holds a password (command lines are visible to other users).
+  The file of --jsonl/--sqlite must exist: a mistyped path is an error, never an empty store.
+  A JSONL file is read as it is, beside the service writing it, and never changed: a torn
+  last line (a write cut short by a crash; that letter was never parked) is reported on stderr
+  and left for the writer, which moves it to PATH.torn when it opens the file.";
+
+const EXIT_HELP: &str = "\
+Exit status:
+  0  success (stats --check: nothing to alert on)
+  1  stats --check: something to alert on; show: no pending letter with that msg_id
+  2  usage error, or the store could not be opened or read (message on stderr)";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "retry-dlq",
+    version,
+    about = "Inspect a dead-letter store of retry-core: stats for alerting, list, show, export",
+    long_about = "Inspect a dead-letter store of retry-core: stats for alerting, list, show, \
+                  export.\n\nRead-only: it neither acknowledges nor redrives letters.",
+    after_help = format!("{STORE_HELP}\n\n{EXIT_HELP}"),
+    arg_required_else_help = true
+)]
+struct Cli {
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+// Not a clap group: clap checks a group of global options only where they are given before the
+// subcommand, so `select` checks "at most one" wherever they stand.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Store (exactly one)")]
+struct StoreArgs {
+    /// A JsonlSink file [env: RETRY_DLQ_JSONL]
+    #[arg(long, global = true, value_name = "PATH")]
+    jsonl: Option<PathBuf>,
+    /// A SQLite dead-letter database [env: RETRY_DLQ_SQLITE]
+    #[arg(long, global = true, value_name = "PATH")]
+    sqlite: Option<PathBuf>,
+    /// A PostgreSQL URL; needs the `postgres` feature [env: DATABASE_URL]
+    #[arg(long, global = true, value_name = "URL")]
+    pg: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Pending letters by class and by reason, and the oldest first failure with its age.
+    #[command(after_help = "\
+Exit status:
+  without --check: 0 once printed
+  with --check:    0 nothing to alert on; 1 letters are pending (with --max-age: the oldest
+                   first failure is older than that, or a letter's first_failed_at is unreadable)
+  2                usage error, or the store could not be opened or read
+
+For cron or a monitoring check, e.g.:  retry-dlq --jsonl /var/lib/app/dlq.jsonl stats --check --max-age 1h")]
+    Stats {
+        /// Set the exit status for alerting: 1 when letters are pending (see --max-age), else 0.
+        #[arg(long)]
+        check: bool,
+        /// With --check: alert only when the oldest first failure is older than this
+        /// (30s, 15m, 1h, 2d, 1h30m).
+        #[arg(long, value_name = "DURATION", requires = "check", value_parser = duration::parse_duration)]
+        max_age: Option<Duration>,
+        /// How many of the most frequent reasons to show.
+        #[arg(long, value_name = "N", default_value_t = 10)]
+        top: usize,
+    },
+    /// One line per pending letter, oldest first failure first.
+    #[command(after_help = "\
+Columns, tab-separated, no header: msg_id, class, attempts, first_failed_at, reason.
+Control characters (tabs, newlines) inside a field are escaped as \\t, \\n, so every letter
+is exactly one line.
+
+Exit status: 0 listed (also when empty); 2 usage error or store error.")]
+    List {
+        /// Only letters of this class.
+        #[arg(long, value_enum)]
+        class: Option<ClassArg>,
+        /// At most N letters (the oldest); how many more there are is said on stderr.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+    /// One pending letter as pretty JSON.
+    #[command(after_help = "\
+Exit status: 0 printed; 1 no pending letter with that msg_id; 2 usage error or store error.")]
+    Show {
+        /// The letter's msg_id (the first column of `list`).
+        msg_id: String,
+    },
+    /// Every pending letter as JSON Lines on stdout: each line is a DeadLetter as stored.
+    #[command(after_help = "\
+Oldest first failure first. Each line parses as retry_core::dlq::DeadLetter.
+
+Exit status: 0 exported (also when empty); 2 usage error or store error.")]
+    Export,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ClassArg {
+    /// Transient errors that ran out of attempts, deadline or budget.
+    System,
+    /// Errors that must not be retried: the message needs a look.
+    Data,
+}
+
+impl From<ClassArg> for FailureClass {
+    fn from(class: ClassArg) -> Self {
+        match class {
+            ClassArg::System => FailureClass::System,
+            ClassArg::Data => FailureClass::Data,
+        }
+    }
+}
+
+/// Why a command ended early.
+#[derive(Debug)]
+enum Failure {
+    /// Said on stderr; exit 2.
+    Usage(String),
+    /// The store failed (its errors name the file or server); exit 2.
+    Store(DlqError),
+    /// Writing to stdout failed.
+    Output(io::Error),
+}
+
+impl From<io::Error> for Failure {
+    fn from(error: io::Error) -> Self {
+        Failure::Output(error)
+    }
+}
+
+/// Which store, after the command line and the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Selection {
+    Jsonl(PathBuf),
+    Sqlite(PathBuf),
+    Pg(String),
+}
+
+impl StoreArgs {
+    /// The command line first, then RETRY_DLQ_JSONL / RETRY_DLQ_SQLITE, then DATABASE_URL.
+    fn select(&self, env: impl Fn(&str) -> Option<String>) -> Result<Selection, String> {
+        let given = [
+            self.jsonl.is_some(),
+            self.sqlite.is_some(),
+            self.pg.is_some(),
+        ];
+        if given.iter().filter(|&&g| g).count() > 1 {
+            return Err(
+                "--jsonl, --sqlite and --pg exclude each other: give exactly one store".to_owned(),
+            );
+        }
+        if let Some(path) = &self.jsonl {
+            return Ok(Selection::Jsonl(path.clone()));
+        }
+        if let Some(path) = &self.sqlite {
+            return Ok(Selection::Sqlite(path.clone()));
+        }
+        if let Some(url) = &self.pg {
+            return Ok(Selection::Pg(url.clone()));
+        }
+        let nonempty = |name: &str| env(name).filter(|v| !v.is_empty());
+        match (nonempty("RETRY_DLQ_JSONL"), nonempty("RETRY_DLQ_SQLITE")) {
+            (Some(_), Some(_)) => Err(
+                "both RETRY_DLQ_JSONL and RETRY_DLQ_SQLITE are set: unset one, or pass --jsonl or --sqlite"
+                    .to_owned(),
+            ),
+            (Some(path), None) => Ok(Selection::Jsonl(path.into())),
+            (None, Some(path)) => Ok(Selection::Sqlite(path.into())),
+            (None, None) => match nonempty("DATABASE_URL") {
+                Some(url) => Ok(Selection::Pg(url)),
+                None => Err("no store given: pass --jsonl PATH, --sqlite PATH or --pg URL \
+                             (or set RETRY_DLQ_JSONL, RETRY_DLQ_SQLITE or DATABASE_URL)"
+                    .to_owned()),
+            },
+        }
+    }
+}
+
+/// An open store of any kind.
+enum Store {
+    Jsonl(JsonlSink),
+    Sqlite(SqliteDeadLetters),
+    #[cfg(feature = "postgres")]
+    Pg(retry_core::dlq::PgDeadLetters),
+}
+
+/// The file behind `--jsonl` / `--sqlite` must be there: opening would create an empty store,
+/// and a mistyped path would then look like "nothing pending" to a monitoring check.
+fn existing_file(path: &Path, what: &str) -> Result<(), Failure> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(_) => Err(Failure::Usage(format!(
+            "{} is not a file; --{what} wants the store's file",
+            path.display()
+        ))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Failure::Usage(format!(
+            "no dead-letter store at {}: the file does not exist",
+            path.display()
+        ))),
+        Err(e) => Err(Failure::Usage(format!(
+            "cannot read the dead-letter store {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+async fn open(selection: &Selection) -> Result<Store, Failure> {
+    match selection {
+        Selection::Jsonl(path) => {
+            existing_file(path, "jsonl")?;
+            // Read-only: no lock, no repair, so it works beside the service writing the file.
+            let sink = JsonlSink::open_read_only(path).map_err(Failure::Store)?;
+            for torn in sink.torn() {
+                eprintln!(
+                    "retry-dlq: warning: {}: line {} was torn (a write cut short by a crash; its \
+                     letter was never parked); its writer moves it to {}.torn when it opens: {}",
+                    path.display(),
+                    torn.line,
+                    path.display(),
+                    report::truncate(&report::one_line(&torn.text), 200)
+                );
+            }
+            Ok(Store::Jsonl(sink))
+        }
+        Selection::Sqlite(path) => {
+            existing_file(path, "sqlite")?;
+            let store = SqliteDeadLetters::open(path).map_err(Failure::Store)?;
+            Ok(Store::Sqlite(store))
+        }
+        #[cfg(feature = "postgres")]
+        Selection::Pg(url) => {
+            let store = retry_core::dlq::PgDeadLetters::connect(url)
+                .await
+                .map_err(Failure::Store)?;
+            Ok(Store::Pg(store))
+        }
+        #[cfg(not(feature = "postgres"))]
+        Selection::Pg(_) => Err(Failure::Usage(
+            "this retry-dlq was built without PostgreSQL support (cargo feature `postgres`); \
+             pass --jsonl or --sqlite, or build with --features postgres \
+             (DATABASE_URL counts as --pg when neither --jsonl nor --sqlite is given)"
+                .to_owned(),
+        )),
+    }
+}
+
+async fn list_all<S: DeadLetterStore>(store: &S) -> Result<Vec<DeadLetter>, Failure> {
+    store.list().await.map_err(Failure::Store)
+}
+
+/// Runs `command` on `store`, writing results to `out`; the exit status when it got that far.
+async fn run<S: DeadLetterStore>(
+    store: &S,
+    command: &Command,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    match command {
+        Command::Stats {
+            check,
+            max_age,
+            top,
+        } => {
+            let letters = list_all(store).await?;
+            let stats = Stats::of(&letters, SystemTime::now());
+            let mut text = stats.render(*top);
+            let status = if *check {
+                let (status, line) = match report::check(&stats, *max_age) {
+                    Verdict::Ok(why) => (EXIT_OK, format!("check: OK: {why}\n")),
+                    Verdict::Alert(why) => (EXIT_FLAGGED, format!("check: ALERT: {why}\n")),
+                };
+                text.push_str(&line);
+                status
+            } else {
+                EXIT_OK
+            };
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                // `stats --check | head -1` must still alert.
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(status),
+                Err(e) => Err(Failure::Output(e)),
+                Ok(()) => Ok(status),
+            }
+        }
+        Command::List { class, limit } => {
+            let class = class.map(FailureClass::from);
+            let letters = list_all(store).await?;
+            let mut matching = letters
+                .iter()
+                .filter(|l| class.is_none_or(|c| l.class == c));
+            let limit = limit.unwrap_or(usize::MAX);
+            for letter in matching.by_ref().take(limit) {
+                writeln!(out, "{}", report::list_line(letter))?;
+            }
+            let more = matching.count();
+            if more > 0 {
+                out.flush()?;
+                eprintln!("retry-dlq: {more} more letter(s) not listed (--limit {limit})");
+            }
+            Ok(EXIT_OK)
+        }
+        Command::Show { msg_id } => {
+            let letter = store.get(msg_id).await.map_err(Failure::Store)?;
+            match letter {
+                Some(letter) => {
+                    let json = serde_json::to_string_pretty(&letter)
+                        .map_err(|e| Failure::Output(io::Error::other(e)))?;
+                    writeln!(out, "{json}")?;
+                    Ok(EXIT_OK)
+                }
+                None => {
+                    eprintln!(
+                        "retry-dlq: no pending letter with msg_id {}",
+                        report::one_line(msg_id)
+                    );
+                    Ok(EXIT_FLAGGED)
+                }
+            }
+        }
+        Command::Export => {
+            for letter in list_all(store).await? {
+                let json = serde_json::to_string(&letter)
+                    .map_err(|e| Failure::Output(io::Error::other(e)))?;
+                writeln!(out, "{json}")?;
+            }
+            Ok(EXIT_OK)
+        }
+    }
+}
+
+async fn main_inner(cli: &Cli) -> Result<u8, Failure> {
+    let selection = cli
+        .store
+        .select(|name| std::env::var(name).ok())
+        .map_err(Failure::Usage)?;
+    let store = open(&selection).await?;
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    let status = match &store {
+        Store::Jsonl(s) => run(s, &cli.command, &mut out).await?,
+        Store::Sqlite(s) => run(s, &cli.command, &mut out).await?,
+        #[cfg(feature = "postgres")]
+        Store::Pg(s) => run(s, &cli.command, &mut out).await?,
+    };
+    match out.flush() {
+        // The reader went away after the command decided its status: keep the status.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(status),
+        Err(e) => Err(Failure::Output(e)),
+        Ok(()) => Ok(status),
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match main_inner(&cli).await {
+        Ok(status) => ExitCode::from(status),
+        Err(Failure::Usage(message)) => {
+            eprintln!("retry-dlq: error: {message}");
+            ExitCode::from(EXIT_ERROR)
+        }
+        Err(Failure::Store(error)) => {
+            eprintln!("retry-dlq: error: {error}");
+            ExitCode::from(EXIT_ERROR)
+        }
+        // A reader that went away in the middle of `list` or `export` (`| head`) is not an
+        // error of ours.
+        Err(Failure::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::from(EXIT_OK),
+        Err(Failure::Output(e)) => {
+            eprintln!("retry-dlq: error: cannot write the output: {e}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    fn args(line: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("retry-dlq").chain(line.iter().copied()))
+    }
+
+    #[test]
+    fn exactly_one_store_option() {
+        for line in [
+            &["--jsonl", "a", "--sqlite", "b", "stats"][..],
+            &["stats", "--jsonl", "a", "--pg", "postgres://x"],
+            &["--sqlite", "a", "list", "--pg", "postgres://x"],
+        ] {
+            let error = args(line).unwrap().store.select(|_| None).unwrap_err();
+            assert!(error.contains("exclude each other"), "{line:?}: {error}");
+        }
+        // Global: before or after the subcommand.
+        assert!(args(&["list", "--sqlite", "b"]).is_ok());
+        assert_eq!(
+            args(&["stats", "--max-age", "1h"]).unwrap_err().exit_code(),
+            2
+        );
+        assert_eq!(
+            args(&["stats", "--check", "--max-age", "soon"])
+                .unwrap_err()
+                .exit_code(),
+            2
+        );
+    }
+
+    #[test]
+    fn options_win_over_the_environment_and_specific_variables_over_database_url() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let all = env(&[
+            ("RETRY_DLQ_JSONL", "env.jsonl"),
+            ("DATABASE_URL", "postgres://db"),
+        ]);
+        let cli = args(&["--sqlite", "x.db", "stats"]).unwrap();
+        assert_eq!(cli.store.select(all), Ok(Selection::Sqlite("x.db".into())));
+        let cli = args(&["stats"]).unwrap();
+        assert_eq!(
+            cli.store.select(all),
+            Ok(Selection::Jsonl("env.jsonl".into()))
+        );
+        assert_eq!(
+            cli.store.select(env(&[("DATABASE_URL", "postgres://db")])),
+            Ok(Selection::Pg("postgres://db".into()))
+        );
+        assert!(
+            cli.store
+                .select(env(&[("RETRY_DLQ_JSONL", "a"), ("RETRY_DLQ_SQLITE", "b")]))
+                .unwrap_err()
+                .contains("both")
+        );
+        assert!(
+            cli.store
+                .select(env(&[("RETRY_DLQ_JSONL", "")]))
+                .unwrap_err()
+                .contains("no store given")
+        );
+    }
+}

@@ -1,0 +1,785 @@
+//! The `retry-dlq` binary against real stores: letters parked through the library API, then
+//! the commands run as a user or a cron job would.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, SystemTime};
+
+use retry_core::dlq::{DeadLetter, DeadLetterSink, FailureClass, JsonlSink, SqliteDeadLetters};
+use retry_core::time::format_rfc3339;
+
+/// A directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "retry-dlq-cli-{}-{}-{name}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Held while this process has a JsonlSink open and while it starts a child process. A child
+/// inherits every descriptor between fork and exec, so a sink's `flock` would otherwise
+/// outlive the sink for a moment, and the binary of another test would find its file locked.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+trait SerialOutput {
+    /// Runs the command to its end, under [`SERIAL`].
+    fn serial_output(&mut self) -> Output;
+}
+
+impl SerialOutput for assert_cmd::Command {
+    fn serial_output(&mut self) -> Output {
+        let _serial = serial();
+        self.output().unwrap()
+    }
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+/// The two file stores, each test runs against both.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Jsonl,
+    Sqlite,
+}
+
+const KINDS: [Kind; 2] = [Kind::Jsonl, Kind::Sqlite];
+
+impl Kind {
+    fn flag(self) -> &'static str {
+        match self {
+            Kind::Jsonl => "--jsonl",
+            Kind::Sqlite => "--sqlite",
+        }
+    }
+
+    fn file(self) -> &'static str {
+        match self {
+            Kind::Jsonl => "dlq.jsonl",
+            Kind::Sqlite => "dlq.sqlite",
+        }
+    }
+
+    /// Creates the store at `path` (if needed) and parks `letters` through the library.
+    fn park(self, path: &Path, letters: &[DeadLetter]) {
+        let _serial = serial();
+        block_on(async {
+            match self {
+                Kind::Jsonl => {
+                    let sink = JsonlSink::open(path).unwrap();
+                    for letter in letters {
+                        sink.park(letter).await.unwrap();
+                    }
+                }
+                Kind::Sqlite => {
+                    let sink = SqliteDeadLetters::open(path).unwrap();
+                    for letter in letters {
+                        sink.park(letter).await.unwrap();
+                    }
+                }
+            }
+        });
+        assert!(
+            path.is_file(),
+            "{self:?} created no file at {}",
+            path.display()
+        );
+    }
+}
+
+fn letter(id: &str, class: FailureClass, reason: &str, failed_ago: Duration) -> DeadLetter {
+    let first = SystemTime::now() - failed_ago;
+    DeadLetter {
+        msg_id: id.to_owned(),
+        original: serde_json::json!({ "order": id, "amount": 10, "lines": ["a", "b"] }),
+        reason: reason.to_owned(),
+        attempts: 5,
+        first_failed_at: format_rfc3339(first),
+        last_failed_at: format_rfc3339(first + Duration::from_secs(30)),
+        trace_id: format!("trace-{id}"),
+        class,
+        error_type: "FetchError".to_owned(),
+        idempotency_key: (class == FailureClass::System).then(|| format!("key-{id}")),
+    }
+}
+
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// Three letters: two `system` with the same reason (the oldest 3h ago), one `data`.
+fn three_letters() -> Vec<DeadLetter> {
+    vec![
+        letter(
+            "M-2",
+            FailureClass::System,
+            "upstream 503 after 5 attempts",
+            2 * MINUTE,
+        ),
+        letter(
+            "M-1",
+            FailureClass::System,
+            "upstream 503 after 5 attempts",
+            3 * HOUR,
+        ),
+        letter(
+            "M-3",
+            FailureClass::Data,
+            "not retryable: 400 Bad Request",
+            MINUTE,
+        ),
+    ]
+}
+
+/// The binary, with none of the store variables of the environment it runs in (scripts/test
+/// exports DATABASE_URL).
+fn retry_dlq() -> assert_cmd::Command {
+    let mut cmd = assert_cmd::Command::new(env!("CARGO_BIN_EXE_retry-dlq"));
+    cmd.env_remove("RETRY_DLQ_JSONL")
+        .env_remove("RETRY_DLQ_SQLITE")
+        .env_remove("DATABASE_URL");
+    cmd
+}
+
+fn run(kind: Kind, path: &Path, args: &[&str]) -> Output {
+    retry_dlq()
+        .arg(kind.flag())
+        .arg(path)
+        .args(args)
+        .serial_output()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+#[track_caller]
+fn assert_status(output: &Output, code: i32) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+#[test]
+fn stats_check_is_0_on_an_empty_store_and_1_with_letters() {
+    for kind in KINDS {
+        let dir = TempDir::new("check");
+        let path = dir.path(kind.file());
+        kind.park(&path, &[]);
+
+        let empty = run(kind, &path, &["stats", "--check"]);
+        assert_status(&empty, 0);
+        assert!(
+            stdout(&empty).starts_with("pending: 0\n"),
+            "{kind:?}: {}",
+            stdout(&empty)
+        );
+        assert!(stdout(&empty).contains("check: OK"), "{}", stdout(&empty));
+        assert_eq!(stderr(&empty), "", "{kind:?}");
+        // With an age limit too.
+        assert_status(
+            &run(kind, &path, &["stats", "--check", "--max-age", "1h"]),
+            0,
+        );
+
+        kind.park(&path, &three_letters());
+        let full = run(kind, &path, &["stats", "--check"]);
+        assert_status(&full, 1);
+        let text = stdout(&full);
+        assert!(text.starts_with("pending: 3\n"), "{kind:?}: {text}");
+        assert!(text.contains("check: ALERT: 3 letter(s) pending"), "{text}");
+        // Without --check, the same report and exit 0.
+        let plain = run(kind, &path, &["stats"]);
+        assert_status(&plain, 0);
+        assert!(!stdout(&plain).contains("check:"), "{}", stdout(&plain));
+    }
+}
+
+#[test]
+fn stats_reports_classes_reasons_and_the_oldest_with_its_age() {
+    for kind in KINDS {
+        let dir = TempDir::new("stats");
+        let path = dir.path(kind.file());
+        let letters = three_letters();
+        kind.park(&path, &letters);
+
+        let output = run(kind, &path, &["stats"]);
+        assert_status(&output, 0);
+        let text = stdout(&output);
+        let oldest = &letters[1];
+        assert!(
+            text.contains(&format!(
+                "oldest first failure: {} (3h ago; msg_id M-1)",
+                oldest.first_failed_at
+            )),
+            "{kind:?}: {text}"
+        );
+        assert!(
+            text.contains("by class:\n        2  system\n        1  data\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "top reasons (2 of 2 distinct):\n        2  upstream 503 after 5 attempts\n        1  not retryable: 400 Bad Request\n"
+            ),
+            "{text}"
+        );
+        let top1 = stdout(&run(kind, &path, &["stats", "--top", "1"]));
+        assert!(
+            top1.contains("        1  (other reasons: 1 more)"),
+            "{top1}"
+        );
+    }
+}
+
+#[test]
+fn max_age_alerts_only_on_letters_older_than_it() {
+    for kind in KINDS {
+        let dir = TempDir::new("max-age");
+        let path = dir.path(kind.file());
+        kind.park(
+            &path,
+            &[
+                letter("recent-1", FailureClass::System, "503", MINUTE),
+                letter("recent-2", FailureClass::Data, "400", 5 * MINUTE),
+            ],
+        );
+        let young = run(kind, &path, &["stats", "--check", "--max-age", "1h"]);
+        assert_status(&young, 0);
+        assert!(stdout(&young).contains("within 1h"), "{}", stdout(&young));
+        assert_status(
+            &run(kind, &path, &["stats", "--check", "--max-age", "2m"]),
+            1,
+        );
+
+        kind.park(
+            &path,
+            &[letter("old", FailureClass::System, "503", 3 * HOUR)],
+        );
+        let old = run(kind, &path, &["stats", "--check", "--max-age", "1h"]);
+        assert_status(&old, 1);
+        assert!(
+            stdout(&old).contains("the oldest (old) failed 3h ago, longer than 1h"),
+            "{}",
+            stdout(&old)
+        );
+        for within in ["4h", "1d", "3h30m", "300m"] {
+            assert_status(
+                &run(kind, &path, &["stats", "--check", "--max-age", within]),
+                0,
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_durations_and_max_age_without_check_are_usage_errors() {
+    let dir = TempDir::new("durations");
+    let path = dir.path(Kind::Jsonl.file());
+    Kind::Jsonl.park(&path, &[]);
+    for bad in ["1", "1x", "soon", "0s", "-1h"] {
+        let output = run(
+            Kind::Jsonl,
+            &path,
+            &["stats", "--check", &format!("--max-age={bad}")],
+        );
+        assert_status(&output, 2);
+        assert!(
+            stderr(&output).contains("--max-age") && stderr(&output).contains("is not a duration")
+                || bad == "0s" && stderr(&output).contains("is zero"),
+            "{bad}: {}",
+            stderr(&output)
+        );
+    }
+    let output = run(Kind::Jsonl, &path, &["stats", "--max-age", "1h"]);
+    assert_status(&output, 2);
+    assert!(stderr(&output).contains("--check"), "{}", stderr(&output));
+}
+
+#[test]
+fn list_prints_a_line_per_letter_oldest_first() {
+    for kind in KINDS {
+        let dir = TempDir::new("list");
+        let path = dir.path(kind.file());
+        let letters = three_letters();
+        kind.park(&path, &letters);
+        let line = |l: &DeadLetter| {
+            format!(
+                "{}\t{}\t{}\t{}\t{}\n",
+                l.msg_id, l.class, l.attempts, l.first_failed_at, l.reason
+            )
+        };
+
+        let all = run(kind, &path, &["list"]);
+        assert_status(&all, 0);
+        assert_eq!(
+            stdout(&all),
+            format!(
+                "{}{}{}",
+                line(&letters[1]),
+                line(&letters[0]),
+                line(&letters[2])
+            ),
+            "{kind:?}"
+        );
+
+        let data = run(kind, &path, &["list", "--class", "data"]);
+        assert_eq!(stdout(&data), line(&letters[2]), "{kind:?}");
+
+        let limited = run(kind, &path, &["list", "--class", "system", "--limit", "1"]);
+        assert_status(&limited, 0);
+        assert_eq!(stdout(&limited), line(&letters[1]), "{kind:?}");
+        assert!(
+            stderr(&limited).contains("1 more letter(s) not listed"),
+            "{}",
+            stderr(&limited)
+        );
+
+        assert_status(&run(kind, &path, &["list", "--class", "network"]), 2);
+    }
+}
+
+#[test]
+fn show_prints_the_letter_as_json_or_exits_1() {
+    for kind in KINDS {
+        let dir = TempDir::new("show");
+        let path = dir.path(kind.file());
+        let letters = three_letters();
+        kind.park(&path, &letters);
+
+        let output = run(kind, &path, &["show", "M-1"]);
+        assert_status(&output, 0);
+        let text = stdout(&output);
+        assert!(
+            text.contains("\n  \"msg_id\": \"M-1\",\n"),
+            "pretty: {text}"
+        );
+        let shown: DeadLetter = serde_json::from_str(&text).unwrap();
+        assert_eq!(shown, letters[1], "{kind:?}");
+
+        let missing = run(kind, &path, &["show", "M-404"]);
+        assert_status(&missing, 1);
+        assert_eq!(stdout(&missing), "");
+        assert!(
+            stderr(&missing).contains("no pending letter with msg_id M-404"),
+            "{}",
+            stderr(&missing)
+        );
+    }
+}
+
+#[test]
+fn export_round_trips_every_letter() {
+    for kind in KINDS {
+        let dir = TempDir::new("export");
+        let path = dir.path(kind.file());
+        let mut letters = three_letters();
+        kind.park(&path, &letters);
+
+        let output = run(kind, &path, &["export"]);
+        assert_status(&output, 0);
+        let mut exported: Vec<DeadLetter> = stdout(&output)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        let by_id = |l: &DeadLetter| l.msg_id.clone();
+        exported.sort_by_key(by_id);
+        letters.sort_by_key(by_id);
+        assert_eq!(exported, letters, "{kind:?}");
+
+        // Each line is a stored letter as is: the JSON of the library's own serialisation.
+        let first = stdout(&output).lines().next().unwrap().to_owned();
+        let again = serde_json::to_string(&serde_json::from_str::<DeadLetter>(&first).unwrap());
+        assert_eq!(first, again.unwrap());
+
+        // An empty store exports nothing.
+        let empty = dir.path(&format!("empty-{}", kind.file()));
+        kind.park(&empty, &[]);
+        let output = run(kind, &empty, &["export"]);
+        assert_status(&output, 0);
+        assert_eq!(stdout(&output), "");
+    }
+}
+
+#[test]
+fn a_missing_store_is_an_error_and_is_not_created() {
+    for kind in KINDS {
+        let dir = TempDir::new("missing");
+        let path = dir.path(kind.file());
+        for command in [
+            &["stats", "--check"][..],
+            &["list"],
+            &["show", "M-1"],
+            &["export"],
+        ] {
+            let output = run(kind, &path, command);
+            assert_status(&output, 2);
+            assert!(
+                stderr(&output).contains(&format!(
+                    "no dead-letter store at {}: the file does not exist",
+                    path.display()
+                )),
+                "{kind:?} {command:?}: {}",
+                stderr(&output)
+            );
+            assert_eq!(stdout(&output), "");
+        }
+        assert!(!path.exists(), "{kind:?} created {}", path.display());
+
+        // A directory is not a store either.
+        let output = run(kind, &dir.0, &["stats"]);
+        assert_status(&output, 2);
+        assert!(
+            stderr(&output).contains("is not a file"),
+            "{}",
+            stderr(&output)
+        );
+    }
+}
+
+#[test]
+fn an_unreadable_store_is_an_error() {
+    let dir = TempDir::new("unreadable");
+
+    // Not a SQLite database.
+    let sqlite = dir.path("garbage.sqlite");
+    std::fs::write(&sqlite, "this is not a database, just text\n".repeat(200)).unwrap();
+    let output = run(Kind::Sqlite, &sqlite, &["stats", "--check"]);
+    assert_status(&output, 2);
+    assert!(
+        stderr(&output).starts_with("retry-dlq: error: "),
+        "{}",
+        stderr(&output)
+    );
+
+    // A JSONL file whose complete lines are not letters.
+    let jsonl = dir.path("garbage.jsonl");
+    Kind::Jsonl.park(&jsonl, &three_letters());
+    let mut text = std::fs::read_to_string(&jsonl).unwrap();
+    text.insert_str(0, "not a letter\n");
+    std::fs::write(&jsonl, text).unwrap();
+    for command in [&["stats", "--check"][..], &["list"], &["export"]] {
+        let output = run(Kind::Jsonl, &jsonl, command);
+        assert_status(&output, 2);
+        assert!(
+            stderr(&output).starts_with("retry-dlq: error: "),
+            "{}",
+            stderr(&output)
+        );
+    }
+
+    // No read permission (meaningless for root, who reads anyway).
+    use std::os::unix::fs::PermissionsExt as _;
+    let locked = dir.path("locked.jsonl");
+    Kind::Jsonl.park(&locked, &three_letters());
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+    if std::fs::File::open(&locked).is_err() {
+        let output = run(Kind::Jsonl, &locked, &["list"]);
+        assert_status(&output, 2);
+        assert!(
+            stderr(&output).starts_with("retry-dlq: error: "),
+            "{}",
+            stderr(&output)
+        );
+    }
+}
+
+#[test]
+fn a_torn_last_line_is_a_warning_of_every_command() {
+    let dir = TempDir::new("torn");
+    let path = dir.path("dlq.jsonl");
+    let letters = three_letters();
+    Kind::Jsonl.park(&path, &letters);
+    let whole = std::fs::read(&path).unwrap();
+    // A crash in the middle of a write: half a letter, no newline. Opening moves it to
+    // `<path>.torn` and cuts it off, so it is torn again before each command.
+    let tear = || {
+        let mut text = whole.clone();
+        text.extend_from_slice(br#"{"msg_id":"M-9","original":{"ord"#);
+        std::fs::write(&path, text).unwrap();
+    };
+
+    for command in [
+        &["stats", "--check"][..],
+        &["list"],
+        &["show", "M-1"],
+        &["export"],
+    ] {
+        tear();
+        let output = run(Kind::Jsonl, &path, command);
+        let warning = stderr(&output);
+        assert!(
+            warning.starts_with(&format!(
+                "retry-dlq: warning: {}: line 4 was torn",
+                path.display()
+            )),
+            "{command:?}: {warning}"
+        );
+        assert!(
+            warning.contains(r#"{"msg_id":"M-9","original":{"ord"#),
+            "{warning}"
+        );
+        assert!(warning.contains(".jsonl.torn"), "{warning}");
+        assert!(
+            !stdout(&output).contains("M-9"),
+            "{command:?}: {}",
+            stdout(&output)
+        );
+    }
+    tear();
+    let stats = run(Kind::Jsonl, &path, &["stats", "--check"]);
+    assert_status(&stats, 1);
+    assert!(
+        stdout(&stats).starts_with("pending: 3\n"),
+        "{}",
+        stdout(&stats)
+    );
+    // Repaired by that open: the next command has nothing to say.
+    let again = run(Kind::Jsonl, &path, &["stats"]);
+    assert_status(&again, 0);
+    assert_eq!(stderr(&again), "");
+}
+
+#[test]
+fn exactly_one_store_on_the_command_line_or_from_the_environment() {
+    let dir = TempDir::new("select");
+    let jsonl = dir.path("dlq.jsonl");
+    let sqlite = dir.path("dlq.sqlite");
+    Kind::Jsonl.park(&jsonl, &three_letters());
+    Kind::Sqlite.park(&sqlite, &[]);
+
+    let both = retry_dlq()
+        .arg("--jsonl")
+        .arg(&jsonl)
+        .arg("--sqlite")
+        .arg(&sqlite)
+        .arg("stats")
+        .serial_output();
+    assert_status(&both, 2);
+    assert!(
+        stderr(&both).contains("exclude each other"),
+        "{}",
+        stderr(&both)
+    );
+
+    let none = retry_dlq().arg("stats").serial_output();
+    assert_status(&none, 2);
+    assert!(
+        stderr(&none).contains("no store given"),
+        "{}",
+        stderr(&none)
+    );
+
+    // From the environment.
+    let from_env = retry_dlq()
+        .env("RETRY_DLQ_JSONL", &jsonl)
+        .args(["stats", "--check"])
+        .serial_output();
+    assert_status(&from_env, 1);
+    let from_env = retry_dlq()
+        .env("RETRY_DLQ_SQLITE", &sqlite)
+        .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+        .args(["stats", "--check"])
+        .serial_output();
+    assert_status(&from_env, 0);
+
+    // An option wins over the environment (DATABASE_URL is often set for other reasons).
+    let option = retry_dlq()
+        .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+        .env("RETRY_DLQ_JSONL", &jsonl)
+        .args(["stats", "--check", "--sqlite"])
+        .arg(&sqlite)
+        .serial_output();
+    assert_status(&option, 0);
+}
+
+#[test]
+fn help_says_what_the_exit_codes_mean() {
+    let top = retry_dlq().arg("--help").serial_output();
+    assert_status(&top, 0);
+    for needle in [
+        "RETRY_DLQ_JSONL",
+        "RETRY_DLQ_SQLITE",
+        "DATABASE_URL",
+        "Exit status:",
+    ] {
+        assert!(stdout(&top).contains(needle), "{needle}: {}", stdout(&top));
+    }
+    for command in ["stats", "list", "show", "export"] {
+        let help = retry_dlq().args([command, "--help"]).serial_output();
+        assert_status(&help, 0);
+        let text = stdout(&help);
+        assert!(text.contains("Exit status"), "{command}: {text}");
+        assert!(text.contains("--jsonl <PATH>"), "{command}: {text}");
+    }
+    let stats = stdout(&retry_dlq().args(["stats", "--help"]).serial_output());
+    assert!(
+        stats.contains("--max-age <DURATION>") && stats.contains("1h"),
+        "{stats}"
+    );
+    // No command at all: the help, as a usage error.
+    assert_status(&retry_dlq().serial_output(), 2);
+}
+
+#[test]
+fn a_jsonl_file_is_read_beside_the_writer_that_has_it_open() {
+    let dir = TempDir::new("read-beside-writer");
+    let path = dir.path("dlq.jsonl");
+    Kind::Jsonl.park(&path, &three_letters());
+    // The service: one JsonlSink per file, held while it runs.
+    let serial = serial();
+    let writer = JsonlSink::open(&path).unwrap();
+    assert_status(&run(Kind::Jsonl, &path, &["stats", "--check"]), 1);
+    drop(writer);
+    drop(serial);
+}
+
+/// `--pg` and `DATABASE_URL`, against the server of `DATABASE_URL` (scripts/test starts one),
+/// in a schema of this test's own.
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_through_the_option_and_the_environment() {
+    use retry_core::dlq::{DeadLetterStore as _, PgDeadLetters};
+
+    let url = match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.trim().is_empty() => url,
+        _ => panic!("the `postgres` feature's test needs DATABASE_URL (scripts/test sets it)"),
+    };
+    let schema = format!("retry_dlq_cli_{}", std::process::id());
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let in_schema = format!("{url}{separator}options=-c%20search_path%3D{schema}");
+    let letters = three_letters();
+
+    block_on(async {
+        let admin = PgDeadLetters::connect(&url).await.unwrap();
+        let client = admin.pool().get().await.unwrap();
+        client
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+            ))
+            .await
+            .unwrap();
+        let store = PgDeadLetters::connect(&in_schema).await.unwrap();
+        for letter in &letters {
+            store.park(letter).await.unwrap();
+        }
+        assert_eq!(store.count().await.unwrap(), 3);
+    });
+
+    let pg = |args: &[&str]| {
+        retry_dlq()
+            .args(["--pg", &in_schema])
+            .args(args)
+            .serial_output()
+    };
+    let stats = pg(&["stats", "--check", "--max-age", "4h"]);
+    assert_status(&stats, 0);
+    assert!(
+        stdout(&stats).starts_with("pending: 3\n"),
+        "{}",
+        stdout(&stats)
+    );
+    assert_status(&pg(&["stats", "--check", "--max-age", "1h"]), 1);
+    let list = pg(&["list", "--class", "data"]);
+    assert_status(&list, 0);
+    assert!(
+        stdout(&list).starts_with("M-3\tdata\t5\t"),
+        "{}",
+        stdout(&list)
+    );
+    let show = pg(&["show", "M-1"]);
+    assert_status(&show, 0);
+    assert_eq!(
+        serde_json::from_slice::<DeadLetter>(&show.stdout).unwrap(),
+        letters[1]
+    );
+    assert_status(&pg(&["show", "M-404"]), 1);
+    let export = pg(&["export"]);
+    assert_status(&export, 0);
+    assert_eq!(stdout(&export).lines().count(), 3);
+
+    // DATABASE_URL when no option is given.
+    let from_env = retry_dlq()
+        .env("DATABASE_URL", &in_schema)
+        .args(["stats", "--check"])
+        .serial_output();
+    assert_status(&from_env, 1);
+
+    // A server that is not there: exit 2, naming it, without the password.
+    let down = retry_dlq()
+        .args(["--pg", "postgres://app:secret@127.0.0.1:1/none", "stats"])
+        .serial_output();
+    assert_status(&down, 2);
+    assert!(stderr(&down).contains("127.0.0.1:1"), "{}", stderr(&down));
+    assert!(!stderr(&down).contains("secret"), "{}", stderr(&down));
+
+    block_on(async {
+        let admin = PgDeadLetters::connect(&url).await.unwrap();
+        let client = admin.pool().get().await.unwrap();
+        client
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    });
+}
+
+#[test]
+fn a_reader_that_goes_away_does_not_change_the_status() {
+    let dir = TempDir::new("closed-pipe");
+    let path = dir.path("dlq.jsonl");
+    Kind::Jsonl.park(&path, &three_letters());
+    let status = |args: &[&str]| {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let _serial = serial();
+        std::process::Command::new(env!("CARGO_BIN_EXE_retry-dlq"))
+            .env_remove("DATABASE_URL")
+            .arg("--jsonl")
+            .arg(&path)
+            .args(args)
+            .stdout(writer)
+            .status()
+            .unwrap()
+            .code()
+    };
+    // `retry-dlq stats --check | head -1` still alerts; `export | head` is no error.
+    assert_eq!(status(&["stats", "--check"]), Some(1));
+    assert_eq!(status(&["export"]), Some(0));
+}
