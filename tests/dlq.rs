@@ -216,3 +216,45 @@ async fn a_give_up_writes_one_jsonl_line_in_the_seed_shape() {
     let last = parse_rfc3339(line["last_failed_at"].as_str().unwrap()).unwrap();
     assert!(first <= last);
 }
+
+#[derive(Debug)]
+struct Declined;
+
+impl Classify for Declined {
+    fn classify(&self) -> Decision {
+        Decision::Retry
+    }
+}
+
+impl From<DlqFailed> for Declined {
+    fn from(_: DlqFailed) -> Self {
+        Declined
+    }
+}
+
+impl From<retry_core::IdempotencyError> for Declined {
+    fn from(_: retry_core::IdempotencyError) -> Self {
+        Declined
+    }
+}
+
+#[retryable(max = 2, base = "10ms", dlq(sink = letters, id = msg_no, original = msg_no))]
+#[retry_core::idempotent(key = ("bank-a", msg_no), store = inbox)]
+async fn charge(
+    inbox: &retry_core::idempotency::MemoryStore,
+    letters: &MemoryDeadLetters,
+    msg_no: u64,
+) -> Result<u64, Declined> {
+    Err(Declined)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_letter_carries_the_idempotency_key_of_the_call() {
+    let (inbox, letters) = (
+        retry_core::idempotency::MemoryStore::new(),
+        MemoryDeadLetters::new(),
+    );
+    assert!(charge(&inbox, &letters, 9).await.is_err());
+    let letter = letters.get("9").await.unwrap().expect("parked");
+    assert_eq!(letter.idempotency_key.as_deref(), Some("s6:bank-a,n9"));
+}

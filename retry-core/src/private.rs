@@ -265,6 +265,7 @@ pub fn sink<S: DeadLetterSink + ?Sized>(sink: &S) -> &S {
 pub struct LetterInput {
     msg_id: String,
     original: serde_json::Value,
+    idempotency_key: Option<String>,
 }
 
 /// Evaluates `id` and `original` (through `redact`, when given) before the first attempt. An
@@ -273,12 +274,14 @@ pub fn letter_input<I: std::fmt::Display + ?Sized, O: serde::Serialize + ?Sized>
     id: &I,
     original: &O,
     redact: Option<fn(serde_json::Value) -> serde_json::Value>,
+    idempotency_key: Option<String>,
 ) -> LetterInput {
     let original = serde_json::to_value(original)
         .unwrap_or_else(|e| serde_json::Value::String(format!("<original not serialisable: {e}>")));
     LetterInput {
         msg_id: id.to_string(),
         original: redact.map_or(original.clone(), |redact| redact(original)),
+        idempotency_key,
     }
 }
 
@@ -314,7 +317,7 @@ where
         trace_id: format!("{:016x}", crate::scope::current_trace_id()),
         class,
         error_type: std::any::type_name::<E>().to_owned(),
-        idempotency_key: None,
+        idempotency_key: input.idempotency_key.clone(),
     };
     match sink.park(&letter).await {
         Ok(()) => {

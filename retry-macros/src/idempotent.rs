@@ -325,6 +325,7 @@ fn rewrite(args: &IdempotentArgs, function: ItemFn, retry: Option<&RetryArgs>) -
                 items: probes.into_items(),
                 stmts: quote!(#(#stmts)*),
                 args_used_elsewhere: true,
+                idempotency_key: None,
             };
             (
                 retryable::retry_loop(retry, &mut sig, &output, body, &quote!(#caller)),
@@ -349,6 +350,21 @@ fn rewrite(args: &IdempotentArgs, function: ItemFn, retry: Option<&RetryArgs>) -
     }
 }
 
+/// The encoded key (scope included) as a `String` expression.
+fn key_expr(args: &IdempotentArgs, key: &Expr) -> TokenStream {
+    let krate = retryable::crate_path(args.krate.as_ref());
+    let private = respan(quote!(#krate::__private), key.span());
+    match &args.scope {
+        Some(scope) => quote_spanned!(key.span()=> #private::encode_scoped_key(&(#scope), &(#key))),
+        None => quote_spanned!(key.span()=> #private::encode_key(&(#key))),
+    }
+}
+
+/// The call's encoded idempotency key, for its dead letter.
+pub(crate) fn letter_key(args: &IdempotentArgs) -> Option<TokenStream> {
+    args.key.as_ref().map(|key| key_expr(args, key))
+}
+
 /// The idempotent flow around `body` (a future of the function's output), as an expression of
 /// type `Idempotent<impl Future, K>`.
 pub(crate) fn flow_expr(
@@ -367,16 +383,7 @@ pub(crate) fn flow_expr(
             "`#[idempotent]` needs `key` and `store`"
         ));
     };
-    let key = match &args.scope {
-        Some(scope) => {
-            let private = at(key);
-            quote_spanned!(key.span()=> #private::encode_scoped_key(&(#scope), &(#key)))
-        }
-        None => {
-            let private = at(key);
-            quote_spanned!(key.span()=> #private::encode_key(&(#key)))
-        }
-    };
+    let key = key_expr(args, key);
     let biz_key = match &args.biz_key {
         Some(biz) => {
             quote_spanned!(biz.span()=> ::core::option::Option::Some(::std::string::ToString::to_string(&(#biz))))

@@ -168,6 +168,8 @@ pub(crate) struct AttemptBody {
     /// The arguments are also read outside the body (by `#[idempotent]`'s `key`, `store`...),
     /// so a body that does not read them is no reason to warn.
     pub(crate) args_used_elsewhere: bool,
+    /// `#[idempotent]` below: its encoded key, for the dead letter.
+    pub(crate) idempotency_key: Option<TokenStream>,
 }
 
 fn rewrite(
@@ -198,6 +200,7 @@ fn rewrite(
             items,
             stmts: quote!(#(#stmts)*),
             args_used_elsewhere: false,
+            idempotency_key: None,
         },
         Some(idempotent) => {
             // `#[idempotent]` below `#[retryable]`: every attempt claims the key anew.
@@ -210,6 +213,7 @@ fn rewrite(
                 items: TokenStream::new(),
                 stmts: quote!(#flow.await),
                 args_used_elsewhere: false,
+                idempotency_key: crate::idempotent::letter_key(idempotent),
             }
         }
     };
@@ -376,7 +380,7 @@ pub(crate) fn retry_loop(
         None => quote!(#private::NoHook),
     };
 
-    let AttemptBody { items, stmts, .. } = body;
+    let AttemptBody { items, stmts, .. } = &body;
     let private_out = private_at(output_span);
     let attempt_block = quote_spanned! {output_span=>
         #private_out::attempt::<#output, _>(async {
@@ -414,9 +418,15 @@ pub(crate) fn retry_loop(
             let sink_private = respan(private.clone(), sink.span());
             let park_private = respan(private.clone(), dlq.span);
             (
-                quote! {
-                    let #held = #sink;
-                    let #input = #private::letter_input(&(#id), &(#original), #redact);
+                {
+                    let key = match &body.idempotency_key {
+                        Some(key) => quote!(::core::option::Option::Some(#key)),
+                        None => quote!(::core::option::Option::None),
+                    };
+                    quote! {
+                        let #held = #sink;
+                        let #input = #private::letter_input(&(#id), &(#original), #redact, #key);
+                    }
                 },
                 {
                     // The same hygienic names, located at `dlq` so unmet bounds point there.
