@@ -15,12 +15,23 @@ pub enum FailureClass {
     Data,
 }
 
-impl fmt::Display for FailureClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl FailureClass {
+    /// `"system"` or `"data"`, as letters and tables store it.
+    ///
+    /// ```
+    /// assert_eq!(retry_core::dlq::FailureClass::Data.as_str(), "data");
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
             FailureClass::System => "system",
             FailureClass::Data => "data",
-        })
+        }
+    }
+}
+
+impl fmt::Display for FailureClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

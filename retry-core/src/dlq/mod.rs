@@ -11,6 +11,8 @@ mod memory;
 mod monitor;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod row;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 

@@ -24,9 +24,10 @@ use deadpool_postgres::Pool;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, FailureClass};
+use super::row::{self, NewRow, corrupt};
+use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError};
 use crate::sql::postgres::{Db, Schema};
-use crate::time::{format_utc, parse_rfc3339};
+use crate::time::format_utc;
 
 /// The version of the `dead_letters` layout this code writes, kept in `retry_core_schema`.
 const SCHEMA_VERSION: i32 = 1;
@@ -513,57 +514,6 @@ impl DeadLetterStore for PgDeadLetters {
 
 // ---- rows ----
 
-/// A letter as its row stores it, checked before anything is written.
-struct NewRow {
-    msg_id: String,
-    original: String,
-    reason: String,
-    attempts: i64,
-    first_failed_at: String,
-    last_failed_at: String,
-    trace_id: String,
-    class: &'static str,
-    error_type: String,
-    idempotency_key: Option<String>,
-    first_failed_utc: String,
-}
-
-impl NewRow {
-    fn new(letter: &DeadLetter) -> Result<Self, DlqError> {
-        let first = instant(letter, "first_failed_at", &letter.first_failed_at)?;
-        instant(letter, "last_failed_at", &letter.last_failed_at)?;
-        let original = serde_json::to_string(&letter.original).map_err(|e| {
-            DlqError::Serialize(format!("dead letter `{}`: original: {e}", letter.msg_id))
-        })?;
-        Ok(NewRow {
-            msg_id: letter.msg_id.clone(),
-            original,
-            reason: letter.reason.clone(),
-            attempts: i64::from(letter.attempts),
-            first_failed_at: letter.first_failed_at.clone(),
-            last_failed_at: letter.last_failed_at.clone(),
-            trace_id: letter.trace_id.clone(),
-            class: match letter.class {
-                FailureClass::System => "system",
-                FailureClass::Data => "data",
-            },
-            error_type: letter.error_type.clone(),
-            idempotency_key: letter.idempotency_key.clone(),
-            first_failed_utc: format_utc(first),
-        })
-    }
-}
-
-/// `text`, the letter's `field`, as an instant; a letter that cannot be ordered is refused.
-fn instant(letter: &DeadLetter, field: &str, text: &str) -> Result<SystemTime, DlqError> {
-    parse_rfc3339(text).ok_or_else(|| {
-        DlqError::Corrupt(format!(
-            "dead letter `{}`: {field} {text:?} is not an RFC 3339 time with an offset",
-            letter.msg_id
-        ))
-    })
-}
-
 /// A row of one of the `SELECT`s, every column checked.
 fn decode(row: &Row) -> Result<DeadLetter, DlqError> {
     let msg_id: String = row.try_get(0).map_err(|e| {
@@ -574,28 +524,13 @@ fn decode(row: &Row) -> Result<DeadLetter, DlqError> {
         row.try_get::<_, String>(i)
             .map_err(|e| corrupt(id, format_args!("bad {column} ({e})")))
     };
-    let original = serde_json::from_str(&text(1, "original")?)
-        .map_err(|e| corrupt(id, format_args!("original is not JSON ({e})")))?;
+    let original = row::original(id, &text(1, "original")?)?;
     let attempts: i64 = row
         .try_get(3)
         .map_err(|e| corrupt(id, format_args!("bad attempts ({e})")))?;
-    let attempts = u32::try_from(attempts)
-        .map_err(|_| corrupt(id, format_args!("attempts {attempts} is out of range")))?;
-    let time = |i: usize, column: &str| -> Result<String, DlqError> {
-        let text = text(i, column)?;
-        match parse_rfc3339(&text) {
-            Some(_) => Ok(text),
-            None => Err(corrupt(
-                id,
-                format_args!("{column} {text:?} is not an RFC 3339 time"),
-            )),
-        }
-    };
-    let class = match text(7, "class")?.as_str() {
-        "system" => FailureClass::System,
-        "data" => FailureClass::Data,
-        other => return Err(corrupt(id, format_args!("unknown class {other:?}"))),
-    };
+    let attempts = row::attempts(id, attempts)?;
+    let time = |i: usize, column: &str| row::time(id, column, text(i, column)?);
+    let class = row::class(id, &text(7, "class")?)?;
     let idempotency_key: Option<String> = row
         .try_get(9)
         .map_err(|e| corrupt(id, format_args!("bad idempotency_key ({e})")))?;
@@ -611,10 +546,6 @@ fn decode(row: &Row) -> Result<DeadLetter, DlqError> {
         idempotency_key,
         msg_id,
     })
-}
-
-fn corrupt(msg_id: &str, what: impl fmt::Display) -> DlqError {
-    DlqError::Corrupt(format!("dead_letters row `{msg_id}`: {what}"))
 }
 
 #[cfg(test)]
@@ -639,35 +570,5 @@ mod tests {
             "{message}"
         );
         assert!(!message.contains("s3cret"), "{message}");
-    }
-
-    #[test]
-    fn letters_with_unreadable_times_are_refused_before_the_server_is_asked() {
-        let letter = DeadLetter {
-            msg_id: "M-1".into(),
-            original: serde_json::json!({}),
-            reason: "r".into(),
-            attempts: 1,
-            first_failed_at: "2026-08-19T02:11:03+09:00".into(),
-            last_failed_at: "2026-08-19 02:12:47".into(),
-            trace_id: "t".into(),
-            class: FailureClass::Data,
-            error_type: "E".into(),
-            idempotency_key: None,
-        };
-        let Err(DlqError::Corrupt(message)) = NewRow::new(&letter) else {
-            panic!("accepted");
-        };
-        assert!(
-            message.contains("`M-1`") && message.contains("last_failed_at"),
-            "{message}"
-        );
-        let row = NewRow::new(&DeadLetter {
-            last_failed_at: "2026-08-19T02:12:47Z".into(),
-            ..letter
-        })
-        .unwrap();
-        assert_eq!(row.first_failed_utc, "2026-08-18T17:11:03.000000Z");
-        assert_eq!(row.class, "data");
     }
 }

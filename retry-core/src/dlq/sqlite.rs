@@ -26,11 +26,12 @@ use std::time::{Duration, SystemTime};
 use rusqlite::types::Value;
 use rusqlite::{Connection, TransactionBehavior, params};
 
-use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, FailureClass};
+use super::row::{self, NewRow, corrupt};
+use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError};
 use crate::sql::sqlite::{
     self as sql, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, Schema, Settings, blocking,
 };
-use crate::time::{format_utc, parse_rfc3339};
+use crate::time::format_utc;
 
 /// The version of the `dead_letters` layout this code writes, kept in `retry_core_schema`.
 const SCHEMA_VERSION: i64 = 1;
@@ -585,61 +586,6 @@ impl DeadLetterStore for SqliteDeadLetters {
 
 // ---- rows ----
 
-/// A letter as its row stores it, checked before anything is written.
-struct NewRow {
-    msg_id: String,
-    original: String,
-    reason: String,
-    attempts: i64,
-    first_failed_at: String,
-    last_failed_at: String,
-    trace_id: String,
-    class: &'static str,
-    error_type: String,
-    idempotency_key: Option<String>,
-    first_failed_utc: String,
-}
-
-impl NewRow {
-    fn new(letter: &DeadLetter) -> Result<Self, DlqError> {
-        let first = instant(letter, "first_failed_at", &letter.first_failed_at)?;
-        instant(letter, "last_failed_at", &letter.last_failed_at)?;
-        let original = serde_json::to_string(&letter.original).map_err(|e| {
-            DlqError::Serialize(format!("dead letter `{}`: original: {e}", letter.msg_id))
-        })?;
-        Ok(NewRow {
-            msg_id: letter.msg_id.clone(),
-            original,
-            reason: letter.reason.clone(),
-            attempts: i64::from(letter.attempts),
-            first_failed_at: letter.first_failed_at.clone(),
-            last_failed_at: letter.last_failed_at.clone(),
-            trace_id: letter.trace_id.clone(),
-            class: class_text(letter.class),
-            error_type: letter.error_type.clone(),
-            idempotency_key: letter.idempotency_key.clone(),
-            first_failed_utc: format_utc(first),
-        })
-    }
-}
-
-/// `text`, the letter's `field`, as an instant; a letter that cannot be ordered is refused.
-fn instant(letter: &DeadLetter, field: &str, text: &str) -> Result<SystemTime, DlqError> {
-    parse_rfc3339(text).ok_or_else(|| {
-        DlqError::Corrupt(format!(
-            "dead letter `{}`: {field} {text:?} is not an RFC 3339 time with an offset",
-            letter.msg_id
-        ))
-    })
-}
-
-fn class_text(class: FailureClass) -> &'static str {
-    match class {
-        FailureClass::System => "system",
-        FailureClass::Data => "data",
-    }
-}
-
 /// The upsert, in one `BEGIN IMMEDIATE` transaction.
 fn upsert(conn: &mut Connection, row: &NewRow) -> Result<(), Fail> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -719,21 +665,22 @@ fn decode(row: RawRow) -> Result<DeadLetter, DlqError> {
         }
     };
     let id = msg_id.as_str();
-    let original = text(id, "original", original)?;
-    let original = serde_json::from_str(&original)
-        .map_err(|e| corrupt(id, format_args!("original is not JSON ({e})")))?;
+    let original = row::original(id, &text(id, "original", original)?)?;
     let attempts = match attempts {
-        Value::Integer(n) => u32::try_from(n)
-            .map_err(|_| corrupt(id, format_args!("attempts {n} is out of range")))?,
+        Value::Integer(n) => row::attempts(id, n)?,
         other => return Err(corrupt(id, format_args!("bad attempts {other:?}"))),
     };
-    let first_failed_at = time(id, "first_failed_at", first_failed_at)?;
-    let last_failed_at = time(id, "last_failed_at", last_failed_at)?;
-    let class = match text(id, "class", class)?.as_str() {
-        "system" => FailureClass::System,
-        "data" => FailureClass::Data,
-        other => return Err(corrupt(id, format_args!("unknown class {other:?}"))),
-    };
+    let first_failed_at = row::time(
+        id,
+        "first_failed_at",
+        text(id, "first_failed_at", first_failed_at)?,
+    )?;
+    let last_failed_at = row::time(
+        id,
+        "last_failed_at",
+        text(id, "last_failed_at", last_failed_at)?,
+    )?;
+    let class = row::class(id, &text(id, "class", class)?)?;
     let idempotency_key = match idempotency_key {
         Value::Null => None,
         Value::Text(text) => Some(text),
@@ -758,21 +705,6 @@ fn text(msg_id: &str, column: &str, value: Value) -> Result<String, DlqError> {
         Value::Text(text) => Ok(text),
         other => Err(corrupt(msg_id, format_args!("bad {column} {other:?}"))),
     }
-}
-
-fn time(msg_id: &str, column: &str, value: Value) -> Result<String, DlqError> {
-    let text = text(msg_id, column, value)?;
-    if parse_rfc3339(&text).is_none() {
-        return Err(corrupt(
-            msg_id,
-            format_args!("{column} {text:?} is not an RFC 3339 time"),
-        ));
-    }
-    Ok(text)
-}
-
-fn corrupt(msg_id: &str, what: impl fmt::Display) -> DlqError {
-    DlqError::Corrupt(format!("dead_letters row `{msg_id}`: {what}"))
 }
 
 // ---- errors ----

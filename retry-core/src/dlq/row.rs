@@ -1,0 +1,129 @@
+//! A dead letter as both SQL tables store it: encoding checked before anything is written, and
+//! the column checks of decoding, with one wording for both stores.
+
+use std::fmt;
+use std::time::SystemTime;
+
+use super::{DeadLetter, DlqError, FailureClass};
+use crate::time::{format_utc, parse_rfc3339};
+
+/// A letter as its row stores it, checked before anything is written.
+pub(super) struct NewRow {
+    pub(super) msg_id: String,
+    pub(super) original: String,
+    pub(super) reason: String,
+    pub(super) attempts: i64,
+    pub(super) first_failed_at: String,
+    pub(super) last_failed_at: String,
+    pub(super) trace_id: String,
+    pub(super) class: &'static str,
+    pub(super) error_type: String,
+    pub(super) idempotency_key: Option<String>,
+    /// `first_failed_at` as fixed-width UTC: what rows are ordered by, whatever the offset.
+    pub(super) first_failed_utc: String,
+}
+
+impl NewRow {
+    pub(super) fn new(letter: &DeadLetter) -> Result<Self, DlqError> {
+        let first = instant(letter, "first_failed_at", &letter.first_failed_at)?;
+        instant(letter, "last_failed_at", &letter.last_failed_at)?;
+        let original = serde_json::to_string(&letter.original).map_err(|e| {
+            DlqError::Serialize(format!("dead letter `{}`: original: {e}", letter.msg_id))
+        })?;
+        Ok(NewRow {
+            msg_id: letter.msg_id.clone(),
+            original,
+            reason: letter.reason.clone(),
+            attempts: i64::from(letter.attempts),
+            first_failed_at: letter.first_failed_at.clone(),
+            last_failed_at: letter.last_failed_at.clone(),
+            trace_id: letter.trace_id.clone(),
+            class: letter.class.as_str(),
+            error_type: letter.error_type.clone(),
+            idempotency_key: letter.idempotency_key.clone(),
+            first_failed_utc: format_utc(first),
+        })
+    }
+}
+
+/// `text`, the letter's `field`, as an instant; a letter that cannot be ordered is refused.
+fn instant(letter: &DeadLetter, field: &str, text: &str) -> Result<SystemTime, DlqError> {
+    parse_rfc3339(text).ok_or_else(|| {
+        DlqError::Corrupt(format!(
+            "dead letter `{}`: {field} {text:?} is not an RFC 3339 time with an offset",
+            letter.msg_id
+        ))
+    })
+}
+
+/// The stored `original` column, which must be JSON.
+pub(super) fn original(msg_id: &str, text: &str) -> Result<serde_json::Value, DlqError> {
+    serde_json::from_str(text)
+        .map_err(|e| corrupt(msg_id, format_args!("original is not JSON ({e})")))
+}
+
+/// The stored `attempts` column, which must fit a `u32`.
+pub(super) fn attempts(msg_id: &str, stored: i64) -> Result<u32, DlqError> {
+    u32::try_from(stored)
+        .map_err(|_| corrupt(msg_id, format_args!("attempts {stored} is out of range")))
+}
+
+/// A stored time column (`column`), which must be RFC 3339.
+pub(super) fn time(msg_id: &str, column: &str, text: String) -> Result<String, DlqError> {
+    match parse_rfc3339(&text) {
+        Some(_) => Ok(text),
+        None => Err(corrupt(
+            msg_id,
+            format_args!("{column} {text:?} is not an RFC 3339 time"),
+        )),
+    }
+}
+
+/// The stored `class` column.
+pub(super) fn class(msg_id: &str, text: &str) -> Result<FailureClass, DlqError> {
+    match text {
+        "system" => Ok(FailureClass::System),
+        "data" => Ok(FailureClass::Data),
+        other => Err(corrupt(msg_id, format_args!("unknown class {other:?}"))),
+    }
+}
+
+/// A row that cannot be read, named by its `msg_id`.
+pub(super) fn corrupt(msg_id: &str, what: impl fmt::Display) -> DlqError {
+    DlqError::Corrupt(format!("dead_letters row `{msg_id}`: {what}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn letters_with_unreadable_times_are_refused_before_anything_is_written() {
+        let letter = DeadLetter {
+            msg_id: "M-1".into(),
+            original: serde_json::json!({}),
+            reason: "r".into(),
+            attempts: 1,
+            first_failed_at: "2026-08-19T02:11:03+09:00".into(),
+            last_failed_at: "2026-08-19 02:12:47".into(),
+            trace_id: "t".into(),
+            class: FailureClass::Data,
+            error_type: "E".into(),
+            idempotency_key: None,
+        };
+        let Err(DlqError::Corrupt(message)) = NewRow::new(&letter) else {
+            panic!("accepted");
+        };
+        assert!(
+            message.contains("`M-1`") && message.contains("last_failed_at"),
+            "{message}"
+        );
+        let row = NewRow::new(&DeadLetter {
+            last_failed_at: "2026-08-19T02:12:47Z".into(),
+            ..letter
+        })
+        .unwrap();
+        assert_eq!(row.first_failed_utc, "2026-08-18T17:11:03.000000Z");
+        assert_eq!(row.class, "data");
+    }
+}
