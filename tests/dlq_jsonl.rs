@@ -11,30 +11,10 @@ use retry_core::dlq::{
 };
 use tracing_subscriber::layer::SubscriberExt as _;
 
-/// A directory of its own for one test, removed when dropped.
-struct TempDir(PathBuf);
+#[path = "common/tempdir.rs"]
+mod tempdir;
 
-impl TempDir {
-    fn new(test: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "retry-core-dlq-jsonl-{}-{test}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use tempdir::TempDir;
 
 fn torn_path(path: &Path) -> PathBuf {
     let mut torn = path.as_os_str().to_owned();

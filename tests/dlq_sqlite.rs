@@ -5,36 +5,20 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use retry_core::dlq::{
     DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, FailureClass, SqliteDeadLetters,
 };
 
-/// A directory of its own under the system temp dir, removed (with the files in it) on drop.
-struct TempDir(PathBuf);
+#[path = "common/tempdir.rs"]
+mod tempdir;
+
+use tempdir::TempDir;
 
 impl TempDir {
-    fn new(test: &str) -> Self {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "retry-core-dlq-sqlite-{test}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
     fn db(&self) -> PathBuf {
-        self.0.join("dlq.sqlite3")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.file("dlq.sqlite3")
     }
 }
 

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use retry_core::idempotency::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, MemoryStore, SqliteStore, StoreError,
@@ -20,30 +20,14 @@ use retry_core::time::ManualClock;
 const CHILD_ENV: &str = "RETRY_CORE_SQLITE_CHILD";
 const DAY: Duration = Duration::from_secs(86_400);
 
-/// A directory of its own under the system temp dir, removed (with the files in it) on drop.
-struct TempDir(PathBuf);
+#[path = "common/tempdir.rs"]
+mod tempdir;
+
+use tempdir::TempDir;
 
 impl TempDir {
-    fn new(test: &str) -> Self {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "retry-core-sqlite-{test}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
     fn db(&self) -> PathBuf {
-        self.0.join("inbox.sqlite3")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.file("inbox.sqlite3")
     }
 }
 

@@ -8,7 +8,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use retry_core::idempotency::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, SqliteStore, StoreError,
@@ -18,24 +18,14 @@ use retry_core::time::ManualClock;
 
 const DAY: Duration = Duration::from_secs(86_400);
 
-/// A directory of its own under the system temp dir, removed (with the files in it) on drop.
-struct TempDir(PathBuf);
+#[path = "common/tempdir.rs"]
+mod tempdir;
+
+use tempdir::TempDir;
 
 impl TempDir {
-    fn new(test: &str) -> Self {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "retry-core-sqlite-tx-{test}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
     fn db(&self) -> PathBuf {
-        self.0.join("inbox.sqlite3")
+        self.file("inbox.sqlite3")
     }
 
     /// A plain connection for setting up and checking the application's tables.
@@ -43,12 +33,6 @@ impl TempDir {
         let conn = rusqlite::Connection::open(self.db()).unwrap();
         conn.busy_timeout(Duration::from_secs(5)).unwrap();
         conn
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
