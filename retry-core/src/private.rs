@@ -199,8 +199,8 @@ pub use crate::idempotency::{Once, Retries, encode_key, encode_scoped_key};
 
 /// The flow of an `#[idempotent]` function, in its named future type.
 #[inline]
-pub fn idempotent<F: Future, K>(flow: F) -> Idempotent<F, K> {
-    crate::idempotency::flow::wrap(flow)
+pub fn idempotent<F: Future, K>(key: String, flow: F) -> Idempotent<F, K> {
+    crate::idempotency::flow::wrap(key, flow)
 }
 
 /// `store = expr`, checked to be a store where the user wrote it.

@@ -433,9 +433,9 @@ pub(crate) fn flow_expr(
         let outcome = Ident::new("__retry_outcome", Span::mixed_site());
         let claim = respan(quote!(#private::claim_transactional), output.span());
         let finish = respan(quote!(#private::finish_transactional), output.span());
-        return quote! {
-            #private::idempotent::<_, #kind>(async move {
-                #settings
+        return quote! {{
+            #settings
+            #private::idempotent::<_, #kind>(::core::clone::Clone::clone(&#call.key), async move {
                 let (#held, mut #transaction) = match #claim(#store, &#call).await {
                     ::core::result::Result::Ok(claimed) => claimed,
                     ::core::result::Result::Err(answer) => return answer,
@@ -446,13 +446,15 @@ pub(crate) fn flow_expr(
                 };
                 #finish(#held, #transaction, &#call, #outcome).await
             })
-        };
+        }};
     }
     let run_call = quote_spanned!(output.span()=> #run(#store, #call, #body));
-    quote! {
-        #private::idempotent::<_, #kind>(async move {
-            #settings
+    // The settings are evaluated when the function is called, so the returned future knows its
+    // key before it is polled (a redrive checks it against the dead letter's).
+    quote! {{
+        #settings
+        #private::idempotent::<_, #kind>(::core::clone::Clone::clone(&#call.key), async move {
             #run_call.await
         })
-    }
+    }}
 }

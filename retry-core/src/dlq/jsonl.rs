@@ -13,7 +13,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError};
+use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, RedriveRecord};
 use crate::time::{format_rfc3339, parse_rfc3339, unix_nanos};
 
 /// A torn last line found by [`JsonlSink::open`]: what a crash in the middle of a write left.
@@ -91,6 +91,7 @@ pub struct TornLine {
 /// {"msg_id":"M-1","original":{"amount":10},"reason":"gave up after 5 attempts: 503 Service Unavailable","attempts":5,"first_failed_at":"2026-08-19T02:11:03.000+00:00","last_failed_at":"2026-08-19T02:12:47.000+00:00","trace_id":"a1b2c3d4","class":"system","error_type":"FetchError"}
 /// {"msg_id":"M-2","original":{"amount":99},"reason":"not retryable: 400 Bad Request","attempts":1,"first_failed_at":"2026-08-19T02:13:00.000+00:00","last_failed_at":"2026-08-19T02:13:00.000+00:00","trace_id":"e5f6a7b8","class":"data","error_type":"FetchError"}
 /// {"ack":"M-2","at":"2026-08-20T09:30:00.000+00:00"}
+/// {"redrive":{"run_id":"5f0c8a1e2b3d4c6f","who":"alice","filter":"class=system",...}}
 /// ```
 ///
 /// - A **letter line** is the [`DeadLetter`] itself, with exactly its JSON field names: what
@@ -98,7 +99,9 @@ pub struct TornLine {
 ///   shows a letter's whole history.
 /// - An **ack line** is `{"ack":"<msg_id>","at":"<RFC 3339>"}`: the letter was redriven or
 ///   judged, and is no longer pending. (An object with an `"ack"` key is an ack; every other line
-///   must be a letter. A letter never has an `"ack"` field.)
+///   must be a letter or a redrive record. A letter never has an `"ack"` field.)
+/// - A **redrive line** is `{"redrive":{...}}`, a [`RedriveRecord`]: the audit log of
+///   [`Redrive`](super::Redrive) runs over this file.
 /// - A letter is **pending** when its latest letter line comes after its latest ack line; the
 ///   latest letter line is the pending letter (so a `put_back` replaces what `park` wrote).
 ///   Blank lines are ignored.
@@ -170,6 +173,8 @@ struct State {
 struct Index {
     /// Pending letters by `msg_id`.
     pending: HashMap<String, DeadLetter>,
+    /// The redrive runs recorded in the file, in order.
+    redrives: Vec<RedriveRecord>,
     /// The pending letters' order: first failure, then `msg_id`.
     order: BTreeSet<OrderKey>,
 }
@@ -198,6 +203,7 @@ impl OrderKey {
 enum Entry {
     Letter(DeadLetter),
     Ack(String),
+    Redrive(RedriveRecord),
 }
 
 /// An ack line as written. `at` is informational: a line without it is still an ack.
@@ -206,6 +212,12 @@ struct AckLine {
     ack: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     at: Option<String>,
+}
+
+/// A redrive line as written.
+#[derive(Serialize, Deserialize)]
+struct RedriveLine {
+    redrive: RedriveRecord,
 }
 
 impl Index {
@@ -223,6 +235,7 @@ impl Index {
                     self.order.remove(&OrderKey::of(&old));
                 }
             }
+            Entry::Redrive(record) => self.redrives.push(record),
         }
     }
 }
@@ -671,6 +684,21 @@ impl DeadLetterStore for JsonlSink {
         state.index.apply(Entry::Letter(letter));
         Ok(())
     }
+
+    /// Appends `{"redrive":{...}}` and fsyncs, like every other line.
+    async fn record_redrive(&self, record: &RedriveRecord) -> Result<(), DlqError> {
+        let line = to_line(&RedriveLine {
+            redrive: record.clone(),
+        })?;
+        let mut state = self.state();
+        state.append(&self.path, &line)?;
+        state.index.apply(Entry::Redrive(record.clone()));
+        Ok(())
+    }
+
+    async fn redrives(&self) -> Result<Vec<RedriveRecord>, DlqError> {
+        Ok(self.state().index.redrives.clone())
+    }
 }
 
 /// `value` as one JSON line, newline included. `serde_json`'s compact form escapes newlines in
@@ -852,10 +880,15 @@ fn read(path: &Path, file: &File) -> Result<(Index, u64, Option<TornLine>), DlqE
     Ok((index, complete_len, torn))
 }
 
-/// An ack if the object has an `"ack"` key, a letter otherwise.
+/// An ack if the object has an `"ack"` key, a redrive record if it has a `"redrive"` key, a
+/// letter otherwise.
 fn entry(value: serde_json::Value) -> Result<Entry, serde_json::Error> {
     if value.get("ack").is_some() {
         Ok(Entry::Ack(serde_json::from_value::<AckLine>(value)?.ack))
+    } else if value.get("redrive").is_some() {
+        Ok(Entry::Redrive(
+            serde_json::from_value::<RedriveLine>(value)?.redrive,
+        ))
     } else {
         Ok(Entry::Letter(serde_json::from_value(value)?))
     }
@@ -873,7 +906,7 @@ fn corrupt(path: &Path, line: usize, error: &serde_json::Error) -> DlqError {
         _ => format!("line {line}: {text}"),
     };
     DlqError::Corrupt(format!(
-        "{} {what} (expected a dead letter or an ack)",
+        "{} {what} (expected a dead letter, an ack or a redrive record)",
         path.display()
     ))
 }

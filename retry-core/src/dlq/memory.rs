@@ -2,7 +2,7 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError};
+use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, RedriveRecord};
 use crate::time::parse_rfc3339;
 
 /// Keeps dead letters in memory: for tests, and for trying things out. Not durable.
@@ -19,6 +19,7 @@ use crate::time::parse_rfc3339;
 #[derive(Debug, Default)]
 pub struct MemoryDeadLetters {
     letters: Mutex<Vec<DeadLetter>>,
+    redrives: Mutex<Vec<RedriveRecord>>,
 }
 
 impl MemoryDeadLetters {
@@ -78,5 +79,21 @@ impl DeadLetterStore for MemoryDeadLetters {
             None => letters.push(letter.clone()),
         }
         Ok(())
+    }
+
+    async fn record_redrive(&self, record: &RedriveRecord) -> Result<(), DlqError> {
+        self.redrives
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(record.clone());
+        Ok(())
+    }
+
+    async fn redrives(&self) -> Result<Vec<RedriveRecord>, DlqError> {
+        Ok(self
+            .redrives
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone())
     }
 }

@@ -5,12 +5,14 @@
 //! the error returns. If the sink fails, the caller gets `E::from(DlqFailed)` instead of its own
 //! error, so a consumer acknowledges only what was parked.
 
+mod audit;
 mod jsonl;
 mod letter;
 mod memory;
 mod monitor;
 #[cfg(feature = "postgres")]
 mod postgres;
+pub mod redrive;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod row;
 #[cfg(feature = "sqlite")]
@@ -18,10 +20,15 @@ mod sqlite;
 
 use std::future::Future;
 
+pub use audit::RedriveRecord;
 pub use jsonl::{JsonlSink, TornLine};
 pub use letter::{DeadLetter, DlqError, DlqFailed, FailureClass};
 pub use memory::MemoryDeadLetters;
 pub use monitor::{Pending, pending, spawn_monitor};
+pub use redrive::{
+    AssumeIdempotent, Filter, Outcome, Redrive, RedriveError, RedriveFuture, RedriveReport,
+    assume_idempotent,
+};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::PgDeadLetters;
@@ -64,6 +71,15 @@ pub trait DeadLetterStore: DeadLetterSink {
     /// Puts a letter back after a redrive failed again (same `msg_id`, `attempts` increased,
     /// `last_failed_at` updated, `first_failed_at` kept), replacing the pending one.
     fn put_back(&self, letter: &DeadLetter) -> impl Future<Output = Result<(), DlqError>> + Send;
+
+    /// Appends a redrive run's audit record durably, beside the letters.
+    fn record_redrive(
+        &self,
+        record: &RedriveRecord,
+    ) -> impl Future<Output = Result<(), DlqError>> + Send;
+
+    /// Every recorded redrive run, in the order they started.
+    fn redrives(&self) -> impl Future<Output = Result<Vec<RedriveRecord>, DlqError>> + Send;
 }
 
 impl<S: DeadLetterSink + ?Sized> DeadLetterSink for &S {

@@ -25,7 +25,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::row::{self, NewRow, corrupt};
-use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError};
+use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, RedriveRecord};
 use crate::sql::postgres::{Db, Schema};
 use crate::time::format_utc;
 
@@ -48,10 +48,15 @@ const TABLES: &str = "CREATE TABLE IF NOT EXISTS dead_letters (
     first_failed_utc TEXT COLLATE \"C\" NOT NULL
 );
 CREATE INDEX IF NOT EXISTS dead_letters_first_failed ON dead_letters (first_failed_utc, msg_id);
+CREATE TABLE IF NOT EXISTS dead_letter_redrives (
+    run_id TEXT COLLATE \"C\" NOT NULL PRIMARY KEY,
+    started_utc TEXT COLLATE \"C\" NOT NULL,
+    record TEXT NOT NULL
+);
 ";
 
 const TABLES_EXIST: &str = "SELECT to_regclass('retry_core_schema') IS NOT NULL, \
-     to_regclass('dead_letters') IS NOT NULL";
+     to_regclass('dead_letters') IS NOT NULL AND to_regclass('dead_letter_redrives') IS NOT NULL";
 const SELECT_VERSION: &str =
     "SELECT version FROM retry_core_schema WHERE component = 'dead_letters'";
 const RECORD_VERSION: &str = "INSERT INTO retry_core_schema (component, version) VALUES ('dead_letters', $1) \
@@ -77,6 +82,10 @@ const UPSERT: &str = "INSERT INTO dead_letters \
       trace_id = excluded.trace_id, class = excluded.class, error_type = excluded.error_type, \
       idempotency_key = excluded.idempotency_key, parked_at = excluded.parked_at";
 const DELETE: &str = "DELETE FROM dead_letters WHERE msg_id = $1";
+const INSERT_REDRIVE: &str =
+    "INSERT INTO dead_letter_redrives (run_id, started_utc, record) VALUES ($1, $2, $3)";
+const SELECT_REDRIVES: &str =
+    "SELECT run_id, record FROM dead_letter_redrives ORDER BY started_utc, run_id";
 const COUNT: &str = "SELECT count(*) FROM dead_letters";
 const SELECT_ALL: &str = "SELECT msg_id, original, reason, attempts::bigint, first_failed_at, \
      last_failed_at, trace_id, class, error_type, idempotency_key FROM dead_letters \
@@ -509,6 +518,40 @@ impl DeadLetterStore for PgDeadLetters {
     /// ```
     async fn put_back(&self, letter: &DeadLetter) -> Result<(), DlqError> {
         self.park(letter).await
+    }
+
+    /// Inserts the record into `dead_letter_redrives` (one autocommit `INSERT`).
+    async fn record_redrive(&self, record: &RedriveRecord) -> Result<(), DlqError> {
+        let (run_id, started_utc, json) = row::record_row(record)?;
+        let client = self.get().await?;
+        let statement = client
+            .prepare_cached(INSERT_REDRIVE)
+            .await
+            .map_err(|e| self.error(e))?;
+        client
+            .execute(&statement, &[&run_id, &started_utc, &json])
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(())
+    }
+
+    async fn redrives(&self) -> Result<Vec<RedriveRecord>, DlqError> {
+        let client = self.get().await?;
+        let statement = client
+            .prepare_cached(SELECT_REDRIVES)
+            .await
+            .map_err(|e| self.error(e))?;
+        let rows = client
+            .query(&statement, &[])
+            .await
+            .map_err(|e| self.error(e))?;
+        rows.iter()
+            .map(|r| {
+                let run_id: String = r.try_get(0).map_err(|e| self.error(e))?;
+                let json: String = r.try_get(1).map_err(|e| self.error(e))?;
+                row::record(&run_id, &json)
+            })
+            .collect()
     }
 }
 

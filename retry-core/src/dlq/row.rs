@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::SystemTime;
 
-use super::{DeadLetter, DlqError, FailureClass};
+use super::{DeadLetter, DlqError, FailureClass, RedriveRecord};
 use crate::time::{format_utc, parse_rfc3339};
 
 /// A letter as its row stores it, checked before anything is written.
@@ -91,6 +91,26 @@ pub(super) fn class(msg_id: &str, text: &str) -> Result<FailureClass, DlqError> 
 /// A row that cannot be read, named by its `msg_id`.
 pub(super) fn corrupt(msg_id: &str, what: impl fmt::Display) -> DlqError {
     DlqError::Corrupt(format!("dead_letters row `{msg_id}`: {what}"))
+}
+
+/// A redrive record as its row stores it: `(run_id, started_utc, record JSON)`.
+pub(super) fn record_row(record: &RedriveRecord) -> Result<(String, String, String), DlqError> {
+    let started = parse_rfc3339(&record.started_at).ok_or_else(|| {
+        DlqError::Corrupt(format!(
+            "redrive record `{}`: started_at {:?} is not an RFC 3339 time",
+            record.run_id, record.started_at
+        ))
+    })?;
+    let json = serde_json::to_string(record)
+        .map_err(|e| DlqError::Serialize(format!("redrive record `{}`: {e}", record.run_id)))?;
+    Ok((record.run_id.clone(), format_utc(started), json))
+}
+
+/// A stored redrive record, named by its `run_id` when unreadable.
+pub(super) fn record(run_id: &str, json: &str) -> Result<RedriveRecord, DlqError> {
+    serde_json::from_str(json).map_err(|e| {
+        DlqError::Corrupt(format!("dead_letter_redrives row `{run_id}`: record is unreadable ({e})"))
+    })
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, TransactionBehavior, params};
 
 use super::row::{self, NewRow, corrupt};
-use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError};
+use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, RedriveRecord};
 use crate::sql::sqlite::{
     self as sql, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, Schema, Settings, blocking,
 };
@@ -64,6 +64,11 @@ const TABLES: &str = "CREATE TABLE IF NOT EXISTS dead_letters (
     first_failed_utc TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS dead_letters_first_failed ON dead_letters (first_failed_utc, msg_id);
+CREATE TABLE IF NOT EXISTS dead_letter_redrives (
+    run_id TEXT NOT NULL PRIMARY KEY,
+    started_utc TEXT NOT NULL,
+    record TEXT NOT NULL
+);
 ";
 
 const SELECT_VERSION: &str =
@@ -91,6 +96,10 @@ const UPSERT: &str = "INSERT INTO dead_letters \
       trace_id = excluded.trace_id, class = excluded.class, error_type = excluded.error_type, \
       idempotency_key = excluded.idempotency_key, parked_at = excluded.parked_at";
 const DELETE: &str = "DELETE FROM dead_letters WHERE msg_id = ?1";
+const INSERT_REDRIVE: &str =
+    "INSERT INTO dead_letter_redrives (run_id, started_utc, record) VALUES (?1, ?2, ?3)";
+const SELECT_REDRIVES: &str =
+    "SELECT run_id, record FROM dead_letter_redrives ORDER BY started_utc, run_id";
 const COUNT: &str = "SELECT count(*) FROM dead_letters";
 const SELECT_ALL: &str = "SELECT msg_id, original, reason, attempts, first_failed_at, \
      last_failed_at, trace_id, class, error_type, idempotency_key FROM dead_letters \
@@ -581,6 +590,34 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// ```
     async fn put_back(&self, letter: &DeadLetter) -> Result<(), DlqError> {
         self.park(letter).await
+    }
+
+    /// Inserts the record into `dead_letter_redrives` (one `BEGIN IMMEDIATE` transaction,
+    /// `synchronous=FULL` like the letters).
+    async fn record_redrive(&self, record: &RedriveRecord) -> Result<(), DlqError> {
+        let (run_id, started_utc, json) = row::record_row(record)?;
+        self.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.prepare_cached(INSERT_REDRIVE)?
+                .execute(params![run_id, started_utc, json])?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn redrives(&self) -> Result<Vec<RedriveRecord>, DlqError> {
+        self.run(|conn| {
+            let mut statement = conn.prepare_cached(SELECT_REDRIVES)?;
+            let rows: Vec<(String, String)> = statement
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            rows.iter()
+                .map(|(run_id, json)| row::record(run_id, json))
+                .collect::<Result<_, _>>()
+                .map_err(Fail::Store)
+        })
+        .await
     }
 }
 

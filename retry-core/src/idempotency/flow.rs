@@ -48,6 +48,7 @@ pin_project! {
     pub struct Idempotent<F, K = Once> {
         #[pin]
         inner: F,
+        key: String,
         kind: PhantomData<K>,
     }
 }
@@ -61,11 +62,36 @@ pub struct Once;
 pub struct Retries;
 
 impl<F, K> Idempotent<F, K> {
-    pub(crate) fn new(inner: F) -> Self {
+    pub(crate) fn new(key: String, inner: F) -> Self {
         Idempotent {
             inner,
+            key,
             kind: PhantomData,
         }
+    }
+
+    /// The encoded idempotency key (scope included) this call claims: what a dead letter of it
+    /// records as `idempotency_key`, and what a redrive checks before resending.
+    ///
+    /// ```
+    /// use retry_core::idempotency::{IdempotencyError, MemoryStore};
+    /// use retry_core::idempotent;
+    ///
+    /// #[derive(Debug)]
+    /// struct Rejected(IdempotencyError);
+    /// impl From<IdempotencyError> for Rejected {
+    ///     fn from(e: IdempotencyError) -> Self { Rejected(e) }
+    /// }
+    ///
+    /// #[idempotent(key = ("acme", msg_no), store = inbox)]
+    /// async fn deposit(inbox: &MemoryStore, msg_no: u64) -> Result<u64, Rejected> { Ok(msg_no) }
+    ///
+    /// let inbox = MemoryStore::new();
+    /// let call = deposit(&inbox, 7);
+    /// assert_eq!(call.idempotency_key(), retry_core::idempotency::encode_key(&("acme", 7u64)));
+    /// ```
+    pub fn idempotency_key(&self) -> &str {
+        &self.key
     }
 }
 
@@ -109,7 +135,9 @@ impl<F: Future, K> Future for Idempotent<F, K> {
 
 impl<F, K> std::fmt::Debug for Idempotent<F, K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Idempotent").finish_non_exhaustive()
+        f.debug_struct("Idempotent")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
     }
 }
 
@@ -503,7 +531,7 @@ async fn finish<S: IdempotencyStore + ?Sized, T: Serialize>(
     }
 }
 
-/// Wraps the flow future of an `#[idempotent]` function.
-pub(crate) fn wrap<F: Future, K>(flow: F) -> Idempotent<F, K> {
-    Idempotent::new(flow)
+/// Wraps the flow future of an `#[idempotent]` function that claims `key`.
+pub(crate) fn wrap<F: Future, K>(key: String, flow: F) -> Idempotent<F, K> {
+    Idempotent::new(key, flow)
 }

@@ -1,0 +1,50 @@
+//! The record a redrive run leaves behind: when, who, which letters, and how it went.
+
+use serde::{Deserialize, Serialize};
+
+/// One redrive run, as its audit log keeps it. Every store keeps these beside its letters
+/// ([`DeadLetterStore::record_redrive`](super::DeadLetterStore::record_redrive)), so "who sent
+/// what again, and when" is answered from the same place as "what is pending".
+///
+/// ```
+/// use retry_core::dlq::RedriveRecord;
+///
+/// let record: RedriveRecord = serde_json::from_str(r#"{
+///     "run_id": "5f0c8a1e2b3d4c6f", "who": "alice", "filter": "class=system",
+///     "target": "deposit", "started_at": "2026-08-20T09:00:00.000+00:00",
+///     "finished_at": "2026-08-20T09:00:02.000+00:00", "limit": 10, "rate_per_second": 5,
+///     "selected": 10, "succeeded": 9, "failed": 1, "skipped": 0
+/// }"#).unwrap();
+/// assert_eq!(record.selected, record.succeeded + record.failed + record.skipped);
+/// assert_eq!(record.stopped, None);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RedriveRecord {
+    /// A random id for this run (16 hex digits).
+    pub run_id: String,
+    /// Who started the run (a person or a job), as they said.
+    pub who: String,
+    /// Which letters the run chose, in words: `class=system reason~"503" age>=5m`.
+    pub filter: String,
+    /// Where the letters were sent: a function's name or a URL.
+    pub target: String,
+    /// When the run took its snapshot of the letters (RFC 3339).
+    pub started_at: String,
+    /// When the run ended (RFC 3339).
+    pub finished_at: String,
+    /// At most this many letters per run.
+    pub limit: u64,
+    /// At most this many sends per second.
+    pub rate_per_second: u32,
+    /// Letters in the snapshot: the ones the filter chose, up to `limit`.
+    pub selected: u64,
+    /// Sent and answered `Ok`: acknowledged, no longer pending.
+    pub succeeded: u64,
+    /// Sent and failed again: put back with `attempts` increased.
+    pub failed: u64,
+    /// Not sent: already gone, original unreadable, key mismatch, or the run stopped first.
+    pub skipped: u64,
+    /// Why the run stopped before the end of its snapshot, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+}

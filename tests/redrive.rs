@@ -1,0 +1,506 @@
+//! Redrive over every dead-letter store: a small batch out of many, on the record; a second run
+//! repeats no effect; a lost response parked and redriven is one effect in total; a target that
+//! keeps failing stops the run at its threshold with its letters back and counted; the snapshot,
+//! the filter, the dry run, the rate, and the idempotency-key check.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use retry_core::dlq::{
+    DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, Filter, JsonlSink,
+    MemoryDeadLetters, Outcome, Redrive, SqliteDeadLetters, assume_idempotent,
+};
+use retry_core::idempotency::{IdempotencyError, MemoryStore};
+use retry_core::time::{Clock, ManualClock, format_rfc3339};
+use retry_core::{Classify, Decision, idempotent, retryable};
+use serde::{Deserialize, Serialize};
+
+#[path = "common/tempdir.rs"]
+mod tempdir;
+
+use tempdir::TempDir;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Deposit {
+    msg_no: u64,
+    amount: u64,
+}
+
+#[derive(Debug)]
+enum DepositError {
+    Idempotency(IdempotencyError),
+    Unavailable,
+    LostResponse,
+}
+
+impl From<IdempotencyError> for DepositError {
+    fn from(e: IdempotencyError) -> Self {
+        DepositError::Idempotency(e)
+    }
+}
+
+impl From<retry_core::dlq::DlqFailed> for DepositError {
+    fn from(_: retry_core::dlq::DlqFailed) -> Self {
+        DepositError::Unavailable
+    }
+}
+
+impl fmt::Display for DepositError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DepositError::Idempotency(e) => write!(f, "{e}"),
+            DepositError::Unavailable => f.write_str("503 Service Unavailable"),
+            DepositError::LostResponse => f.write_str("connection reset before the response"),
+        }
+    }
+}
+
+impl Classify for DepositError {
+    fn classify(&self) -> Decision {
+        match self {
+            DepositError::Idempotency(_) => Decision::Stop,
+            DepositError::Unavailable | DepositError::LostResponse => Decision::Retry,
+        }
+    }
+}
+
+/// The receiver's side: balances changed by each deposit's effect, counted per message.
+#[derive(Default)]
+struct Ledger {
+    effects: Mutex<HashMap<u64, u32>>,
+    /// While set, the receiver answers 503 without an effect.
+    down: std::sync::atomic::AtomicBool,
+    /// Fail (without effect) after this many more successes.
+    healthy_for: AtomicU32,
+}
+
+impl Ledger {
+    fn total_effects(&self) -> u32 {
+        self.effects.lock().unwrap().values().sum()
+    }
+
+    fn max_effects_per_message(&self) -> u32 {
+        self.effects
+            .lock()
+            .unwrap()
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+#[idempotent(key = req.msg_no, store = inbox)]
+async fn deposit(inbox: &MemoryStore, ledger: &Ledger, req: Deposit) -> Result<u64, DepositError> {
+    if ledger.down.load(Ordering::SeqCst) {
+        return Err(DepositError::Unavailable);
+    }
+    if ledger
+        .healthy_for
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_err()
+    {
+        return Err(DepositError::Unavailable);
+    }
+    *ledger.effects.lock().unwrap().entry(req.msg_no).or_default() += 1;
+    Ok(req.amount)
+}
+
+fn letter(msg_no: u64, class: FailureClass) -> DeadLetter {
+    DeadLetter {
+        msg_id: msg_no.to_string(),
+        original: serde_json::to_value(Deposit {
+            msg_no,
+            amount: 10,
+        })
+        .unwrap(),
+        reason: "gave up after 5 attempts: 503 Service Unavailable".to_owned(),
+        attempts: 5,
+        first_failed_at: format!("2026-08-19T02:{:02}:{:02}+09:00", msg_no / 60, msg_no % 60),
+        last_failed_at: "2026-08-19T03:00:00+09:00".to_owned(),
+        trace_id: format!("{msg_no:016x}"),
+        class,
+        error_type: "DepositError".to_owned(),
+        idempotency_key: None,
+    }
+}
+
+async fn park_all<S: DeadLetterSink>(store: &S, letters: impl IntoIterator<Item = DeadLetter>) {
+    for letter in letters {
+        store.park(&letter).await.unwrap();
+    }
+}
+
+fn healthy() -> Ledger {
+    let ledger = Ledger::default();
+    ledger.healthy_for.store(u32::MAX, Ordering::SeqCst);
+    ledger
+}
+
+/// 100 `system` letters (and 5 `data` ones) with a limit of 10: exactly 10 sent, one audit row,
+/// 90 left; then every letter again, the first 10 re-parked as if their acks were lost: the
+/// receiver answers those from its store, so each message has exactly one effect.
+async fn small_batch_then_everything_again<S: DeadLetterStore>(store: &S) {
+    park_all(store, (1..=100).map(|n| letter(n, FailureClass::System))).await;
+    park_all(store, (101..=105).map(|n| letter(n, FailureClass::Data))).await;
+    let inbox = MemoryStore::new();
+    let ledger = healthy();
+    let system = Filter::any().class(FailureClass::System);
+
+    let report = Redrive::new(store, "alice")
+        .filter(system.clone())
+        .limit(10)
+        .rate(1000)
+        .target("deposit")
+        .run(|req: Deposit| deposit(&inbox, &ledger, req))
+        .await
+        .unwrap();
+    let r = &report.record;
+    assert_eq!((r.selected, r.succeeded, r.failed, r.skipped), (10, 10, 0, 0));
+    assert_eq!(ledger.total_effects(), 10, "exactly 10 sent");
+    assert_eq!(store.count().await.unwrap(), 95, "90 system + 5 data left");
+    let audit = store.redrives().await.unwrap();
+    assert_eq!(audit.len(), 1, "one audit row");
+    assert_eq!(audit[0], report.record);
+    assert_eq!(
+        (audit[0].who.as_str(), audit[0].filter.as_str()),
+        ("alice", "class=system")
+    );
+    let sent: Vec<&str> = report.letters.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(sent, (1..=10).map(|n| n.to_string()).collect::<Vec<_>>(), "oldest first");
+
+    // The acks of the first run were lost: those 10 are pending again.
+    park_all(store, (1..=10).map(|n| letter(n, FailureClass::System))).await;
+    let report = Redrive::new(store, "bob")
+        .filter(system)
+        .limit(1000)
+        .rate(1000)
+        .run(|req: Deposit| deposit(&inbox, &ledger, req))
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.record.selected, report.record.succeeded),
+        (100, 100)
+    );
+    assert_eq!(ledger.total_effects(), 100, "no duplicate effect");
+    assert_eq!(ledger.max_effects_per_message(), 1);
+    assert_eq!(store.count().await.unwrap(), 5, "only the data letters are left");
+    assert_eq!(store.redrives().await.unwrap().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_small_batch_is_sent_recorded_and_a_second_run_repeats_nothing_in_memory() {
+    small_batch_then_everything_again(&MemoryDeadLetters::new()).await;
+}
+
+#[tokio::test]
+async fn a_small_batch_is_sent_recorded_and_a_second_run_repeats_nothing_in_jsonl() {
+    let dir = TempDir::new("redrive-jsonl");
+    let path = dir.file("dlq.jsonl");
+    let sink = JsonlSink::open(&path).unwrap();
+    small_batch_then_everything_again(&sink).await;
+    drop(sink);
+    // The audit log is in the file, read back on open.
+    let reopened = JsonlSink::open_read_only(&path).unwrap();
+    assert_eq!(reopened.redrives().await.unwrap().len(), 2);
+    assert_eq!(reopened.count().await.unwrap(), 5);
+}
+
+#[tokio::test]
+async fn a_small_batch_is_sent_recorded_and_a_second_run_repeats_nothing_in_sqlite() {
+    let dir = TempDir::new("redrive-sqlite");
+    let path = dir.file("dlq.sqlite3");
+    small_batch_then_everything_again(&SqliteDeadLetters::open(&path).unwrap()).await;
+    let reopened = SqliteDeadLetters::open(&path).unwrap();
+    let audit = reopened.redrives().await.unwrap();
+    assert_eq!(
+        audit.iter().map(|r| r.who.as_str()).collect::<Vec<_>>(),
+        ["alice", "bob"]
+    );
+}
+
+#[cfg(feature = "postgres")]
+#[path = "common/pg.rs"]
+mod pg;
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn a_small_batch_is_sent_recorded_and_a_second_run_repeats_nothing_in_postgres() {
+    let schema = pg::Schema::new("redrive").await;
+    let letters = retry_core::dlq::PgDeadLetters::connect(&schema.url)
+        .await
+        .unwrap();
+    small_batch_then_everything_again(&letters).await;
+    let again = retry_core::dlq::PgDeadLetters::connect(&schema.url)
+        .await
+        .unwrap();
+    assert_eq!(again.redrives().await.unwrap().len(), 2);
+    schema.drop_all().await;
+}
+
+// ---- a lost response ----
+
+/// The sender: every response from the receiver is lost on the way back while the network is
+/// bad, so the sender retries (the receiver answers those from its store) and finally parks.
+#[retryable(max = 3, base = "10ms", dlq(sink = letters, id = req.msg_no.to_string(), original = &req))]
+async fn send(
+    letters: &MemoryDeadLetters,
+    inbox: &MemoryStore,
+    ledger: &Ledger,
+    network_bad: &std::sync::atomic::AtomicBool,
+    req: Deposit,
+) -> Result<u64, DepositError> {
+    let receipt = deposit(inbox, ledger, req).await?;
+    if network_bad.load(Ordering::SeqCst) {
+        return Err(DepositError::LostResponse);
+    }
+    Ok(receipt)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_effect_whose_response_was_lost_is_parked_and_redriven_once_in_total() {
+    let letters = MemoryDeadLetters::new();
+    let inbox = MemoryStore::new();
+    let ledger = healthy();
+    let network_bad = std::sync::atomic::AtomicBool::new(true);
+    let req = Deposit {
+        msg_no: 7,
+        amount: 10,
+    };
+
+    let gave_up = send(&letters, &inbox, &ledger, &network_bad, req).await;
+    assert!(matches!(gave_up, Err(DepositError::LostResponse)));
+    assert_eq!(ledger.total_effects(), 1, "the first attempt's effect happened");
+    let parked = letters.get("7").await.unwrap().expect("parked");
+    assert_eq!(parked.attempts, 3);
+
+    network_bad.store(false, Ordering::SeqCst);
+    let report = Redrive::new(&letters, "ops")
+        .run(|req: Deposit| deposit(&inbox, &ledger, req))
+        .await
+        .unwrap();
+    assert_eq!(report.letters, [("7".to_owned(), Outcome::Redriven)]);
+    assert_eq!(ledger.total_effects(), 1, "one side effect in total");
+    assert_eq!(letters.count().await.unwrap(), 0);
+}
+
+// ---- a target that fails ----
+
+#[tokio::test(start_paused = true)]
+async fn a_run_whose_target_starts_failing_stops_at_the_threshold_and_puts_letters_back() {
+    let letters = MemoryDeadLetters::new();
+    park_all(&letters, (1..=20).map(|n| letter(n, FailureClass::System))).await;
+    let inbox = MemoryStore::new();
+    let ledger = Ledger::default();
+    ledger.healthy_for.store(5, Ordering::SeqCst);
+    let clock = Arc::new(ManualClock::new(
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+    ));
+
+    let report = Redrive::new(&letters, "alice")
+        .limit(20)
+        .rate(1000)
+        .stop_after_failures(3)
+        .clock(clock.clone())
+        .run(|req: Deposit| deposit(&inbox, &ledger, req))
+        .await
+        .unwrap();
+    let r = &report.record;
+    assert_eq!((r.selected, r.succeeded, r.failed, r.skipped), (20, 5, 3, 12));
+    let stopped = r.stopped.as_deref().expect("stopped");
+    assert!(stopped.contains("3 letters failed again"), "{stopped}");
+    assert_eq!(letters.count().await.unwrap(), 15, "3 failed + 12 never sent");
+
+    for n in 6..=8 {
+        let back = letters.get(&n.to_string()).await.unwrap().unwrap();
+        let before = letter(n, FailureClass::System);
+        assert_eq!(back.attempts, before.attempts + 1, "attempts increased");
+        assert_eq!(back.last_failed_at, format_rfc3339(clock.now()));
+        assert_eq!(back.first_failed_at, before.first_failed_at, "first failure kept");
+        assert!(
+            back.reason.contains("redrive by alice failed: 503"),
+            "{}",
+            back.reason
+        );
+    }
+    for n in 9..=20 {
+        assert_eq!(
+            letters.get(&n.to_string()).await.unwrap(),
+            Some(letter(n, FailureClass::System)),
+            "a letter the run did not reach is untouched"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_letter_that_fails_again_is_not_sent_again_by_the_same_run() {
+    let letters = MemoryDeadLetters::new();
+    park_all(&letters, (1..=5).map(|n| letter(n, FailureClass::System))).await;
+    let inbox = MemoryStore::new();
+    let ledger = Ledger::default();
+    ledger.down.store(true, Ordering::SeqCst);
+    let sends = Mutex::new(HashMap::<u64, u32>::new());
+
+    let report = Redrive::new(&letters, "alice")
+        .stop_after_failures(100)
+        .run(|req: Deposit| {
+            *sends.lock().unwrap().entry(req.msg_no).or_default() += 1;
+            deposit(&inbox, &ledger, req)
+        })
+        .await
+        .unwrap();
+    assert_eq!(report.record.failed, 5);
+    assert_eq!(sends.lock().unwrap().len(), 5);
+    assert!(
+        sends.lock().unwrap().values().all(|&n| n == 1),
+        "{sends:?}"
+    );
+}
+
+// ---- choosing, judging, pacing ----
+
+#[tokio::test(start_paused = true)]
+async fn the_filter_chooses_by_class_reason_and_age_and_the_dry_run_sends_nothing() {
+    let letters = MemoryDeadLetters::new();
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let failed_ago = |n: u64, ago: u64, reason: &str| DeadLetter {
+        last_failed_at: format_rfc3339(now - Duration::from_secs(ago)),
+        first_failed_at: format_rfc3339(now - Duration::from_secs(ago + 60)),
+        reason: reason.to_owned(),
+        ..letter(n, FailureClass::System)
+    };
+    park_all(
+        &letters,
+        [
+            failed_ago(1, 3600, "gave up after 5 attempts: 503 Service Unavailable"),
+            failed_ago(2, 60, "gave up after 5 attempts: 503 Service Unavailable"),
+            failed_ago(3, 3600, "gave up after 5 attempts: 502 Bad Gateway"),
+            DeadLetter {
+                class: FailureClass::Data,
+                ..failed_ago(4, 3600, "not retryable: 503 from a proxy")
+            },
+        ],
+    )
+    .await;
+    let filter = Filter::any()
+        .class(FailureClass::System)
+        .reason_contains("503")
+        .older_than(Duration::from_secs(600));
+    let redrive = Redrive::new(&letters, "alice")
+        .filter(filter)
+        .clock(Arc::new(ManualClock::new(now)));
+    let plan = redrive.plan().await.unwrap();
+    assert_eq!(
+        plan.iter().map(|l| l.msg_id.as_str()).collect::<Vec<_>>(),
+        ["1"]
+    );
+    assert_eq!(letters.count().await.unwrap(), 4, "the dry run changed nothing");
+    assert!(letters.redrives().await.unwrap().is_empty(), "and recorded nothing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn sends_are_paced_by_the_rate() {
+    let letters = MemoryDeadLetters::new();
+    park_all(&letters, (1..=10).map(|n| letter(n, FailureClass::System))).await;
+    let inbox = MemoryStore::new();
+    let ledger = healthy();
+    let start = tokio::time::Instant::now();
+    let report = Redrive::new(&letters, "alice")
+        .rate(5)
+        .run(|req: Deposit| deposit(&inbox, &ledger, req))
+        .await
+        .unwrap();
+    assert_eq!(report.record.succeeded, 10);
+    // The first send goes at once, then one every 200 ms.
+    assert_eq!(start.elapsed(), Duration::from_millis(1800));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_letter_whose_key_differs_from_the_targets_is_not_sent() {
+    let letters = MemoryDeadLetters::new();
+    let inbox = MemoryStore::new();
+    let ledger = healthy();
+    // The original call claimed key 7; the letter's original was edited (or redacted) to 8.
+    let key_of_7 = deposit(&inbox, &ledger, Deposit { msg_no: 7, amount: 1 })
+        .idempotency_key()
+        .to_owned();
+    let edited = DeadLetter {
+        idempotency_key: Some(key_of_7.clone()),
+        ..letter(8, FailureClass::System)
+    };
+    let intact = DeadLetter {
+        idempotency_key: Some(key_of_7),
+        ..letter(7, FailureClass::System)
+    };
+    park_all(&letters, [edited, intact]).await;
+
+    let report = Redrive::new(&letters, "alice")
+        .run(|req: Deposit| deposit(&inbox, &ledger, req))
+        .await
+        .unwrap();
+    let outcomes: HashMap<_, _> = report.letters.into_iter().collect();
+    assert_eq!(outcomes["7"], Outcome::Redriven);
+    let Outcome::Skipped(why) = &outcomes["8"] else {
+        panic!("{outcomes:?}")
+    };
+    assert!(why.contains("not the original call's"), "{why}");
+    assert_eq!(ledger.total_effects(), 1);
+    assert!(letters.get("8").await.unwrap().is_some(), "still pending");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_letter_whose_original_does_not_decode_is_skipped_and_kept() {
+    let letters = MemoryDeadLetters::new();
+    park_all(
+        &letters,
+        [DeadLetter {
+            original: serde_json::json!({"msg_no": "seven"}),
+            ..letter(7, FailureClass::System)
+        }],
+    )
+    .await;
+    let inbox = MemoryStore::new();
+    let ledger = healthy();
+    let report = Redrive::new(&letters, "alice")
+        .run(|req: Deposit| deposit(&inbox, &ledger, req))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&report.letters[0].1, Outcome::Skipped(why) if why.contains("does not decode")),
+        "{:?}",
+        report.letters
+    );
+    assert_eq!(report.record.skipped, 1);
+    assert_eq!(letters.count().await.unwrap(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_escape_hatch_is_explicit_and_still_checks_a_given_key() {
+    let letters = MemoryDeadLetters::new();
+    park_all(
+        &letters,
+        [DeadLetter {
+            idempotency_key: Some("M-1".into()),
+            ..letter(1, FailureClass::System)
+        }],
+    )
+    .await;
+    let sent = AtomicU32::new(0);
+    let report = Redrive::new(&letters, "alice")
+        .run_letters(|letter: &DeadLetter| {
+            let key = letter.idempotency_key.clone().unwrap_or_default();
+            let sent = &sent;
+            assume_idempotent(async move {
+                sent.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, std::io::Error>(())
+            })
+            .with_key(key)
+        })
+        .await
+        .unwrap();
+    assert_eq!(report.record.succeeded, 1);
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+}
