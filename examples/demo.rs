@@ -1,299 +1,469 @@
-//! `cargo run --example demo`: retries against a flaky TCP server on loopback, as a timeline.
+//! `cargo run --example demo`: payments end to end on loopback, with the embedded defaults.
 //!
-//! A tiny line-based server on 127.0.0.1 answers `quote AAPL` only on the third connection (the
-//! first is reset, the second hangs past the attempt timeout), answers `quote NOPE` with a
-//! permanent `ERR not-found`, and a second port has nothing listening. One `#[retryable]`
-//! client function meets all three; the error's classification, not the call site, decides
-//! what is retried. Last, `Policy::retry` retries a closure with a policy read from config.
+//! - **The receiver** ("bank") is an axum server whose `POST /payments` handler books each
+//!   payment in a ledger: the side effect. In front of it sits `tower::IdempotencyLayer` on a
+//!   SQLite file (`SqliteStore`), scoped by the bearer token of the calling shop.
+//! - **The upstream is flaky**: an outer middleware injects scripted faults before (or after) the
+//!   idempotency layer: `503`s, a `429` with `Retry-After: 1`, and once a response that is lost
+//!   on the way back (the payment is booked, the answer comes too late).
+//! - **The client** is one `#[retryable]` function with a dead-letter sink (`JsonlSink`), sending
+//!   one `IdempotencyKey` per payment on every attempt.
+//!
+//! The story: payment 1 meets two `503`s and a `429` and gets through; payment 2's response is
+//! lost and the resend is answered from the store; payment 3 meets an outage longer than its
+//! attempts and is parked; payment 4 goes through and is then redelivered by the "queue" with the
+//! same key. After the outage the dead letter is redriven to the same receiver. The summary
+//! checks that side effects equal logical operations and that the dead-letter queue is empty.
+//!
+//! `--keep` leaves the SQLite and JSONL files in place (their paths are printed) for
+//! `retry-dlq --jsonl <file> audit` and friends.
 
-use std::collections::HashMap;
-use std::error::Error;
-use std::fmt::Display;
-use std::future::IntoFuture;
-use std::io;
-use std::net::SocketAddr;
+use std::collections::VecDeque;
+use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use retry_core::{Classify, Decision, Policy, retryable};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use axum::extract::{Json, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use retry_core::dlq::http::post_letter;
+use retry_core::dlq::{DeadLetterStore, DlqFailed, JsonlSink, Redrive};
+use retry_core::http::{IDEMPOTENT_REPLAYED, IdempotencyKey};
+use retry_core::idempotency::SqliteStore;
+use retry_core::reqwest::{HttpError, RequestBuilderExt};
+use retry_core::tower::IdempotencyLayer;
+use retry_core::{Classify, Decision, Elapsed, retryable};
+use serde::{Deserialize, Serialize};
 
 // ---- the client: what a user of the library writes ----
 
-/// Asks the quote server for `symbol`. Connection failures and timeouts are retried; a
-/// `not-found` answer is an `io::ErrorKind::NotFound`, which `Classify` says never to retry.
-#[retryable(
-    max = 4,
-    base = "50ms",
-    cap = "400ms",
-    jitter = "full",
-    attempt_timeout = "300ms",
-    on_retry = log_retry
-)]
-async fn fetch_quote(server: SocketAddr, symbol: &str) -> io::Result<String> {
-    request(server, &format!("quote {symbol}")).await
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Payment {
+    payment_id: String,
+    account: String,
+    cents: u64,
 }
 
-/// The `on_retry` hook: sees the attempt that failed, its error and the wait chosen before the
-/// next attempt. It is not called when the call gives up.
-fn log_retry(attempt: u32, error: &io::Error, wait: Duration) {
-    FAILURES.lock().unwrap().push(reason(error));
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Receipt {
+    payment_id: String,
+    booking: u32,
+}
+
+#[derive(Debug)]
+enum PayError {
+    /// A status or transport failure, classified by retry-core's HTTP table.
+    Http(HttpError),
+    /// The attempt ran past `attempt_timeout`.
+    TimedOut,
+    /// The answer was not a receipt.
+    BadAnswer(String),
+    /// Gave up and the dead letter could not be parked: do not acknowledge.
+    NotParked(Box<DlqFailed>),
+}
+
+impl Classify for PayError {
+    fn classify(&self) -> Decision {
+        match self {
+            PayError::Http(e) => e.classify(),
+            PayError::TimedOut => Decision::Retry,
+            PayError::BadAnswer(_) | PayError::NotParked(_) => Decision::Stop,
+        }
+    }
+
+    fn reason(&self) -> Option<String> {
+        match self {
+            PayError::Http(e) => e.reason(),
+            other => Some(other.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for PayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PayError::Http(e) => match e.status() {
+                Some(status) => write!(f, "{status}"),
+                None => write!(f, "{e}"),
+            },
+            PayError::TimedOut => f.write_str("no answer within 300 ms"),
+            PayError::BadAnswer(why) => write!(f, "bad answer: {why}"),
+            PayError::NotParked(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for PayError {}
+
+impl From<HttpError> for PayError {
+    fn from(e: HttpError) -> Self {
+        PayError::Http(e)
+    }
+}
+
+impl From<Elapsed> for PayError {
+    fn from(_: Elapsed) -> Self {
+        PayError::TimedOut
+    }
+}
+
+impl From<DlqFailed> for PayError {
+    fn from(e: DlqFailed) -> Self {
+        PayError::NotParked(Box::new(e))
+    }
+}
+
+/// One payment, retried: the same `key` on every attempt, and a dead letter (id = the key, so a
+/// redrive resends under it) when it gives up.
+#[retryable(
+    max = 4,
+    base = "100ms",
+    cap = "1s",
+    jitter = "full",
+    attempt_timeout = "300ms",
+    on_retry = log_retry,
+    dlq(sink = letters, id = key.to_string(), original = payment)
+)]
+async fn pay(
+    client: &reqwest::Client,
+    url: &str,
+    letters: &JsonlSink,
+    key: &IdempotencyKey,
+    payment: &Payment,
+) -> Result<Receipt, PayError> {
+    let body = serde_json::to_string(payment).map_err(|e| PayError::BadAnswer(e.to_string()))?;
+    let response = client
+        .post(url)
+        .bearer_auth("shop-42")
+        .idempotency_key(key)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .send_checked()
+        .await?;
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|e| PayError::BadAnswer(e.to_string()))?;
+    serde_json::from_slice(&bytes).map_err(|e| PayError::BadAnswer(e.to_string()))
+}
+
+fn log_retry(attempt: u32, error: &PayError, wait: Duration) {
     event(
-        "retry",
+        "client",
         format_args!(
-            "attempt {attempt} failed: {error} -> wait {} ms",
+            "attempt {attempt} failed: {error} -> retry in {} ms",
             wait.as_millis()
         ),
     );
 }
 
-/// The closure API takes a `Policy` built at run time, e.g. from a config file.
-fn policy_from_config(config: &str) -> Result<Policy, Box<dyn Error>> {
-    let mut policy = Policy::new();
-    for item in config.split_whitespace() {
-        let (key, value) = item.split_once('=').ok_or("expected key=value")?;
-        policy = match key {
-            "max_attempts" => policy.max_attempts(value.parse()?),
-            "base_ms" => policy.base(Duration::from_millis(value.parse()?)),
-            "cap_ms" => policy.cap(Duration::from_millis(value.parse()?)),
-            "jitter" => policy.jitter(value.parse()?),
-            other => return Err(format!("unknown config key `{other}`").into()),
-        };
-    }
-    Ok(policy)
+// ---- the receiver ----
+
+/// The bank's books: every booking is a side effect.
+#[derive(Default)]
+struct Bank {
+    ledger: Mutex<Vec<Payment>>,
 }
 
-/// One request, one connection, one reply line: `OK <body>` or `ERR <code>`.
-async fn request(server: SocketAddr, line: &str) -> io::Result<String> {
-    ATTEMPTS.fetch_add(1, Ordering::SeqCst);
-    let mut stream = TcpStream::connect(server).await?;
-    stream.write_all(format!("{line}\n").as_bytes()).await?;
-    let mut reply = String::new();
-    if BufReader::new(stream).read_line(&mut reply).await? == 0 {
-        // A close before the reply is a dropped connection, not an answer: retryable.
-        return Err(io::Error::new(
-            io::ErrorKind::ConnectionReset,
-            "server closed the connection before replying",
-        ));
-    }
-    match reply.trim_end().split_once(' ') {
-        Some(("OK", body)) => Ok(body.to_owned()),
-        Some(("ERR", "not-found")) => Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("server answered {:?}", reply.trim_end()),
-        )),
-        _ => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("unexpected reply {reply:?}"),
-        )),
-    }
-}
-
-// ---- the flaky server ----
-
-/// What the server does with the `nth` connection carrying `request`.
-enum Behaviour {
-    /// Read the request, then close with `SO_LINGER` 0: the client reads a TCP reset.
-    Reset,
-    /// Read the request, then close normally without a reply: the client reads EOF.
-    Close,
-    /// Read the request and never answer.
-    Hang,
-    Reply(&'static str),
-}
-
-fn script(request: &str, nth: u32) -> Behaviour {
-    match (request, nth) {
-        ("quote AAPL", 1) => Behaviour::Reset,
-        ("quote AAPL", 2) => Behaviour::Hang,
-        ("quote AAPL", _) => Behaviour::Reply("OK AAPL 187.42"),
-        ("balance acct-7", 1) => Behaviour::Close,
-        ("balance acct-7", _) => Behaviour::Reply("OK acct-7 1024.00 EUR"),
-        _ => Behaviour::Reply("ERR not-found"),
-    }
-}
-
-async fn serve(listener: TcpListener) {
-    let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-    while let Ok((stream, _)) = listener.accept().await {
-        tokio::spawn(handle(stream, seen.clone()));
-    }
-}
-
-async fn handle(stream: TcpStream, seen: Arc<Mutex<HashMap<String, u32>>>) -> io::Result<()> {
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line).await?;
-    let request = line.trim_end().to_owned();
-    let nth = {
-        let mut seen = seen.lock().unwrap();
-        let n = seen.entry(request.clone()).or_default();
-        *n += 1;
-        *n
-    };
-    let said = format!("connection #{nth} {request:?}");
-    match script(&request, nth) {
-        Behaviour::Reset => {
-            event("server", format_args!("{said} -> reset (RST)"));
-            reader.get_ref().set_zero_linger()?;
-        }
-        Behaviour::Close => event("server", format_args!("{said} -> close, no reply")),
-        Behaviour::Hang => {
-            event("server", format_args!("{said} -> hang, no reply"));
-            // Hold the connection until the client gives up on it.
-            while reader.read_line(&mut line).await? > 0 {}
-        }
-        Behaviour::Reply(reply) => {
-            event("server", format_args!("{said} -> {reply:?}"));
-            reader
-                .get_mut()
-                .write_all(format!("{reply}\n").as_bytes())
-                .await?;
-        }
-    }
-    Ok(())
-}
-
-// ---- the timeline ----
-
-static START: OnceLock<Instant> = OnceLock::new();
-/// Attempts the client made in the current scenario (counted in `request`, not by the library).
-static ATTEMPTS: AtomicU32 = AtomicU32::new(0);
-/// Why each retried attempt failed, in order (recorded by the `on_retry` hook).
-static FAILURES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-
-fn event(who: &str, what: impl Display) {
-    let ms = START.get_or_init(Instant::now).elapsed().as_millis();
-    println!("{ms:>6} ms  {who:<8} {what}");
-}
-
-fn reason(error: &io::Error) -> &'static str {
-    match error.kind() {
-        io::ErrorKind::ConnectionRefused => "connection refused",
-        io::ErrorKind::ConnectionReset => "connection reset",
-        io::ErrorKind::TimedOut => "timed out",
-        io::ErrorKind::NotFound => "not found",
-        _ => "unexpected error",
-    }
-}
-
-/// Runs one scenario: a header, the timeline the call produces, and one summary line.
-async fn scenario(
-    summary: &mut Vec<String>,
-    title: &str,
-    code: &str,
-    call: impl IntoFuture<Output = io::Result<String>>,
-) {
-    println!("\n-- {title}: {code}");
-    ATTEMPTS.store(0, Ordering::SeqCst);
-    FAILURES.lock().unwrap().clear();
-    let result = call.await;
-    let attempts = ATTEMPTS.load(Ordering::SeqCst);
-    let plural = if attempts == 1 { "" } else { "s" };
-    let outcome = match &result {
-        Ok(body) => {
-            let failures = FAILURES.lock().unwrap();
-            let after = if failures.is_empty() {
-                String::new()
-            } else {
-                format!(" (retried after: {})", failures.join(", "))
-            };
-            event("done", format_args!("Ok({body:?})"));
-            format!("succeeded on attempt {attempts}{after}")
-        }
-        // The caller gets only the last error, not why the retry stopped. Here (no deadline, no
-        // Retry-After) a last error classified `Stop` was not retryable, any other one means
-        // the attempts ran out.
-        Err(error) if error.classify() == Decision::Stop => {
-            event(
-                "stop",
-                format_args!("attempt {attempts} failed: {error} -> not retryable"),
-            );
-            format!(
-                "not retryable: {}, {attempts} attempt{plural}",
-                reason(error)
-            )
-        }
-        Err(error) => {
-            event(
-                "give up",
-                format_args!("attempt {attempts} failed: {error} -> no attempts left"),
-            );
-            format!(
-                "gave up after {attempts} attempt{plural}: {}",
-                reason(error)
-            )
-        }
-    };
-    summary.push(format!("{title:<22} {outcome}"));
-}
-
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn Error>> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let server = listener.local_addr()?;
-    tokio::spawn(serve(listener));
-    // A port nobody listens on: bind it, note it, let it go.
-    let closed = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
-
-    println!("retry-core demo: a flaky line-based TCP server on {server}, nothing on {closed}");
-    println!();
-    println!("  #[retryable(max = 4, base = \"50ms\", cap = \"400ms\", jitter = \"full\",");
-    println!("              attempt_timeout = \"300ms\", on_retry = log_retry)]");
-    println!("  async fn fetch_quote(server: SocketAddr, symbol: &str) -> io::Result<String>");
-    println!();
-    println!("  waits:    full jitter, uniform in [0, min(400ms, 50ms * 2^(attempt-1))]");
-    println!("  classify: io::Error refused, reset, timed out -> Retry; not found -> Stop");
-    START.get_or_init(Instant::now);
-
-    let mut summary = Vec::new();
-    scenario(
-        &mut summary,
-        "1. flaky server",
-        "fetch_quote(server, \"AAPL\")",
-        fetch_quote(server, "AAPL"),
-    )
-    .await;
-    scenario(
-        &mut summary,
-        "2. nothing listening",
-        "fetch_quote(closed, \"AAPL\")",
-        fetch_quote(closed, "AAPL"),
-    )
-    .await;
-    scenario(
-        &mut summary,
-        "3. unknown symbol",
-        "fetch_quote(server, \"NOPE\")",
-        fetch_quote(server, "NOPE"),
-    )
-    .await;
-
-    // The closure API, with a policy that exists only at run time.
-    let config = "max_attempts=3 base_ms=40 cap_ms=200 jitter=equal";
-    let policy = policy_from_config(config)?;
-    scenario(
-        &mut summary,
-        "4. Policy::retry",
-        &format!(
-            "policy.retry(|| request(server, \"balance acct-7\")).on_retry(log_retry)\n   \
-             with policy = policy_from_config({config:?})"
+async fn book(State(bank): State<Arc<Bank>>, Json(payment): Json<Payment>) -> Json<Receipt> {
+    let mut ledger = bank.ledger.lock().unwrap();
+    ledger.push(payment.clone());
+    let booking = u32::try_from(ledger.len()).unwrap();
+    event(
+        "bank",
+        format_args!(
+            "booked {} ({} cents to {}) as booking {booking}",
+            payment.payment_id, payment.cents, payment.account
         ),
-        policy
-            .retry(|| request(server, "balance acct-7"))
-            .on_retry(log_retry)
-            .name("balance"),
-    )
-    .await;
-
-    println!(
-        "\nsummary (finished in {} ms)",
-        START.get_or_init(Instant::now).elapsed().as_millis()
     );
-    for line in summary {
-        println!("  {line}");
+    Json(Receipt {
+        payment_id: payment.payment_id,
+        booking,
+    })
+}
+
+/// What the flaky upstream does to the next request.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// `503 Service Unavailable`, before the bank sees the request.
+    Unavailable,
+    /// `429 Too Many Requests` with `Retry-After: 1`, before the bank sees the request.
+    TooManyRequests,
+    /// The bank books the payment; its answer arrives after the client stopped waiting.
+    LoseResponse,
+}
+
+/// The faults still to come, and what the network saw.
+#[derive(Default)]
+struct Upstream {
+    faults: Mutex<VecDeque<Fault>>,
+    requests: AtomicU32,
+    replays: AtomicU32,
+}
+
+impl Upstream {
+    fn script(&self, faults: &[Fault]) {
+        self.faults.lock().unwrap().extend(faults);
     }
-    Ok(())
+}
+
+async fn flaky(State(upstream): State<Arc<Upstream>>, request: Request, next: Next) -> Response {
+    upstream.requests.fetch_add(1, Ordering::SeqCst);
+    let fault = upstream.faults.lock().unwrap().pop_front();
+    match fault {
+        Some(Fault::Unavailable) => {
+            event("upstream", format_args!("503 Service Unavailable (outage)"));
+            return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        }
+        Some(Fault::TooManyRequests) => {
+            event(
+                "upstream",
+                format_args!("429 Too Many Requests, Retry-After: 1"),
+            );
+            let mut response = StatusCode::TOO_MANY_REQUESTS.into_response();
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return response;
+        }
+        Some(Fault::LoseResponse) | None => {}
+    }
+    let response = next.run(request).await;
+    if response.headers().contains_key(IDEMPOTENT_REPLAYED) {
+        upstream.replays.fetch_add(1, Ordering::SeqCst);
+        event(
+            "bank",
+            format_args!("duplicate absorbed: stored response replayed, nothing booked"),
+        );
+    }
+    if let Some(Fault::LoseResponse) = fault {
+        event(
+            "upstream",
+            format_args!("the answer is held up for 1 s: lost to the client"),
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    response
+}
+
+async fn start_bank(
+    store: SqliteStore,
+    bank: Arc<Bank>,
+    upstream: Arc<Upstream>,
+) -> std::io::Result<String> {
+    let idempotency = IdempotencyLayer::new(store, |parts: &axum::http::request::Parts| {
+        // The shop the (stand-in) authentication recognised: keys are kept apart per shop.
+        let auth = parts.headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+        auth.strip_prefix("Bearer ").map(str::to_owned)
+    })
+    .name("payments");
+    let app = axum::Router::new()
+        .route("/payments", axum::routing::post(book))
+        .with_state(bank)
+        .layer(idempotency)
+        .layer(middleware::from_fn_with_state(upstream, flaky));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/payments", listener.local_addr()?);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app.into_make_service()).await;
+    });
+    Ok(url)
+}
+
+// ---- the run ----
+
+fn start() -> Instant {
+    static START: OnceLock<Instant> = OnceLock::new();
+    *START.get_or_init(Instant::now)
+}
+
+fn event(who: &str, what: fmt::Arguments<'_>) {
+    println!("{:>6} ms  {who:<8} {what}", start().elapsed().as_millis());
+}
+
+struct Files {
+    dir: PathBuf,
+    keep: bool,
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let keep = std::env::args().any(|a| a == "--keep");
+    start();
+    let files = Files {
+        dir: std::env::temp_dir().join(format!("retry-core-demo-{}", std::process::id())),
+        keep,
+    };
+    std::fs::create_dir_all(&files.dir)?;
+    let inbox_path = files.dir.join("inbox.sqlite3");
+    let dlq_path = files.dir.join("dead-letters.jsonl");
+    println!(
+        "payments on loopback: idempotency store {}",
+        inbox_path.display()
+    );
+    println!(
+        "                      dead letters      {}",
+        dlq_path.display()
+    );
+    println!();
+
+    let bank = Arc::new(Bank::default());
+    let upstream = Arc::new(Upstream::default());
+    let url = start_bank(
+        SqliteStore::open(&inbox_path)?,
+        bank.clone(),
+        upstream.clone(),
+    )
+    .await?;
+    let client = retry_core::reqwest::client_builder().build()?;
+    let letters = JsonlSink::open(&dlq_path)?;
+
+    let payments: Vec<(IdempotencyKey, Payment)> = (1..=4)
+        .map(|n| {
+            let payment = Payment {
+                payment_id: format!("P{n}"),
+                account: format!("DE00-{n:04}"),
+                cents: 1000 * n,
+            };
+            (IdempotencyKey::new(), payment)
+        })
+        .collect();
+    let scripts: [(&str, &[Fault]); 4] = [
+        (
+            "two 503s, then a 429 with Retry-After: 1",
+            &[
+                Fault::Unavailable,
+                Fault::Unavailable,
+                Fault::TooManyRequests,
+            ],
+        ),
+        ("booked, but the answer is lost", &[Fault::LoseResponse]),
+        (
+            "an outage longer than its 4 attempts",
+            &[Fault::Unavailable; 4],
+        ),
+        ("no trouble", &[]),
+    ];
+
+    for ((key, payment), (story, faults)) in payments.iter().zip(scripts) {
+        println!();
+        event(
+            "client",
+            format_args!("{}: {story} (Idempotency-Key {key})", payment.payment_id),
+        );
+        upstream.script(faults);
+        match pay(&client, &url, &letters, key, payment).await {
+            Ok(receipt) => {
+                event(
+                    "client",
+                    format_args!("{} done: booking {}", receipt.payment_id, receipt.booking),
+                );
+            }
+            Err(e) => event(
+                "client",
+                format_args!(
+                    "{} gave up ({e}); parked as a dead letter",
+                    payment.payment_id
+                ),
+            ),
+        }
+    }
+
+    // The queue delivers payment 4 a second time: same key, same request.
+    println!();
+    let (key, payment) = &payments[3];
+    event(
+        "client",
+        format_args!("{}: the queue redelivers it", payment.payment_id),
+    );
+    let again = pay(&client, &url, &letters, key, payment).await?;
+    event(
+        "client",
+        format_args!(
+            "{} answered with booking {} again",
+            again.payment_id, again.booking
+        ),
+    );
+
+    // The outage is over: redrive what was parked, under the keys the originals carried.
+    println!();
+    let parked = letters.count().await?;
+    event(
+        "ops",
+        format_args!("the outage is over; {parked} dead letter(s) pending, redriving"),
+    );
+    let report = Redrive::new(&letters, "demo")
+        .target(url.as_str())
+        .run_letters(|letter| post_letter(client.post(&url).bearer_auth("shop-42"), letter))
+        .await?;
+    for (msg_id, outcome) in &report.letters {
+        event("ops", format_args!("redrive {msg_id}: {outcome:?}"));
+    }
+    let pending = letters.count().await?;
+
+    let booked = bank.ledger.lock().unwrap().clone();
+    let mut ids: Vec<&str> = booked.iter().map(|p| p.payment_id.as_str()).collect();
+    ids.sort_unstable();
+    let unique = {
+        let mut u = ids.clone();
+        u.dedup();
+        u.len()
+    };
+    println!();
+    println!("summary");
+    println!("  logical operations   {}", payments.len());
+    println!(
+        "  requests sent        {}",
+        upstream.requests.load(Ordering::SeqCst)
+    );
+    println!(
+        "  duplicates absorbed  {}",
+        upstream.replays.load(Ordering::SeqCst)
+    );
+    println!(
+        "  side effects         {} ({})",
+        booked.len(),
+        ids.join(", ")
+    );
+    println!("  letters parked       {parked}");
+    println!("  letters redriven     {}", report.record.succeeded);
+    println!("  letters pending      {pending}");
+    println!("  audit records        {}", letters.redrives().await?.len());
+    println!(
+        "  took                 {} ms",
+        start().elapsed().as_millis()
+    );
+    if keep {
+        println!(
+            "  files kept in        {} (try: cargo run -p retry-dlq -- --jsonl {} audit)",
+            files.dir.display(),
+            dlq_path.display()
+        );
+    }
+
+    let ok = booked.len() == payments.len() && unique == payments.len() && pending == 0;
+    println!(
+        "  check                {}",
+        if ok {
+            "OK: side effects == logical operations, dead-letter queue empty"
+        } else {
+            "FAILED"
+        }
+    );
+    if ok {
+        Ok(())
+    } else {
+        Err("side effects differ from logical operations, or letters are still pending".into())
+    }
 }

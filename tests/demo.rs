@@ -1,10 +1,11 @@
-//! `cargo run --example demo` runs end to end and its summary reports what the retry policy did:
-//! which scenarios were retried, how many attempts each made, and why it stopped.
+//! `cargo run --example demo`, the README's first command, runs the payments story end to end
+//! on loopback and its summary holds: every logical operation had exactly one side effect,
+//! duplicates were absorbed, the parked letter was redriven and the dead-letter queue is empty.
 
 use std::process::Command;
 
 #[test]
-fn the_demo_retries_transient_failures_and_stops_on_permanent_ones() {
+fn the_demo_books_every_payment_once_and_empties_its_dead_letter_queue() {
     let output = Command::new(env!("CARGO"))
         .args(["run", "--quiet", "--example", "demo"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -17,53 +18,47 @@ fn the_demo_retries_transient_failures_and_stops_on_permanent_ones() {
         "the demo failed ({})\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
         output.status
     );
-
     let summary = stdout
-        .split_once("\nsummary")
+        .split_once("\nsummary\n")
         .map(|(_, summary)| summary)
         .unwrap_or_else(|| panic!("no summary in the demo's output:\n{stdout}"));
-    let line = |scenario: &str| {
-        summary
+    let figure = |name: &str| -> u64 {
+        let line = summary
             .lines()
-            .find(|l| l.trim_start().starts_with(scenario))
-            .unwrap_or_else(|| panic!("no summary line for {scenario:?}:\n{stdout}"))
-            .to_owned()
-    };
-    let expect = |scenario: &str, outcome: &str| {
-        let line = line(scenario);
-        assert!(
-            line.contains(outcome),
-            "{scenario}: expected {outcome:?} in {line:?}\n--- stdout\n{stdout}"
-        );
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no {name:?} in the summary:\n{stdout}"));
+        line.trim_start()[name.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no number in {line:?}"))
     };
 
-    // Reset, then a hang cut short by `attempt_timeout`, then the answer: both failures were
-    // retried, in that order.
-    expect(
-        "1. flaky server",
-        "succeeded on attempt 3 (retried after: connection reset, timed out)",
+    let operations = figure("logical operations");
+    assert_eq!(operations, 4);
+    assert_eq!(
+        figure("side effects"),
+        operations,
+        "side effects == logical operations\n{stdout}"
     );
-    // Connection refused is retried until `max = 4` runs out.
-    expect(
-        "2. nothing listening",
-        "gave up after 4 attempts: connection refused",
+    // The lost response's resend and the queue's redelivery, both answered from the store.
+    assert_eq!(figure("duplicates absorbed"), 2, "{stdout}");
+    assert_eq!(figure("letters parked"), 1, "{stdout}");
+    assert_eq!(figure("letters redriven"), 1, "{stdout}");
+    assert_eq!(
+        figure("letters pending"),
+        0,
+        "an empty DLQ after the redrive\n{stdout}"
     );
-    // `NotFound` is classified `Stop`: called exactly once.
-    expect("3. unknown symbol", "not retryable: not found, 1 attempt");
-    // The closure API with a policy built at run time; EOF before the reply is a reset.
-    expect(
-        "4. Policy::retry",
-        "succeeded on attempt 2 (retried after: connection reset)",
-    );
-
-    // The server saw every attempt that reached it, and no more.
-    let seen = |request: &str| {
-        stdout
-            .lines()
-            .filter(|l| l.contains(" server ") && l.contains(&format!("{request:?}")))
-            .count()
-    };
-    assert_eq!(seen("quote AAPL"), 3, "{stdout}");
-    assert_eq!(seen("quote NOPE"), 1, "{stdout}");
-    assert_eq!(seen("balance acct-7"), 2, "{stdout}");
+    assert_eq!(figure("audit records"), 1, "{stdout}");
+    // P1: 3 faults + 1; P2: 2; P3: 4; P4: 1 + the redelivery; the redrive: 1.
+    assert_eq!(figure("requests sent"), 13, "{stdout}");
+    // The 429's Retry-After (1 s) was honoured before payment 1 went through.
+    let p1_done = stdout
+        .lines()
+        .find(|l| l.contains("P1 done"))
+        .expect("P1 went through");
+    let ms: u64 = p1_done.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(ms >= 1000, "P1 finished before Retry-After: {p1_done}");
+    assert!(figure("took") < 20_000, "{stdout}");
 }

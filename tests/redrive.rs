@@ -105,18 +105,19 @@ async fn deposit(inbox: &MemoryStore, ledger: &Ledger, req: Deposit) -> Result<u
     {
         return Err(DepositError::Unavailable);
     }
-    *ledger.effects.lock().unwrap().entry(req.msg_no).or_default() += 1;
+    *ledger
+        .effects
+        .lock()
+        .unwrap()
+        .entry(req.msg_no)
+        .or_default() += 1;
     Ok(req.amount)
 }
 
 fn letter(msg_no: u64, class: FailureClass) -> DeadLetter {
     DeadLetter {
         msg_id: msg_no.to_string(),
-        original: serde_json::to_value(Deposit {
-            msg_no,
-            amount: 10,
-        })
-        .unwrap(),
+        original: serde_json::to_value(Deposit { msg_no, amount: 10 }).unwrap(),
         reason: "gave up after 5 attempts: 503 Service Unavailable".to_owned(),
         attempts: 5,
         first_failed_at: format!("2026-08-19T02:{:02}:{:02}+09:00", msg_no / 60, msg_no % 60),
@@ -159,7 +160,10 @@ async fn small_batch_then_everything_again<S: DeadLetterStore>(store: &S) {
         .await
         .unwrap();
     let r = &report.record;
-    assert_eq!((r.selected, r.succeeded, r.failed, r.skipped), (10, 10, 0, 0));
+    assert_eq!(
+        (r.selected, r.succeeded, r.failed, r.skipped),
+        (10, 10, 0, 0)
+    );
     assert_eq!(ledger.total_effects(), 10, "exactly 10 sent");
     assert_eq!(store.count().await.unwrap(), 95, "90 system + 5 data left");
     let audit = store.redrives().await.unwrap();
@@ -170,7 +174,11 @@ async fn small_batch_then_everything_again<S: DeadLetterStore>(store: &S) {
         ("alice", "class=system")
     );
     let sent: Vec<&str> = report.letters.iter().map(|(id, _)| id.as_str()).collect();
-    assert_eq!(sent, (1..=10).map(|n| n.to_string()).collect::<Vec<_>>(), "oldest first");
+    assert_eq!(
+        sent,
+        (1..=10).map(|n| n.to_string()).collect::<Vec<_>>(),
+        "oldest first"
+    );
 
     // The acks of the first run were lost: those 10 are pending again.
     park_all(store, (1..=10).map(|n| letter(n, FailureClass::System))).await;
@@ -187,7 +195,11 @@ async fn small_batch_then_everything_again<S: DeadLetterStore>(store: &S) {
     );
     assert_eq!(ledger.total_effects(), 100, "no duplicate effect");
     assert_eq!(ledger.max_effects_per_message(), 1);
-    assert_eq!(store.count().await.unwrap(), 5, "only the data letters are left");
+    assert_eq!(
+        store.count().await.unwrap(),
+        5,
+        "only the data letters are left"
+    );
     assert_eq!(store.redrives().await.unwrap().len(), 2);
 }
 
@@ -273,7 +285,11 @@ async fn an_effect_whose_response_was_lost_is_parked_and_redriven_once_in_total(
 
     let gave_up = send(&letters, &inbox, &ledger, &network_bad, req).await;
     assert!(matches!(gave_up, Err(DepositError::LostResponse)));
-    assert_eq!(ledger.total_effects(), 1, "the first attempt's effect happened");
+    assert_eq!(
+        ledger.total_effects(),
+        1,
+        "the first attempt's effect happened"
+    );
     let parked = letters.get("7").await.unwrap().expect("parked");
     assert_eq!(parked.attempts, 3);
 
@@ -309,17 +325,27 @@ async fn a_run_whose_target_starts_failing_stops_at_the_threshold_and_puts_lette
         .await
         .unwrap();
     let r = &report.record;
-    assert_eq!((r.selected, r.succeeded, r.failed, r.skipped), (20, 5, 3, 12));
+    assert_eq!(
+        (r.selected, r.succeeded, r.failed, r.skipped),
+        (20, 5, 3, 12)
+    );
     let stopped = r.stopped.as_deref().expect("stopped");
     assert!(stopped.contains("3 letters failed again"), "{stopped}");
-    assert_eq!(letters.count().await.unwrap(), 15, "3 failed + 12 never sent");
+    assert_eq!(
+        letters.count().await.unwrap(),
+        15,
+        "3 failed + 12 never sent"
+    );
 
     for n in 6..=8 {
         let back = letters.get(&n.to_string()).await.unwrap().unwrap();
         let before = letter(n, FailureClass::System);
         assert_eq!(back.attempts, before.attempts + 1, "attempts increased");
         assert_eq!(back.last_failed_at, format_rfc3339(clock.now()));
-        assert_eq!(back.first_failed_at, before.first_failed_at, "first failure kept");
+        assert_eq!(
+            back.first_failed_at, before.first_failed_at,
+            "first failure kept"
+        );
         assert!(
             back.reason.contains("redrive by alice failed: 503"),
             "{}",
@@ -354,10 +380,7 @@ async fn a_letter_that_fails_again_is_not_sent_again_by_the_same_run() {
         .unwrap();
     assert_eq!(report.record.failed, 5);
     assert_eq!(sends.lock().unwrap().len(), 5);
-    assert!(
-        sends.lock().unwrap().values().all(|&n| n == 1),
-        "{sends:?}"
-    );
+    assert!(sends.lock().unwrap().values().all(|&n| n == 1), "{sends:?}");
 }
 
 // ---- choosing, judging, pacing ----
@@ -397,8 +420,15 @@ async fn the_filter_chooses_by_class_reason_and_age_and_the_dry_run_sends_nothin
         plan.iter().map(|l| l.msg_id.as_str()).collect::<Vec<_>>(),
         ["1"]
     );
-    assert_eq!(letters.count().await.unwrap(), 4, "the dry run changed nothing");
-    assert!(letters.redrives().await.unwrap().is_empty(), "and recorded nothing");
+    assert_eq!(
+        letters.count().await.unwrap(),
+        4,
+        "the dry run changed nothing"
+    );
+    assert!(
+        letters.redrives().await.unwrap().is_empty(),
+        "and recorded nothing"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -424,9 +454,16 @@ async fn a_letter_whose_key_differs_from_the_targets_is_not_sent() {
     let inbox = MemoryStore::new();
     let ledger = healthy();
     // The original call claimed key 7; the letter's original was edited (or redacted) to 8.
-    let key_of_7 = deposit(&inbox, &ledger, Deposit { msg_no: 7, amount: 1 })
-        .idempotency_key()
-        .to_owned();
+    let key_of_7 = deposit(
+        &inbox,
+        &ledger,
+        Deposit {
+            msg_no: 7,
+            amount: 1,
+        },
+    )
+    .idempotency_key()
+    .to_owned();
     let edited = DeadLetter {
         idempotency_key: Some(key_of_7.clone()),
         ..letter(8, FailureClass::System)
@@ -503,4 +540,101 @@ async fn the_escape_hatch_is_explicit_and_still_checks_a_given_key() {
         .unwrap();
     assert_eq!(report.record.succeeded, 1);
     assert_eq!(sent.load(Ordering::SeqCst), 1);
+}
+
+// ---- over HTTP, through the IdempotencyLayer ----
+
+/// Fields deliberately not in alphabetical order: the letter's `original` (a `serde_json::Value`)
+/// re-serialises them sorted, and the redrive must still be the same request to the layer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Transfer {
+    to: String,
+    cents: u64,
+    from: String,
+}
+
+#[derive(Debug)]
+struct Lost;
+
+impl fmt::Display for Lost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the response was lost")
+    }
+}
+
+impl From<retry_core::dlq::DlqFailed> for Lost {
+    fn from(_: retry_core::dlq::DlqFailed) -> Self {
+        Lost
+    }
+}
+
+impl Classify for Lost {
+    fn classify(&self) -> Decision {
+        Decision::Retry
+    }
+}
+
+/// The sender: its request reaches the receiver every time, but every answer is lost.
+#[retryable(max = 2, base = "1ms", dlq(sink = letters, id = key.to_string(), original = transfer))]
+async fn transfer_losing_answers(
+    client: &reqwest::Client,
+    url: &str,
+    letters: &MemoryDeadLetters,
+    key: &retry_core::http::IdempotencyKey,
+    transfer: &Transfer,
+) -> Result<(), Lost> {
+    use retry_core::reqwest::RequestBuilderExt;
+    let body = serde_json::to_string(transfer).unwrap();
+    let answer = client
+        .post(url)
+        .idempotency_key(key)
+        .header("content-type", "application/json")
+        .body(body)
+        .send_checked()
+        .await;
+    assert!(answer.is_ok(), "the receiver answered: {answer:?}");
+    Err(Lost)
+}
+
+#[tokio::test]
+async fn a_lost_response_redriven_over_http_is_replayed_not_repeated() {
+    use retry_core::tower::IdempotencyLayer;
+
+    let effects = Arc::new(AtomicU32::new(0));
+    let counted = effects.clone();
+    let handler = move |body: String| {
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            format!("booked {body}")
+        }
+    };
+    let app = axum::Router::new()
+        .route("/transfers", axum::routing::post(handler))
+        .layer(IdempotencyLayer::unauthenticated(MemoryStore::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/transfers", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = retry_core::reqwest::client_builder().build().unwrap();
+
+    let letters = MemoryDeadLetters::new();
+    let key = retry_core::http::IdempotencyKey::new();
+    let transfer = Transfer {
+        to: "B".into(),
+        cents: 500,
+        from: "A".into(),
+    };
+    let gave_up = transfer_losing_answers(&client, &url, &letters, &key, &transfer).await;
+    assert!(gave_up.is_err());
+    assert_eq!(effects.load(Ordering::SeqCst), 1, "the resend was absorbed");
+    assert_eq!(letters.count().await.unwrap(), 1, "parked");
+
+    let report = Redrive::new(&letters, "ops")
+        .target(url.as_str())
+        .run_letters(|letter| retry_core::dlq::http::post_letter(client.post(&url), letter))
+        .await
+        .unwrap();
+    assert_eq!(report.letters, [(key.to_string(), Outcome::Redriven)]);
+    assert_eq!(effects.load(Ordering::SeqCst), 1, "one side effect in total");
+    assert_eq!(letters.count().await.unwrap(), 0);
 }

@@ -8,8 +8,8 @@ use ::reqwest::{RequestBuilder, Response};
 
 use crate::classify::{Classify, Decision};
 use crate::http::{
-    CALLER_RETRIES, CALLER_RETRIES_VALUE, guard_resend, has_idempotency_key, retry_after,
-    status_text,
+    CALLER_RETRIES, CALLER_RETRIES_VALUE, IDEMPOTENCY_KEY, IdempotencyKey, guard_resend,
+    has_idempotency_key, retry_after, status_text,
 };
 use crate::scope;
 
@@ -39,6 +39,26 @@ pub trait RequestBuilderExt {
     /// ```
     fn caller_retries(self) -> Self;
 
+    /// Adds `Idempotency-Key: "<key>"` (see [`IdempotencyKey`]). Make the key once per logical
+    /// operation, outside the retried call, so every attempt carries the same one: the server
+    /// then runs the operation once, and [`send_checked`](Self::send_checked) may resend a POST
+    /// that failed after it reached the server.
+    ///
+    /// ```
+    /// use retry_core::http::IdempotencyKey;
+    /// use retry_core::reqwest::RequestBuilderExt;
+    ///
+    /// let client = retry_core::reqwest::client_builder().build().unwrap();
+    /// let key = IdempotencyKey::new();
+    /// let request = client
+    ///     .post("http://127.0.0.1:9/payments")
+    ///     .idempotency_key(&key)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(request.headers()["idempotency-key"], key.header_value());
+    /// ```
+    fn idempotency_key(self, key: &IdempotencyKey) -> Self;
+
     /// Sends the request and turns a transport failure or a non-success status into an
     /// [`HttpError`] that knows the method and whether the request carried `Idempotency-Key`,
     /// so its classification can refuse to resend a POST that may have taken effect.
@@ -67,6 +87,10 @@ impl RequestBuilderExt for RequestBuilder {
         } else {
             self
         }
+    }
+
+    fn idempotency_key(self, key: &IdempotencyKey) -> Self {
+        self.header(IDEMPOTENCY_KEY, key.header_value())
     }
 
     async fn send_checked(self) -> Result<Response, HttpError> {

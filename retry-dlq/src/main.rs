@@ -1,8 +1,10 @@
-//! `retry-dlq`: look into a dead-letter store of retry-core. Counts and ages for alerting
-//! (`stats --check`), a line per letter (`list`), one letter (`show`) and everything as JSON Lines
-//! (`export`). Read-only: nothing is acknowledged or redriven here.
+//! `retry-dlq`: look into a dead-letter store of retry-core and redrive it. Counts and ages for
+//! alerting (`stats --check`), a line per letter (`list`), one letter (`show`), everything as JSON
+//! Lines (`export`), a redrive to an idempotent HTTP receiver (`redrive`), and the record of past
+//! redrives (`audit`). Only `redrive` writes to the store.
 
 mod duration;
+mod redrive;
 mod report;
 
 use std::io::{self, Write};
@@ -17,9 +19,9 @@ use retry_core::dlq::{DeadLetter, DeadLetterStore, DlqError, FailureClass, Jsonl
 use crate::report::{Stats, Verdict};
 
 /// Exit status: done, nothing to flag.
-const EXIT_OK: u8 = 0;
+pub(crate) const EXIT_OK: u8 = 0;
 /// Exit status: `stats --check` found something to alert on, or `show` found no such letter.
-const EXIT_FLAGGED: u8 = 1;
+pub(crate) const EXIT_FLAGGED: u8 = 1;
 /// Exit status: bad usage, or the store could not be opened or read (clap uses 2 as well).
 const EXIT_ERROR: u8 = 2;
 
@@ -44,9 +46,11 @@ Exit status:
 #[command(
     name = "retry-dlq",
     version,
-    about = "Inspect a dead-letter store of retry-core: stats for alerting, list, show, export",
-    long_about = "Inspect a dead-letter store of retry-core: stats for alerting, list, show, \
-                  export.\n\nRead-only: it neither acknowledges nor redrives letters.",
+    about = "Inspect and redrive a dead-letter store of retry-core: stats for alerting, list, show, export, redrive, audit",
+    long_about = "Inspect and redrive a dead-letter store of retry-core: stats for alerting, list, \
+                  show, export, redrive, audit.\n\nOnly `redrive` writes to the store: it \
+                  acknowledges the letters it sent, puts back the ones that failed again, and \
+                  records the run.",
     after_help = format!("{STORE_HELP}\n\n{EXIT_HELP}"),
     arg_required_else_help = true
 )]
@@ -124,10 +128,34 @@ Oldest first failure first. Each line parses as retry_core::dlq::DeadLetter.
 
 Exit status: 0 exported (also when empty); 2 usage error or store error.")]
     Export,
+    /// Send letters again to an idempotent HTTP receiver, in a small batch, on the record.
+    #[command(after_help = "\
+Each chosen letter's original is POSTed as JSON to --to, with `Idempotency-Key` set to the
+letter's msg_id (which `dlq(id = ...)` should make the key the original requests carried), so
+a receiver that already did the work answers from its idempotency store instead of doing it
+again. Letters are taken oldest first failure first from a snapshot made before the first send,
+at most --limit of them, at most --rate per second, one at a time; the run stops once
+--stop-after letters failed again. A 2xx answer acknowledges the letter; anything else puts it
+back with attempts + 1 and last_failed_at now. The run is recorded (see `audit`): when, --who,
+the filter, how many were selected, succeeded, failed and skipped.
+
+A JSONL store is opened for writing: stop the service writing it first (it holds the file's
+lock). A progress bar shows on stderr for runs of 20 letters or more.
+
+Exit status: 0 every chosen letter redriven (or --dry-run listed them); 1 a letter failed again
+or was skipped, or the run stopped early; 2 usage error or store error.")]
+    Redrive(redrive::RedriveArgs),
+    /// The recorded redrive runs, oldest first.
+    #[command(after_help = "\
+Columns, tab-separated, no header: started_at, run_id, who, target, filter, selected,
+succeeded, failed, skipped, why the run stopped early (- if it did not).
+
+Exit status: 0 listed (also when empty); 2 usage error or store error.")]
+    Audit,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum ClassArg {
+pub(crate) enum ClassArg {
     /// Transient errors that ran out of attempts, deadline or budget.
     System,
     /// Errors that must not be retried: the message needs a look.
@@ -145,7 +173,7 @@ impl From<ClassArg> for FailureClass {
 
 /// Why a command ended early.
 #[derive(Debug)]
-enum Failure {
+pub(crate) enum Failure {
     /// Said on stderr; exit 2.
     Usage(String),
     /// The store failed (its errors name the file or server); exit 2.
@@ -236,8 +264,14 @@ fn existing_file(path: &Path, what: &str) -> Result<(), Failure> {
     }
 }
 
-async fn open(selection: &Selection) -> Result<Store, Failure> {
+/// Opens the store; a JSONL file read-only unless `write`.
+async fn open(selection: &Selection, write: bool) -> Result<Store, Failure> {
     match selection {
+        Selection::Jsonl(path) if write => {
+            existing_file(path, "jsonl")?;
+            // The one writer: fails while the service holds the file's lock.
+            Ok(Store::Jsonl(JsonlSink::open(path).map_err(Failure::Store)?))
+        }
         Selection::Jsonl(path) => {
             existing_file(path, "jsonl")?;
             // Read-only: no lock, no repair, so it works beside the service writing the file.
@@ -347,6 +381,8 @@ async fn run<S: DeadLetterStore>(
                 }
             }
         }
+        Command::Redrive(args) => redrive::redrive(store, args, out).await,
+        Command::Audit => redrive::audit(store, out).await,
         Command::Export => {
             for letter in list_all(store).await? {
                 let json = serde_json::to_string(&letter)
@@ -363,7 +399,7 @@ async fn main_inner(cli: &Cli) -> Result<u8, Failure> {
         .store
         .select(|name| std::env::var(name).ok())
         .map_err(Failure::Usage)?;
-    let store = open(&selection).await?;
+    let store = open(&selection, matches!(cli.command, Command::Redrive(_))).await?;
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let status = match &store {

@@ -795,3 +795,310 @@ fn a_reader_that_goes_away_does_not_change_the_status() {
     assert_eq!(status(&["stats", "--check"]), Some(1));
     assert_eq!(status(&["export"]), Some(0));
 }
+
+// ---- redrive ----
+
+/// An idempotent HTTP receiver on loopback: it deduplicates on `Idempotency-Key`, counts each
+/// key's effects, and answers 503 (no effect) once its `healthy_for` successes are used up.
+struct Receiver {
+    url: String,
+    state: std::sync::Arc<ReceiverState>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+#[derive(Default)]
+struct ReceiverState {
+    effects: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    requests: std::sync::atomic::AtomicU32,
+    healthy_for: std::sync::atomic::AtomicU32,
+}
+
+impl Receiver {
+    fn start(healthy_for: u32) -> Receiver {
+        use axum::http::{HeaderMap, StatusCode};
+        use std::sync::atomic::Ordering;
+
+        let state = std::sync::Arc::new(ReceiverState::default());
+        state.healthy_for.store(healthy_for, Ordering::SeqCst);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let shared = state.clone();
+        let handler = move |headers: HeaderMap, body: String| {
+            let state = shared.clone();
+            async move {
+                state.requests.fetch_add(1, Ordering::SeqCst);
+                let Some(key) = headers.get("idempotency-key") else {
+                    return (
+                        StatusCode::BAD_REQUEST,
+                        "Idempotency-Key required".to_owned(),
+                    );
+                };
+                let key = key.to_str().unwrap().trim_matches('"').to_owned();
+                if state.effects.lock().unwrap().contains_key(&key) {
+                    return (StatusCode::OK, format!("replayed {key}"));
+                }
+                if state
+                    .healthy_for
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_err()
+                {
+                    return (StatusCode::SERVICE_UNAVAILABLE, "down".to_owned());
+                }
+                assert!(body.contains("\"amount\":10"), "{body}");
+                *state
+                    .effects
+                    .lock()
+                    .unwrap()
+                    .entry(key.clone())
+                    .or_default() += 1;
+                (StatusCode::OK, format!("done {key}"))
+            }
+        };
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let url = format!("http://{}/deposits", listener.local_addr().unwrap());
+        let app = axum::Router::new().route("/deposits", axum::routing::post(handler));
+        runtime.spawn(async move { axum::serve(listener, app).await });
+        Receiver {
+            url,
+            state,
+            _runtime: runtime,
+        }
+    }
+
+    fn effects(&self) -> u32 {
+        self.state.effects.lock().unwrap().values().sum()
+    }
+
+    fn most_effects_of_one_key(&self) -> u32 {
+        self.state
+            .effects
+            .lock()
+            .unwrap()
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+fn hundred_system_letters() -> Vec<DeadLetter> {
+    (0..100)
+        .map(|n| {
+            letter(
+                &format!("M-{n:03}"),
+                FailureClass::System,
+                "upstream 503 after 5 attempts",
+                Duration::from_secs(3600 - n),
+            )
+        })
+        .collect()
+}
+
+fn count(kind: Kind, path: &Path) -> usize {
+    stdout(&run(kind, path, &["list"])).lines().count()
+}
+
+#[test]
+fn redrive_sends_a_small_batch_records_it_and_a_second_run_repeats_no_effect() {
+    for kind in KINDS {
+        let dir = TempDir::new("redrive");
+        let path = dir.path(kind.file());
+        let letters = hundred_system_letters();
+        kind.park(&path, &letters);
+        kind.park(&path, &three_letters()[2..]); // one `data` letter, never chosen
+        let receiver = Receiver::start(u32::MAX);
+        let redrive = |limit: &str| {
+            run(
+                kind,
+                &path,
+                &[
+                    "redrive",
+                    "--to",
+                    &receiver.url,
+                    "--who",
+                    "alice",
+                    "--class",
+                    "system",
+                    "--limit",
+                    limit,
+                    "--rate",
+                    "1000/s",
+                ],
+            )
+        };
+
+        let output = redrive("10");
+        assert_status(&output, 0);
+        let sent: Vec<_> = stdout(&output)
+            .lines()
+            .filter(|l| l.starts_with("sent\t"))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(sent.len(), 10, "{kind:?}: {}", stdout(&output));
+        assert_eq!(sent[0], "sent\tM-000", "oldest first");
+        assert_eq!(receiver.effects(), 10);
+        assert_eq!(count(kind, &path), 91, "{kind:?}: 90 system + 1 data left");
+        let audit = stdout(&run(kind, &path, &["audit"]));
+        let rows: Vec<Vec<&str>> = audit.lines().map(|l| l.split('\t').collect()).collect();
+        assert_eq!(rows.len(), 1, "{kind:?}: one audit row: {audit}");
+        assert_eq!(
+            &rows[0][2..],
+            [
+                "alice",
+                receiver.url.as_str(),
+                "class=system",
+                "10",
+                "10",
+                "0",
+                "0",
+                "-"
+            ]
+        );
+
+        // The acks of that run were lost: its 10 letters are pending again. Everything goes.
+        kind.park(&path, &letters[..10]);
+        let output = redrive("1000");
+        assert_status(&output, 0);
+        assert_eq!(receiver.effects(), 100, "{kind:?}: no duplicate effect");
+        assert_eq!(receiver.most_effects_of_one_key(), 1);
+        assert_eq!(count(kind, &path), 1);
+        assert_eq!(stdout(&run(kind, &path, &["audit"])).lines().count(), 2);
+    }
+}
+
+#[test]
+fn redrive_stops_at_the_failure_threshold_and_puts_failed_letters_back() {
+    for kind in KINDS {
+        let dir = TempDir::new("redrive-stop");
+        let path = dir.path(kind.file());
+        let letters = hundred_system_letters();
+        kind.park(&path, &letters[..20]);
+        let receiver = Receiver::start(5);
+        let output = run(
+            kind,
+            &path,
+            &[
+                "redrive",
+                "--to",
+                &receiver.url,
+                "--who",
+                "bob",
+                "--limit",
+                "20",
+                "--rate",
+                "1000",
+                "--stop-after",
+                "3",
+            ],
+        );
+        assert_status(&output, 1);
+        let out = stdout(&output);
+        assert!(
+            out.contains(
+                "20 selected, 5 succeeded, 3 failed, 12 skipped; stopped: 3 letters failed again"
+            ),
+            "{kind:?}: {out}"
+        );
+        assert_eq!(
+            receiver
+                .state
+                .requests
+                .load(std::sync::atomic::Ordering::SeqCst),
+            8,
+            "nothing sent after the threshold"
+        );
+        assert_eq!(count(kind, &path), 15);
+        let shown = stdout(&run(kind, &path, &["show", "M-005"]));
+        let back: DeadLetter = serde_json::from_str(&shown).unwrap();
+        assert_eq!(back.attempts, 6, "{kind:?}: attempts increased");
+        assert_eq!(
+            back.first_failed_at, letters[5].first_failed_at,
+            "first failure kept"
+        );
+        assert!(back.reason.contains("503"), "{}", back.reason);
+    }
+}
+
+#[test]
+fn a_dry_run_lists_and_sends_nothing() {
+    let dir = TempDir::new("redrive-dry");
+    let path = dir.path("dlq.sqlite");
+    Kind::Sqlite.park(&path, &three_letters());
+    let receiver = Receiver::start(u32::MAX);
+    let output = run(
+        Kind::Sqlite,
+        &path,
+        &[
+            "redrive",
+            "--to",
+            &receiver.url,
+            "--who",
+            "alice",
+            "--class",
+            "system",
+            "--dry-run",
+        ],
+    );
+    assert_status(&output, 0);
+    let out = stdout(&output);
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.starts_with("would send\t"))
+            .count(),
+        2,
+        "{out}"
+    );
+    assert!(out.contains("nothing sent, nothing recorded"), "{out}");
+    assert_eq!(
+        receiver
+            .state
+            .requests
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    assert_eq!(count(Kind::Sqlite, &path), 3);
+    assert_eq!(stdout(&run(Kind::Sqlite, &path, &["audit"])), "");
+}
+
+#[test]
+fn redrive_needs_who_and_an_http_url_and_the_jsonl_writer_lock() {
+    let dir = TempDir::new("redrive-usage");
+    let path = dir.path("dlq.jsonl");
+    Kind::Jsonl.park(&path, &three_letters());
+    let output = run(
+        Kind::Jsonl,
+        &path,
+        &["redrive", "--to", "http://127.0.0.1:9/x"],
+    );
+    assert_status(&output, 2);
+    assert!(stderr(&output).contains("--who"), "{}", stderr(&output));
+    let output = run(
+        Kind::Jsonl,
+        &path,
+        &["redrive", "--to", "https://example.invalid/x", "--who", "a"],
+    );
+    assert_status(&output, 2);
+    assert!(
+        stderr(&output).contains("only http://"),
+        "{}",
+        stderr(&output)
+    );
+
+    // The service is running: it holds the file, and the redrive says so instead of racing it.
+    let _serial = serial();
+    let service = JsonlSink::open(&path).unwrap();
+    let output = retry_dlq()
+        .arg("--jsonl")
+        .arg(&path)
+        .args(["redrive", "--to", "http://127.0.0.1:9/x", "--who", "a"])
+        .output()
+        .unwrap();
+    drop(service);
+    assert_status(&output, 2);
+    assert!(stderr(&output).contains("lock"), "{}", stderr(&output));
+}

@@ -6,6 +6,9 @@
 //! error, so a consumer acknowledges only what was parked.
 
 mod audit;
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+pub mod http;
 mod jsonl;
 mod letter;
 mod memory;

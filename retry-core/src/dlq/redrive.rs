@@ -511,7 +511,9 @@ impl<'s, S: DeadLetterStore + ?Sized> Redrive<'s, S> {
                 Ok(_) => self.acknowledge(&mut run, &letter.msg_id).await,
                 Err(e) => self.put_back(&mut run, letter, e.to_string()).await,
             }
-            if run.record.failed >= u64::from(self.stop_after_failures) && run.record.stopped.is_none() {
+            if run.record.failed >= u64::from(self.stop_after_failures)
+                && run.record.stopped.is_none()
+            {
                 run.stop(format!(
                     "{} letters failed again, the threshold of this run",
                     run.record.failed

@@ -1,5 +1,6 @@
 //! Tower layers (feature `tower`): honour `Caller-Retries` on incoming requests, and add it to
-//! outgoing ones made inside a retry.
+//! outgoing ones made inside a retry; answer duplicate requests with their first response
+//! ([`IdempotencyLayer`], the `Idempotency-Key` header).
 
 use std::task::{Context, Poll};
 
@@ -8,6 +9,13 @@ use ::tower_service::Service;
 
 use crate::http::{caller_retries, mark_request};
 use crate::scope::{self, InScope};
+
+pub mod idempotency;
+
+pub use idempotency::{
+    BoxError, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_KEY_BYTES, Idempotency, IdempotencyBody,
+    IdempotencyLayer, RefusedHeader,
+};
 
 /// Runs each handler whose request carries `Caller-Retries: ?1` inside a single-attempt retry
 /// scope: the caller retries, so the handler's own retries make one attempt each, and its

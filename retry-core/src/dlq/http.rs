@@ -1,0 +1,79 @@
+//! Redriving into an HTTP receiver that deduplicates on `Idempotency-Key` (feature `reqwest`).
+
+use std::fmt;
+use std::future::Future;
+
+use super::{AssumeIdempotent, DeadLetter, assume_idempotent};
+use crate::http::{IdempotencyKey, InvalidIdempotencyKey};
+use crate::reqwest::{HttpError, RequestBuilderExt};
+
+/// Sends `letter` again through `request` (a POST to the receiver, with whatever credentials
+/// the original requests carried: the receiver keeps keys per client): its `original` as the
+/// JSON body, and `Idempotency-Key` set to its `msg_id` (which `dlq(id = ...)` should make the key the original requests carried), for
+/// [`Redrive::run_letters`](super::Redrive::run_letters). The receiver's deduplication on that
+/// key is what makes the resend safe, which is why the future is declared
+/// [`assume_idempotent`]: point it only at such a receiver (`tower::IdempotencyLayer`, or any
+/// server following the IETF `Idempotency-Key` draft).
+///
+/// ```no_run
+/// use retry_core::dlq::{http::post_letter, JsonlSink, Redrive};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let letters = JsonlSink::open("dlq.jsonl")?;
+/// let client = retry_core::reqwest::client_builder().build()?;
+/// let url = "http://payments.internal/payments";
+/// let report = Redrive::new(&letters, "alice")
+///     .target(url)
+///     .run_letters(|letter| post_letter(client.post(url).bearer_auth("shop-42"), letter))
+///     .await?;
+/// println!("{} redriven", report.record.succeeded);
+/// # Ok(())
+/// # }
+/// ```
+pub fn post_letter(
+    request: ::reqwest::RequestBuilder,
+    letter: &DeadLetter,
+) -> AssumeIdempotent<
+    impl Future<Output = Result<::reqwest::Response, PostLetterError>> + Send + use<>,
+> {
+    let request = letter
+        .msg_id
+        .parse::<IdempotencyKey>()
+        .map(|key| {
+            request
+                .idempotency_key(&key)
+                .header(::http::header::CONTENT_TYPE, "application/json")
+                .body(letter.original.to_string())
+        })
+        .map_err(PostLetterError::Key);
+    assume_idempotent(async move { request?.send_checked().await.map_err(PostLetterError::Http) })
+}
+
+/// Why [`post_letter`] did not get a 2xx.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PostLetterError {
+    /// The letter's `msg_id` cannot be an `Idempotency-Key`; nothing was sent.
+    Key(InvalidIdempotencyKey),
+    /// The request failed, or the receiver answered with an error status.
+    Http(HttpError),
+}
+
+impl fmt::Display for PostLetterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PostLetterError::Key(e) => write!(f, "msg_id is not sendable as Idempotency-Key: {e}"),
+            PostLetterError::Http(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for PostLetterError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PostLetterError::Key(e) => Some(e),
+            PostLetterError::Http(e) => Some(e),
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! `Idempotency-Key` values: one random key per logical operation on the client, and the
+//! header's structured-field syntax shared by the client and the server layer.
+//!
+//! The IETF httpapi draft (draft-ietf-httpapi-idempotency-key-header) makes `Idempotency-Key` a
+//! structured-field Item whose value is a String (RFC 8941 §3.3.3): `Idempotency-Key: "8e03..."`.
+//! Clients here always send that form. The server layer also accepts a bare value
+//! (`Idempotency-Key: 8e03...`, as many clients written against Stripe's API send it) and reads it
+//! as the same key, so the two forms of one key can never run an operation twice.
+
+use std::fmt;
+use std::str::FromStr;
+
+use ::http::{HeaderName, HeaderValue};
+
+/// The response header that marks a replayed response: `Idempotent-Replayed: ?1` (a
+/// structured-field boolean) says "this is the stored response to an earlier request with the
+/// same key; the operation did not run again".
+///
+/// ```
+/// use retry_core::http::IDEMPOTENT_REPLAYED;
+///
+/// let replay = http::Response::builder()
+///     .header(IDEMPOTENT_REPLAYED, "?1")
+///     .body(())
+///     .unwrap();
+/// assert!(replay.headers().contains_key("idempotent-replayed"));
+/// ```
+pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// The key of one logical operation, sent as `Idempotency-Key` on every attempt of it.
+///
+/// Make the key once, outside the retried call, and hand the same key to every attempt: a
+/// `#[retryable]` function that took it as an argument gets the same value on each attempt
+/// (arguments are cloned per attempt, never remade). A key made inside the retried body would
+/// be new on every attempt and protect nothing.
+///
+/// [`IdempotencyKey::new`] draws 128 random bits from the thread-local CSPRNG and writes them as
+/// 32 lowercase hex digits, so keys cannot be guessed and never collide in practice. A key kept
+/// with the operation (an outbox row, so a resend after a crash reuses it) is read back with
+/// [`str::parse`].
+///
+/// ```
+/// use retry_core::http::IdempotencyKey;
+///
+/// let key = IdempotencyKey::new();
+/// assert_eq!(key.as_str().len(), 32);
+/// assert_eq!(key.header_value(), format!("\"{key}\"").as_str());
+/// assert_ne!(key, IdempotencyKey::new(), "one key per logical operation");
+///
+/// let kept: IdempotencyKey = "order-1234".parse().unwrap();
+/// assert_eq!(kept.header_value(), "\"order-1234\"");
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey {
+    key: String,
+}
+
+impl IdempotencyKey {
+    /// A new random key: 128 bits as 32 lowercase hex digits.
+    ///
+    /// ```
+    /// let key = retry_core::http::IdempotencyKey::new();
+    /// assert!(key.as_str().bytes().all(|b| b.is_ascii_hexdigit()));
+    /// ```
+    pub fn new() -> Self {
+        IdempotencyKey {
+            key: format!("{:032x}", rand::random::<u128>()),
+        }
+    }
+
+    /// The key itself, without the structured-field quotes: for logs, an outbox row, or a
+    /// server that expects the bare form.
+    ///
+    /// ```
+    /// let key: retry_core::http::IdempotencyKey = "m-7".parse().unwrap();
+    /// assert_eq!(key.as_str(), "m-7");
+    /// ```
+    pub fn as_str(&self) -> &str {
+        &self.key
+    }
+
+    /// The `Idempotency-Key` header value: the key as a structured-field String (quoted, with
+    /// `\` and `"` escaped), as the draft requires.
+    ///
+    /// ```
+    /// use retry_core::http::{IdempotencyKey, IDEMPOTENCY_KEY};
+    ///
+    /// let key: IdempotencyKey = r#"say "hi""#.parse().unwrap();
+    /// let mut request = http::Request::new(());
+    /// request.headers_mut().insert(IDEMPOTENCY_KEY, key.header_value());
+    /// assert_eq!(request.headers()[IDEMPOTENCY_KEY], r#""say \"hi\"""#);
+    /// ```
+    pub fn header_value(&self) -> HeaderValue {
+        let mut quoted = String::with_capacity(self.key.len() + 2);
+        quoted.push('"');
+        for c in self.key.chars() {
+            if c == '"' || c == '\\' {
+                quoted.push('\\');
+            }
+            quoted.push(c);
+        }
+        quoted.push('"');
+        // Every key was checked to be printable ASCII when it was made, and printable ASCII is
+        // always a valid header value, so this cannot fail; were it ever to, the empty String
+        // is sent, which a server refuses as malformed instead of running anything.
+        HeaderValue::try_from(quoted).unwrap_or_else(|_| HeaderValue::from_static("\"\""))
+    }
+}
+
+impl Default for IdempotencyKey {
+    /// A new random key, as [`IdempotencyKey::new`].
+    ///
+    /// ```
+    /// let key = retry_core::http::IdempotencyKey::default();
+    /// assert_eq!(key.as_str().len(), 32);
+    /// ```
+    fn default() -> Self {
+        IdempotencyKey::new()
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.key)
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("IdempotencyKey").field(&self.key).finish()
+    }
+}
+
+/// A key of your own: one or more printable ASCII characters (space included), which is what a
+/// structured-field String can carry.
+///
+/// ```
+/// use retry_core::http::IdempotencyKey;
+///
+/// assert!("order-1234".parse::<IdempotencyKey>().is_ok());
+/// let error = "".parse::<IdempotencyKey>().unwrap_err();
+/// assert_eq!(error.to_string(), "invalid idempotency key: it is empty");
+/// assert!("caf\u{e9}".parse::<IdempotencyKey>().is_err());
+/// ```
+impl FromStr for IdempotencyKey {
+    type Err = InvalidIdempotencyKey;
+
+    fn from_str(key: &str) -> Result<Self, InvalidIdempotencyKey> {
+        if key.is_empty() {
+            return Err(InvalidIdempotencyKey { reason: EMPTY });
+        }
+        if !key.bytes().all(is_sf_string_char) {
+            return Err(InvalidIdempotencyKey {
+                reason: NOT_PRINTABLE,
+            });
+        }
+        Ok(IdempotencyKey {
+            key: key.to_owned(),
+        })
+    }
+}
+
+/// Why a text cannot be an [`IdempotencyKey`].
+///
+/// ```
+/// let error = "tab\there".parse::<retry_core::http::IdempotencyKey>().unwrap_err();
+/// assert_eq!(
+///     error.to_string(),
+///     "invalid idempotency key: only printable ASCII characters and spaces are allowed"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidIdempotencyKey {
+    reason: &'static str,
+}
+
+impl fmt::Display for InvalidIdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid idempotency key: {}", self.reason)
+    }
+}
+
+impl std::error::Error for InvalidIdempotencyKey {}
+
+const EMPTY: &str = "it is empty";
+const NOT_PRINTABLE: &str = "only printable ASCII characters and spaces are allowed";
+
+/// What a structured-field String may contain (RFC 8941 §3.3.3): printable ASCII and space.
+fn is_sf_string_char(byte: u8) -> bool {
+    (0x20..=0x7e).contains(&byte)
+}
+
+/// What a bare (unquoted) key may contain: printable ASCII without space, quote, backslash, or
+/// the `,` and `;` that would make it look like a list or carry parameters.
+fn is_bare_char(byte: u8) -> bool {
+    (0x21..=0x7e).contains(&byte) && !matches!(byte, b'"' | b'\\' | b',' | b';')
+}
+
+/// The key in an `Idempotency-Key` header value, or why it is malformed: a structured-field
+/// String (`"abc"`, with `\"` and `\\` escapes and no parameters) or a bare value (`abc`), both
+/// meaning the key `abc`.
+#[cfg_attr(not(feature = "tower"), allow(dead_code))]
+pub(crate) fn parse_key_header(value: &HeaderValue) -> Result<String, &'static str> {
+    let text = value.as_bytes().trim_ascii();
+    let Some(quoted) = text.strip_prefix(b"\"") else {
+        if text.is_empty() {
+            return Err("the value is empty");
+        }
+        if !text.iter().copied().all(is_bare_char) {
+            return Err(
+                "an unquoted key may only hold printable ASCII without spaces, quotes, backslashes, `,` or `;`; send it as a quoted structured-field string",
+            );
+        }
+        return Ok(text.iter().copied().map(char::from).collect());
+    };
+    let mut key = String::with_capacity(quoted.len());
+    let mut bytes = quoted.iter().copied();
+    loop {
+        match bytes.next() {
+            None => return Err("the quoted string has no closing `\"`"),
+            Some(b'"') => break,
+            Some(b'\\') => match bytes.next() {
+                Some(escaped @ (b'"' | b'\\')) => key.push(char::from(escaped)),
+                _ => return Err("only `\\\"` and `\\\\` may be escaped in a quoted string"),
+            },
+            Some(byte) if is_sf_string_char(byte) => key.push(char::from(byte)),
+            Some(_) => return Err("a quoted string may only hold printable ASCII and spaces"),
+        }
+    }
+    if bytes.next().is_some() {
+        return Err("nothing may follow the quoted string (parameters are not supported)");
+    }
+    if key.is_empty() {
+        return Err("the key is empty");
+    }
+    Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<String, &'static str> {
+        parse_key_header(&HeaderValue::from_str(text).unwrap())
+    }
+
+    #[test]
+    fn quoted_and_bare_forms_name_the_same_key() {
+        assert_eq!(parse("\"abc-1\"").unwrap(), "abc-1");
+        assert_eq!(parse("abc-1").unwrap(), "abc-1");
+        assert_eq!(parse(r#""a \"b\" \\ c""#).unwrap(), r#"a "b" \ c"#);
+        assert_eq!(parse("dGVzdA==/+:").unwrap(), "dGVzdA==/+:");
+    }
+
+    #[test]
+    fn malformed_values_are_refused() {
+        for bad in [
+            "\"\"",
+            "\"open",
+            "\"a\";p=1",
+            "\"a\" \"b\"",
+            r#""bad \n escape""#,
+            "a b",
+            "a,b",
+            "a;b",
+            "a\"b",
+            "\"caf\u{e9}\"",
+        ] {
+            let Ok(value) = HeaderValue::from_bytes(bad.as_bytes()) else {
+                continue;
+            };
+            assert!(parse_key_header(&value).is_err(), "{bad:?} was accepted");
+        }
+        assert!(parse_key_header(&HeaderValue::from_static("")).is_err());
+    }
+
+    #[test]
+    fn every_key_survives_its_header_value() {
+        for text in [
+            "a",
+            "order 1",
+            r#"q"uo\te"#,
+            "~!#$%&'()*+,-./:;<=>?@[]^_`{|}",
+        ] {
+            let key: IdempotencyKey = text.parse().unwrap();
+            assert_eq!(parse_key_header(&key.header_value()).unwrap(), text);
+        }
+        let random = IdempotencyKey::new();
+        assert_eq!(
+            parse_key_header(&random.header_value()).unwrap(),
+            random.as_str()
+        );
+    }
+}

@@ -1,0 +1,157 @@
+//! `cargo run --example herd` end to end, at 1,000 clients: without jitter the whole herd comes
+//! back in one window and the clients do the most work; the PNG is written; the same flags give
+//! the same figures; a bad flag value is refused with a clear message.
+
+#[path = "common/tempdir.rs"]
+mod tempdir;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use tempdir::TempDir;
+
+const CLIENTS: u64 = 1000;
+
+fn herd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO"))
+        .args(["run", "--quiet", "--example", "herd", "--"])
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs")
+}
+
+fn run_ok(out: &Path) -> String {
+    let clients = CLIENTS.to_string();
+    let output = herd(&["--clients", &clients, "--out", out.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "herd failed ({})\n--- stdout\n{stdout}\n--- stderr\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// One row of the printed table.
+#[derive(Debug)]
+struct Row {
+    peak: u64,
+    in_outage: u64,
+    after_outage: u64,
+    total: u64,
+    succeeded: u64,
+    gave_up: u64,
+}
+
+/// The table's rows by jitter name. Columns: jitter, peak/win, x cap, peak at s, req outage,
+/// req after, req total, succeeded, gave up, drain s.
+fn table(stdout: &str) -> HashMap<String, Row> {
+    let rows = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("jitter "))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty());
+    let mut table = HashMap::new();
+    for line in rows {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        if cells.len() != 10 {
+            continue; // "... clients still waiting" notes
+        }
+        let n = |i: usize| -> u64 {
+            cells[i]
+                .parse()
+                .unwrap_or_else(|_| panic!("column {i} of {line:?} is not a count"))
+        };
+        table.insert(
+            cells[0].to_owned(),
+            Row {
+                peak: n(1),
+                in_outage: n(4),
+                after_outage: n(5),
+                total: n(6),
+                succeeded: n(7),
+                gave_up: n(8),
+            },
+        );
+    }
+    table
+}
+
+#[test]
+fn no_jitter_is_one_synchronised_spike_and_the_most_work() {
+    let dir = TempDir::new("herd");
+    let png = dir.file("herd.png");
+    let stdout = run_ok(&png);
+    let table = table(&stdout);
+    let mut modes: Vec<_> = table.keys().map(String::as_str).collect();
+    modes.sort_unstable();
+    assert_eq!(modes, ["decorrelated", "equal", "full", "none"], "{stdout}");
+
+    // The header states the conventions the figures depend on.
+    for convention in [
+        "max attempts 10 (first send included)",
+        "(the first wait is base)",
+        "1 per 1ms tick",
+        "[k*w, (k+1)*w)",
+    ] {
+        assert!(
+            stdout.contains(convention),
+            "no {convention:?} in\n{stdout}"
+        );
+    }
+
+    let none = &table["none"];
+    // Without jitter every client still trying retries in the same window: nearly the whole herd
+    // at once (a handful were served by the spikes before).
+    assert!(none.peak >= CLIENTS * 99 / 100, "{stdout}");
+    for (mode, row) in &table {
+        assert_eq!(
+            row.in_outage + row.after_outage,
+            row.total,
+            "{mode}: {stdout}"
+        );
+        // The default duration limit is long enough for every client to finish.
+        assert_eq!(row.succeeded + row.gave_up, CLIENTS, "{mode}: {stdout}");
+        if mode != "none" {
+            assert!(none.peak > row.peak, "{mode}: {stdout}");
+            assert!(none.total > row.total, "{mode}: {stdout}");
+            assert!(none.succeeded < row.succeeded, "{mode}: {stdout}");
+        }
+    }
+
+    let bytes = std::fs::read(&png).expect("the PNG is written");
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "not a PNG: {:?}",
+        &bytes[..bytes.len().min(8)]
+    );
+
+    // Deterministic: the same flags print the same figures and draw the same picture (only the
+    // line naming the PNG differs).
+    let again = dir.file("again.png");
+    let figures = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| !l.starts_with("picture:"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(figures(&run_ok(&again)), figures(&stdout));
+    assert!(
+        std::fs::read(&again).unwrap() == bytes,
+        "the second PNG differs"
+    );
+}
+
+#[test]
+fn a_bad_value_names_the_flag_and_points_to_help() {
+    let output = herd(&["--base", "1.5s"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--base 1.5s"), "{stderr}");
+    assert!(stderr.contains("1500ms"), "{stderr}");
+    assert!(stderr.contains("--help"), "{stderr}");
+    assert!(output.stdout.is_empty());
+}
