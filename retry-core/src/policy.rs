@@ -22,7 +22,9 @@ use crate::budget::RetryBudget;
 pub enum Jitter {
     /// Exactly `d`. Clients that failed together retry together: use only in tests.
     None,
-    /// Uniform in `[0, d]`. The default: the least work for the recovering server.
+    /// Uniform in `[0, d]`. The default: it spreads a herd the widest and drains it first. (With
+    /// an outage and an attempt limit, `Equal` can send slightly fewer requests in all; see the
+    /// README's thundering-herd figures.)
     #[default]
     Full,
     /// Uniform in `[d/2, d]`: the common `random(d × 0.5, d)`, never much shorter than `d`.
