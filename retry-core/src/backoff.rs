@@ -7,7 +7,8 @@ use rand::{RngExt, SeedableRng};
 
 use crate::policy::{Jitter, Policy};
 
-/// `min(cap, base · 2^(failed_attempt - 1))`, saturating instead of overflowing.
+/// `min(cap, base · 2^(failed_attempt - 1))`, saturating instead of overflowing (waits past
+/// ~584 years saturate there).
 ///
 /// ```
 /// use retry_core::backoff::exponential;
@@ -19,19 +20,31 @@ use crate::policy::{Jitter, Policy};
 /// assert_eq!(exponential(ms(10), ms(1000), 60), ms(1000));
 /// ```
 pub fn exponential(base: Duration, cap: Duration, failed_attempt: u32) -> Duration {
-    if base.is_zero() {
-        return Duration::ZERO;
+    Duration::from_nanos(exponential_nanos(nanos(base), nanos(cap), failed_attempt))
+}
+
+/// [`exponential`] in whole nanoseconds: the backoff computes in `u64` and makes one `Duration`
+/// per wait.
+fn exponential_nanos(base: u64, cap: u64, failed_attempt: u32) -> u64 {
+    if base == 0 {
+        return 0;
     }
     let doublings = failed_attempt.saturating_sub(1);
-    1u32.checked_shl(doublings)
+    1u64.checked_shl(doublings)
         .and_then(|factor| base.checked_mul(factor))
         .map_or(cap, |d| d.min(cap))
+}
+
+/// `d` in whole nanoseconds, saturating at ~584 years.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The sequence of waits a policy produces, one per failed attempt, jitter included.
 ///
 /// Each `Backoff` owns a small RNG of its own (seeded from the thread's generator, or from
-/// [`Policy::seed`]), so concurrent calls never share or contend for randomness.
+/// [`Policy::seed`], the first time a wait needs randomness: zero waits never do), so concurrent
+/// calls never share or contend for randomness.
 ///
 /// ```
 /// use retry_core::{backoff::Backoff, Jitter, Policy};
@@ -43,49 +56,62 @@ pub fn exponential(base: Duration, cap: Duration, failed_attempt: u32) -> Durati
 /// ```
 #[derive(Debug, Clone)]
 pub struct Backoff {
-    base: Duration,
-    cap: Duration,
+    /// In nanoseconds, as are `cap` and `prev`.
+    base: u64,
+    cap: u64,
     jitter: Jitter,
     failed: u32,
-    prev: Duration,
-    rng: SmallRng,
+    prev: u64,
+    seed: Option<u64>,
+    rng: Option<SmallRng>,
 }
 
 impl Backoff {
     /// The waits of `policy`, starting after the first failed attempt.
     pub fn new(policy: &Policy) -> Self {
-        let rng = match policy.get_seed() {
-            Some(seed) => SmallRng::seed_from_u64(seed),
-            None => rand::make_rng(),
-        };
         Backoff {
-            base: policy.get_base(),
-            cap: policy.get_cap(),
+            base: nanos(policy.get_base()),
+            cap: nanos(policy.get_cap()),
             jitter: policy.get_jitter(),
             failed: 0,
-            prev: policy.get_base(),
-            rng,
+            prev: nanos(policy.get_base()),
+            seed: policy.get_seed(),
+            rng: None,
         }
     }
 
     /// The wait after the next failed attempt. Never more than `cap`.
     pub fn next_delay(&mut self) -> Duration {
         self.failed = self.failed.saturating_add(1);
-        let d = exponential(self.base, self.cap, self.failed);
+        let d = exponential_nanos(self.base, self.cap, self.failed);
         let wait = match self.jitter {
             Jitter::None => d,
-            Jitter::Full => uniform(&mut self.rng, Duration::ZERO, d),
-            Jitter::Equal => uniform(&mut self.rng, d / 2, d),
+            Jitter::Full => self.uniform(0, d),
+            Jitter::Equal => self.uniform(d / 2, d),
             Jitter::Decorrelated => {
                 let hi = self.prev.saturating_mul(3).max(self.base);
-                uniform(&mut self.rng, self.base, hi)
+                self.uniform(self.base, hi)
             }
         };
         // The cap applies after jitter: decorrelated jitter grows from the previous wait and
         // would otherwise pass it.
         let wait = wait.min(self.cap);
         self.prev = wait;
-        wait
+        Duration::from_nanos(wait)
+    }
+
+    /// Uniform in `[lo, hi]`.
+    #[inline]
+    fn uniform(&mut self, lo: u64, hi: u64) -> u64 {
+        if lo >= hi {
+            return lo;
+        }
+        let seed = self.seed;
+        let rng = self.rng.get_or_insert_with(|| match seed {
+            Some(seed) => SmallRng::seed_from_u64(seed),
+            None => rand::make_rng(),
+        });
+        rng.random_range(lo..=hi)
     }
 }
 
@@ -95,16 +121,6 @@ impl Iterator for Backoff {
     fn next(&mut self) -> Option<Duration> {
         Some(self.next_delay())
     }
-}
-
-/// Uniform in `[lo, hi]`, in whole nanoseconds; waits past ~584 years saturate.
-fn uniform(rng: &mut SmallRng, lo: Duration, hi: Duration) -> Duration {
-    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-    let (lo, hi) = (nanos(lo), nanos(hi));
-    if lo >= hi {
-        return Duration::from_nanos(lo);
-    }
-    Duration::from_nanos(rng.random_range(lo..=hi))
 }
 
 #[cfg(test)]

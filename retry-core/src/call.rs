@@ -9,9 +9,13 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 
 use crate::classify::{ByClassify, Classifier, Decision};
+use crate::metrics::Site;
 use crate::policy::Policy;
 use crate::retrying::Retrying;
 use crate::state::{Next, NoHook, RetryHook, State};
+
+/// What tracing and metrics call a closure retry that was not given a [`RetryCall::name`].
+pub(crate) const DEFAULT_NAME: &str = "closure";
 
 impl Policy {
     /// Retries the future `op` makes, classifying errors with [`Classify`](crate::Classify); `.await` the result.
@@ -51,7 +55,7 @@ impl Policy {
             op,
             classify: ByClassify,
             on_retry: NoHook,
-            name: "closure",
+            name: DEFAULT_NAME,
             caller: Location::caller(),
         }
     }
@@ -159,11 +163,12 @@ where
     type IntoFuture = Retrying<RetryFuture<'p, Op, Fut, C, H>>;
 
     fn into_future(self) -> Self::IntoFuture {
+        let site = Site::named(self.name);
         Retrying::new(
-            self.name,
+            site,
             self.caller,
             RetryFuture {
-                state: State::new(self.policy, self.name),
+                state: State::new(self.policy, site),
                 op: self.op,
                 classify: self.classify,
                 on_retry: self.on_retry,
@@ -178,7 +183,8 @@ pin_project! {
     enum Phase<Fut> {
         Idle,
         Running { #[pin] attempt: Fut },
-        Waiting { #[pin] sleep: tokio::time::Sleep },
+        // Boxed (in `Pause`): a timer is only needed after a failure.
+        Waiting { #[pin] sleep: crate::__private::Pause },
         Done,
     }
 }
@@ -227,7 +233,7 @@ where
                         // A zero wait arms no timer.
                         Next::Retry(wait) if wait.is_zero() => this.phase.set(Phase::Idle),
                         Next::Retry(wait) => this.phase.set(Phase::Waiting {
-                            sleep: tokio::time::sleep(wait),
+                            sleep: crate::__private::pause(wait),
                         }),
                     }
                 }

@@ -40,24 +40,93 @@ pub mod names {
     pub const DLQ_OLDEST_AGE: &str = "retry_core_dlq_oldest_age_seconds";
 }
 
-pub(crate) fn call_started(function: &'static str) {
-    ::metrics::counter!(names::CALLS, "function" => function).increment(1);
+/// A retrying function as metrics and tracing name it: its name and the keys of its counters,
+/// built at compile time (`#[retryable]` emits a `static` per function), so counting a call
+/// neither allocates nor hashes.
+///
+/// Not public API: `#[retryable]` emits one through `__private`.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Site {
+    function: &'static str,
+    calls: ::metrics::Key,
+    retries: ::metrics::Key,
+    nested: ::metrics::Key,
+    budget_refusals: ::metrics::Key,
 }
 
-pub(crate) fn retried(function: &'static str) {
-    ::metrics::counter!(names::RETRIES, "function" => function).increment(1);
+impl Site {
+    /// The `function` label of `function`, for [`Site::new`]'s `labels`.
+    pub const fn labels(function: &'static str) -> [::metrics::Label; 1] {
+        [::metrics::Label::from_static_parts("function", function)]
+    }
+
+    /// The site of `function`; `labels` are its [`Site::labels`], in a `static` of their own.
+    pub const fn new(function: &'static str, labels: &'static [::metrics::Label; 1]) -> Site {
+        Site {
+            function,
+            calls: ::metrics::Key::from_static_parts(names::CALLS, labels),
+            retries: ::metrics::Key::from_static_parts(names::RETRIES, labels),
+            nested: ::metrics::Key::from_static_parts(names::NESTED_SUPPRESSED, labels),
+            budget_refusals: ::metrics::Key::from_static_parts(names::BUDGET_REFUSALS, labels),
+        }
+    }
+
+    /// The function's name.
+    pub(crate) const fn function(&self) -> &'static str {
+        self.function
+    }
+
+    /// The site of a closure retry named `function` at run time: made once per distinct name
+    /// and kept for the life of the process (names are `&'static str`, so there are as many
+    /// sites as names in the program).
+    pub(crate) fn named(function: &'static str) -> &'static Site {
+        static LABELS: [::metrics::Label; 1] = Site::labels(crate::call::DEFAULT_NAME);
+        static CLOSURE: Site = Site::new(crate::call::DEFAULT_NAME, &LABELS);
+        static NAMED: std::sync::Mutex<Vec<&'static Site>> = std::sync::Mutex::new(Vec::new());
+        if function == CLOSURE.function {
+            return &CLOSURE;
+        }
+        let mut named = NAMED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(site) = named.iter().find(|site| site.function == function) {
+            return site;
+        }
+        let labels: &'static [::metrics::Label; 1] = Box::leak(Box::new(Site::labels(function)));
+        let site: &'static Site = Box::leak(Box::new(Site::new(function, labels)));
+        named.push(site);
+        site
+    }
 }
 
-pub(crate) fn gave_up(function: &'static str, reason: &'static str) {
-    ::metrics::counter!(names::GIVE_UPS, "function" => function, "reason" => reason).increment(1);
+#[inline]
+fn increment(key: &::metrics::Key) {
+    static METADATA: ::metrics::Metadata<'static> =
+        ::metrics::Metadata::new(module_path!(), ::metrics::Level::INFO, Some(module_path!()));
+    ::metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
 }
 
-pub(crate) fn nested_suppressed(function: &'static str) {
-    ::metrics::counter!(names::NESTED_SUPPRESSED, "function" => function).increment(1);
+#[inline]
+pub(crate) fn call_started(site: &'static Site) {
+    increment(&site.calls);
 }
 
-pub(crate) fn budget_refused(function: &'static str) {
-    ::metrics::counter!(names::BUDGET_REFUSALS, "function" => function).increment(1);
+pub(crate) fn retried(site: &'static Site) {
+    increment(&site.retries);
+}
+
+pub(crate) fn gave_up(site: &'static Site, reason: &'static str) {
+    ::metrics::counter!(names::GIVE_UPS, "function" => site.function, "reason" => reason)
+        .increment(1);
+}
+
+pub(crate) fn nested_suppressed(site: &'static Site) {
+    increment(&site.nested);
+}
+
+pub(crate) fn budget_refused(site: &'static Site) {
+    increment(&site.budget_refusals);
 }
 
 pub(crate) fn duplicate_answered(function: &'static str) {

@@ -9,14 +9,17 @@ pub use crate::state::{Next, NoHook, State};
 pub use crate::{Classify, Decision, Elapsed, Jitter, Policy, RetryBudget, Retrying};
 pub use core;
 
+pub use crate::metrics::Site;
+pub use ::metrics;
+
 /// Wraps a generated retry loop in the named future type.
 #[inline]
 pub fn retrying<F: Future>(
-    function: &'static str,
+    site: &'static Site,
     caller: &'static Location<'static>,
     inner: F,
 ) -> Retrying<F> {
-    Retrying::new(function, caller, inner)
+    Retrying::new(site, caller, inner)
 }
 
 /// The argument for an attempt: the original on the last attempt, a clone before it.
@@ -112,9 +115,26 @@ impl<E> crate::Classifier<E> for ClassifyFns<E> {
 
 /// Waits between attempts; a zero wait arms no timer.
 #[inline]
-pub async fn pause(wait: Duration) {
-    if !wait.is_zero() {
-        tokio::time::sleep(wait).await;
+pub fn pause(wait: Duration) -> Pause {
+    Pause((!wait.is_zero()).then(|| Box::pin(tokio::time::sleep(wait))))
+}
+
+/// See [`pause`]: the timer is boxed so it takes 8 bytes of the retrying future, not a
+/// `Sleep`'s hundred-odd, and is made only for a wait that is not zero.
+pub struct Pause(Option<std::pin::Pin<Box<tokio::time::Sleep>>>);
+
+impl Future for Pause {
+    type Output = ();
+
+    #[inline]
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        match &mut self.0 {
+            None => std::task::Poll::Ready(()),
+            Some(sleep) => sleep.as_mut().poll(cx),
+        }
     }
 }
 

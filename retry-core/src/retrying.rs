@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use crate::metrics;
+use crate::metrics::{self, Site};
 use crate::scope::{self, Frame};
 
 pin_project! {
@@ -40,11 +40,14 @@ pin_project! {
     pub struct Retrying<F> {
         #[pin]
         inner: F,
-        span: tracing::Span,
-        function: &'static str,
+        // Boxed, and only when a subscriber wants it: a disabled span would still take 40 bytes
+        // of every retrying future.
+        span: Option<Box<tracing::Span>>,
+        site: &'static Site,
         caller: &'static Location<'static>,
-        layer: Layer,
+        // `0` until drawn: only a failure, a dead letter or an enabled span needs one.
         trace_id: u64,
+        layer: Layer,
     }
 }
 
@@ -54,27 +57,24 @@ enum Layer {
     NotStarted,
     /// The one layer that retries.
     Outermost,
-    /// Started inside another retry: one attempt only.
-    Nested {
-        outer: Frame,
-    },
+    /// Started inside another retry: one attempt only. That retry's frame is current whenever
+    /// this one is polled (same task), so it need not be kept here.
+    Nested,
     /// Asked for one attempt with [`Retrying::single_attempt`].
     Single,
 }
 
 impl<F> Retrying<F> {
-    /// Wraps the retry loop of the function `function`, called from `caller`.
-    pub(crate) fn new(
-        function: &'static str,
-        caller: &'static Location<'static>,
-        inner: F,
-    ) -> Self {
+    /// Wraps the retry loop of the function `site`, called from `caller`.
+    pub(crate) fn new(site: &'static Site, caller: &'static Location<'static>, inner: F) -> Self {
+        let function = site.function();
+        let span = tracing::debug_span!("retry", function, trace_id = tracing::field::Empty);
         Retrying {
             inner,
-            span: tracing::debug_span!("retry", function, trace_id = tracing::field::Empty),
-            trace_id: 0,
-            function,
+            span: (!span.is_disabled()).then(|| Box::new(span)),
+            site,
             caller,
+            trace_id: 0,
             layer: Layer::NotStarted,
         }
     }
@@ -130,65 +130,78 @@ impl<F: Future> Future for Retrying<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let _span = this.span.enter();
+        let _span = this.span.as_deref().map(tracing::Span::enter);
         let outer_frame = scope::current();
-        if *this.trace_id == 0 {
-            // One logical call, one trace id: a nested retry shares its outer call's.
-            *this.trace_id = outer_frame.map_or_else(scope::new_trace_id, |f| f.trace_id);
-            if !this.span.is_disabled() {
-                this.span.record(
+        if *this.layer == Layer::NotStarted {
+            *this.layer = match outer_frame {
+                Some(outer) => {
+                    nested(this.site, this.caller, outer);
+                    Layer::Nested
+                }
+                None => Layer::Outermost,
+            };
+            if let Some(span) = this.span.as_deref() {
+                // One logical call, one trace id: a nested retry shares its outer call's.
+                *this.trace_id = scope::current_trace_id();
+                span.record(
                     "trace_id",
                     tracing::field::display(format_args!("{:016x}", this.trace_id)),
                 );
             }
         }
-        if *this.layer == Layer::NotStarted {
-            *this.layer = match outer_frame {
-                Some(outer) => {
-                    if outer.quiet {
-                        // Asked for by the caller: expected, not a mistake to warn about.
-                        tracing::debug!(
-                            function = *this.function,
-                            outer = outer.outer,
-                            "single attempt: {} retries",
-                            outer.outer,
-                        );
-                    } else {
-                        tracing::warn!(
-                            function = *this.function,
-                            outer = outer.outer,
-                            caller = %this.caller,
-                            "retry in only one layer: `{}` started inside the retry of `{}`, so it makes a single attempt",
-                            this.function,
-                            outer.outer,
-                        );
-                    }
-                    metrics::nested_suppressed(this.function);
-                    Layer::Nested { outer }
-                }
-                None => Layer::Outermost,
-            };
-        }
-        let frame = match *this.layer {
-            Layer::Outermost | Layer::NotStarted => Frame::outermost(this.function, *this.trace_id),
-            Layer::Nested { outer } => Frame {
+        let trace_id = match *this.trace_id {
+            0 => outer_frame.map_or(0, |f| f.trace_id),
+            id => id,
+        };
+        let frame = match (*this.layer, outer_frame) {
+            (Layer::Nested | Layer::Single, Some(outer)) => Frame {
                 single: true,
+                trace_id,
                 ..outer
             },
-            Layer::Single => Frame {
+            (Layer::Nested | Layer::Single, None) => Frame {
                 single: true,
-                ..outer_frame.unwrap_or(Frame::outermost(this.function, *this.trace_id))
+                ..Frame::outermost(this.site, trace_id)
             },
+            (Layer::Outermost | Layer::NotStarted, _) => Frame::outermost(this.site, trace_id),
         };
-        let _scope = scope::enter(frame);
-        this.inner.poll(cx)
+        let entered = scope::enter(frame);
+        let poll = this.inner.poll(cx);
+        *this.trace_id = entered.leave();
+        poll
     }
+}
+
+/// Says once, when a retry starts inside another, that it makes a single attempt.
+#[cold]
+fn nested(site: &'static Site, caller: &'static Location<'static>, outer: Frame) {
+    let function = site.function();
+    let outer_function = outer.outer.function();
+    if outer.quiet {
+        // Asked for by the caller: expected, not a mistake to warn about.
+        tracing::debug!(
+            function,
+            outer = outer_function,
+            "single attempt: {} retries",
+            outer_function,
+        );
+    } else {
+        tracing::warn!(
+            function,
+            outer = outer_function,
+            caller = %caller,
+            "retry in only one layer: `{}` started inside the retry of `{}`, so it makes a single attempt",
+            function,
+            outer_function,
+        );
+    }
+    metrics::nested_suppressed(site);
 }
 
 impl<F> std::fmt::Debug for Retrying<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Retrying")
-            .field("function", &self.function)
+            .field("function", &self.site.function())
             .field("layer", &self.layer)
             .finish_non_exhaustive()
     }

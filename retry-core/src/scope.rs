@@ -13,26 +13,31 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use ::metrics::Label;
 use pin_project_lite::pin_project;
 
+use crate::metrics::Site;
+
 /// A retry running on this thread's current poll.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Frame {
     /// The outermost retrying function: the one layer that retries.
-    pub(crate) outer: &'static str,
+    pub(crate) outer: &'static Site,
     /// Whether the retry that set this frame must make a single attempt.
     pub(crate) single: bool,
     /// Set by the caller on purpose (the `Caller-Retries` header): nested retries are expected,
     /// not a mistake to warn about.
     pub(crate) quiet: bool,
-    /// The logical call's trace id: on its tracing events and its dead letter.
+    /// The logical call's trace id: on its tracing events and its dead letter. `0` until
+    /// something asks for it ([`current_trace_id`]): a call that succeeds at once and that no
+    /// subscriber watches never draws one.
     pub(crate) trace_id: u64,
 }
 
 impl Frame {
-    pub(crate) const fn outermost(function: &'static str, trace_id: u64) -> Frame {
+    pub(crate) const fn outermost(site: &'static Site, trace_id: u64) -> Frame {
         Frame {
-            outer: function,
+            outer: site,
             single: false,
             quiet: false,
             trace_id,
@@ -40,14 +45,49 @@ impl Frame {
     }
 }
 
-/// A fresh trace id for a logical call.
-pub(crate) fn new_trace_id() -> u64 {
-    rand::random()
+thread_local! {
+    /// The last trace id drawn on this thread; `0` until the first one is seeded from the
+    /// thread's random generator.
+    static LAST_TRACE_ID: Cell<u64> = const { Cell::new(0) };
 }
 
-/// The trace id of the call running here, or a fresh one.
+/// A fresh trace id for a logical call: never `0`.
+///
+/// Ids only need to be distinct, not secret, so each thread seeds a counter once from its
+/// random generator and mixes each step with splitmix64 (a bijection, so a thread never repeats
+/// itself): a few instructions instead of a draw from the thread's ChaCha generator.
+pub(crate) fn new_trace_id() -> u64 {
+    const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+    let state = LAST_TRACE_ID.with(|last| {
+        let mut state = last.get();
+        if state == 0 {
+            state = rand::random::<u64>() | 1;
+        }
+        state = state.wrapping_add(GOLDEN);
+        last.set(state);
+        state
+    });
+    let mut z = state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    match z ^ (z >> 31) {
+        0 => GOLDEN,
+        id => id,
+    }
+}
+
+/// The trace id of the call running here (drawn now if it has none yet, and kept in its frame),
+/// or a fresh one outside any retry.
 pub(crate) fn current_trace_id() -> u64 {
-    current().map_or_else(new_trace_id, |frame| frame.trace_id)
+    CURRENT.with(|current| match current.get() {
+        Some(frame) if frame.trace_id != 0 => frame.trace_id,
+        Some(frame) => {
+            let trace_id = new_trace_id();
+            current.set(Some(Frame { trace_id, ..frame }));
+            trace_id
+        }
+        None => new_trace_id(),
+    })
 }
 
 thread_local! {
@@ -55,11 +95,14 @@ thread_local! {
 }
 
 /// The frame of the retry being polled on this thread, if any.
+#[inline]
 pub(crate) fn current() -> Option<Frame> {
     CURRENT.with(Cell::get)
 }
 
-/// Makes `frame` current until the guard drops, then restores the previous one (also on panic).
+/// Makes `frame` current until the guard drops (or [`Entered::leave`]), then restores the
+/// previous one (also on panic).
+#[inline]
 pub(crate) fn enter(frame: Frame) -> Entered {
     Entered {
         previous: CURRENT.with(|c| c.replace(Some(frame))),
@@ -70,9 +113,39 @@ pub(crate) struct Entered {
     previous: Option<Frame>,
 }
 
+impl Entered {
+    /// Restores the previous frame and returns the trace id the frame ended with: a trace id
+    /// drawn inside it is kept by whoever entered it.
+    #[inline]
+    pub(crate) fn leave(self) -> u64 {
+        let trace_id = restore(self.previous);
+        std::mem::forget(self);
+        trace_id
+    }
+}
+
+/// Puts `previous` back; a trace id drawn inside the frame being left belongs to the same
+/// logical call as `previous` (every nested frame is derived from its outer one), so an outer
+/// frame without one adopts it. Returns the left frame's trace id.
+#[inline]
+fn restore(previous: Option<Frame>) -> u64 {
+    CURRENT.with(|c| {
+        let left = c.get().map_or(0, |f| f.trace_id);
+        let previous = previous.map(|p| match p.trace_id {
+            0 => Frame {
+                trace_id: left,
+                ..p
+            },
+            _ => p,
+        });
+        c.set(previous);
+        left
+    })
+}
+
 impl Drop for Entered {
     fn drop(&mut self) {
-        CURRENT.with(|c| c.set(self.previous));
+        restore(self.previous);
     }
 }
 
@@ -115,9 +188,15 @@ pub fn is_active() -> bool {
 /// # }
 /// ```
 pub fn in_current_scope<F: Future>(future: F) -> InScope<F> {
+    // The id is drawn now, so a copy polled on another thread shares it.
+    let trace_id = current().map(|_| current_trace_id());
     InScope {
         future,
-        frame: current().map(|f| Frame { single: true, ..f }),
+        frame: current().map(|f| Frame {
+            single: true,
+            trace_id: trace_id.unwrap_or(f.trace_id),
+            ..f
+        }),
     }
 }
 
@@ -147,7 +226,11 @@ pub fn caller_retries<F: Future>(future: F) -> InScope<F> {
     InScope {
         future,
         frame: Some(Frame {
-            outer: "the caller",
+            outer: {
+                static LABELS: [Label; 1] = Site::labels("the caller");
+                static CALLER: Site = Site::new("the caller", &LABELS);
+                &CALLER
+            },
             single: true,
             quiet: true,
             trace_id: current_trace_id(),
@@ -160,7 +243,11 @@ pub(crate) fn single_attempt<F: Future>(future: F) -> InScope<F> {
     InScope {
         future,
         frame: Some(Frame {
-            outer: "single_attempt()",
+            outer: {
+                static LABELS: [Label; 1] = Site::labels("single_attempt()");
+                static SINGLE: Site = Site::new("single_attempt()", &LABELS);
+                &SINGLE
+            },
             single: true,
             quiet: true,
             trace_id: current_trace_id(),
@@ -192,8 +279,13 @@ impl<F: Future> Future for InScope<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let _entered = this.frame.map(enter);
-        this.future.poll(cx)
+        let Some(frame) = this.frame else {
+            return this.future.poll(cx);
+        };
+        let entered = enter(*frame);
+        let poll = this.future.poll(cx);
+        frame.trace_id = entered.leave();
+        poll
     }
 }
 

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::budget::RetryBudget;
 use crate::classify::{Classifier, Decision};
-use crate::metrics;
+use crate::metrics::{self, Site};
 use crate::policy::Policy;
 use crate::scope;
 
@@ -126,19 +126,31 @@ pub enum Next<T, E> {
 }
 
 /// Bookkeeping of one retrying call.
+///
+/// Small on purpose (it lives in every `#[retryable]` future) and cheap on the success path:
+/// what only a failure needs — the backoff and its RNG, failure times, the give-up reason — sits
+/// behind one `Box` made on the first failure; the clock is read at the start only when the
+/// policy has a deadline.
 #[derive(Debug)]
 pub struct State<'p> {
     policy: &'p Policy,
     budget: Option<&'p RetryBudget>,
-    function: &'static str,
+    site: &'static Site,
     /// Attempts allowed: the policy's, or 1 inside another retry; set by the first attempt.
     limit: u32,
     attempt: u32,
+    /// When the first attempt started, if the policy has a deadline.
     started: Option<Instant>,
-    // Created on the first wait only: a call that succeeds at once never seeds an RNG.
-    backoff: Option<Backoff>,
+    /// Whether failure times are kept (for a dead letter).
+    record_failures: bool,
+    failing: Option<Box<Failing>>,
+}
+
+/// What a call needs once an attempt has failed.
+#[derive(Debug)]
+struct Failing {
+    backoff: Backoff,
     gave_up: Option<GiveUp>,
-    /// What a dead letter needs, recorded on the failure path only.
     failures: Option<Failures>,
 }
 
@@ -155,17 +167,16 @@ pub struct Failures {
 
 impl<'p> State<'p> {
     /// A call that has made no attempt yet.
-    pub fn new(policy: &'p Policy, function: &'static str) -> Self {
+    pub fn new(policy: &'p Policy, site: &'static Site) -> Self {
         State {
             policy,
             budget: policy.get_budget(),
-            function,
+            site,
             limit: policy.get_max_attempts(),
             attempt: 0,
             started: None,
-            backoff: None,
-            gave_up: None,
-            failures: None,
+            record_failures: false,
+            failing: None,
         }
     }
 
@@ -175,23 +186,37 @@ impl<'p> State<'p> {
         self
     }
 
+    /// Keeps when attempts failed and why the call gave up, for a dead letter
+    /// ([`failures`](Self::failures)).
+    pub fn recording_failures(mut self) -> Self {
+        self.record_failures = true;
+        self
+    }
+
     /// Counts the attempt about to start; `true` when the policy allows no other after it, so
     /// by-value arguments can be moved into it instead of cloned.
+    #[inline]
     pub fn start_attempt(&mut self) -> bool {
-        if self.started.is_none() {
-            // The first attempt runs inside the poll of this call's `Retrying`, whose scope
-            // frame says whether it is the one layer that retries.
-            self.started = Some(Instant::now());
-            if scope::current().is_some_and(|frame| frame.single) {
-                self.limit = 1;
-            }
-            metrics::call_started(self.function);
-            if let Some(budget) = self.budget {
-                budget.deposit();
-            }
+        if self.attempt == 0 {
+            self.first_attempt();
         }
         self.attempt = self.attempt.saturating_add(1);
         self.attempt >= self.limit
+    }
+
+    fn first_attempt(&mut self) {
+        if self.policy.get_deadline().is_some() {
+            self.started = Some(Instant::now());
+        }
+        // The first attempt runs inside the poll of this call's `Retrying`, whose scope frame
+        // says whether it is the one layer that retries.
+        if scope::current().is_some_and(|frame| frame.single) {
+            self.limit = 1;
+        }
+        metrics::call_started(self.site);
+        if let Some(budget) = self.budget {
+            budget.deposit();
+        }
     }
 
     /// Attempts started so far.
@@ -201,17 +226,18 @@ impl<'p> State<'p> {
 
     /// Why the call gave up, once it has.
     pub fn gave_up(&self) -> Option<GiveUp> {
-        self.gave_up
+        self.failing.as_ref().and_then(|f| f.gave_up)
     }
 
-    /// When and why attempts failed, once one has.
+    /// When and why attempts failed, once one has (kept only when
+    /// [`recording_failures`](Self::recording_failures) asked for it).
     pub fn failures(&self) -> Option<&Failures> {
-        self.failures.as_ref()
+        self.failing.as_ref().and_then(|f| f.failures.as_ref())
     }
 
     /// The function this call retries.
     pub fn function(&self) -> &'static str {
-        self.function
+        self.site.function()
     }
 
     /// Decides what follows an attempt's outcome. `on_retry` sees the attempt number, the error
@@ -226,15 +252,48 @@ impl<'p> State<'p> {
             Ok(value) => return Next::Return(Ok(value)),
             Err(error) => error,
         };
-        let now = std::time::SystemTime::now();
-        let failures = self.failures.get_or_insert_with(|| Failures {
-            first: now,
-            last: now,
-            reason: String::new(),
+        self.failed(classifier, on_retry, error)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn failed<T, E>(
+        &mut self,
+        classifier: &mut impl Classifier<E>,
+        on_retry: &mut impl RetryHook<E>,
+        error: E,
+    ) -> Next<T, E> {
+        let policy = self.policy;
+        let mut failing = self.failing.take().unwrap_or_else(|| {
+            Box::new(Failing {
+                backoff: Backoff::new(policy),
+                gave_up: None,
+                failures: None,
+            })
         });
-        failures.last = now;
+        if self.record_failures {
+            let now = std::time::SystemTime::now();
+            let failures = failing.failures.get_or_insert_with(|| Failures {
+                first: now,
+                last: now,
+                reason: String::new(),
+            });
+            failures.last = now;
+        }
+        let next = self.decide(classifier, on_retry, error, &mut failing);
+        self.failing = Some(failing);
+        next
+    }
+
+    fn decide<T, E>(
+        &self,
+        classifier: &mut impl Classifier<E>,
+        on_retry: &mut impl RetryHook<E>,
+        error: E,
+        failing: &mut Failing,
+    ) -> Next<T, E> {
         let decision = classifier.decide(&error);
-        match self.judge(decision) {
+        match self.judge(decision, &mut failing.backoff) {
             Ok(wait) => {
                 tracing::debug!(
                     attempt = self.attempt,
@@ -242,7 +301,7 @@ impl<'p> State<'p> {
                     wait_ms = wait.as_millis() as u64,
                     "attempt failed; retrying"
                 );
-                metrics::retried(self.function);
+                metrics::retried(self.site);
                 on_retry.before_wait(self.attempt, &error, wait);
                 Next::Retry(wait)
             }
@@ -259,9 +318,9 @@ impl<'p> State<'p> {
                 } else {
                     tracing::debug!(attempt = self.attempt, ?decision, reason, "giving up");
                 }
-                metrics::gave_up(self.function, give_up.label());
-                self.gave_up = Some(give_up);
-                if let Some(failures) = &mut self.failures {
+                metrics::gave_up(self.site, give_up.label());
+                failing.gave_up = Some(give_up);
+                if let Some(failures) = &mut failing.failures {
                     failures.reason = reason;
                 }
                 Next::Return(Err(error))
@@ -270,7 +329,7 @@ impl<'p> State<'p> {
     }
 
     /// The wait before the next attempt, or why there is none.
-    fn judge(&mut self, decision: Decision) -> Result<Duration, GiveUp> {
+    fn judge(&self, decision: Decision, backoff: &mut Backoff) -> Result<Duration, GiveUp> {
         let policy = self.policy;
         let floor = match decision {
             Decision::Stop => return Err(GiveUp::NotRetryable),
@@ -291,7 +350,6 @@ impl<'p> State<'p> {
             Decision::RetryAfter(asked) => asked,
             Decision::Retry => Duration::ZERO,
         };
-        let backoff = self.backoff.get_or_insert_with(|| Backoff::new(policy));
         // `Retry-After` is a floor: jitter may lengthen the wait but never shorten it.
         let wait = backoff.next_delay().max(floor);
         if let (Some(deadline), Some(started)) = (policy.get_deadline(), self.started) {
@@ -306,7 +364,7 @@ impl<'p> State<'p> {
         }
         // Last, so a retry that would not happen anyway does not spend the budget.
         if self.budget.is_some_and(|budget| !budget.withdraw()) {
-            metrics::budget_refused(self.function);
+            metrics::budget_refused(self.site);
             return Err(GiveUp::BudgetExhausted);
         }
         Ok(wait)

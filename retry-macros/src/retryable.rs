@@ -341,17 +341,38 @@ pub(crate) fn retry_loop(
 
     let state = Ident::new("__retry_state", Span::mixed_site());
     let held = Ident::new("__retry_policy", Span::mixed_site());
+    // The function as metrics and tracing name it, built at compile time. The statics sit in
+    // their own blocks so the body cannot see (or be shadowed by) them.
+    let site = quote!({
+        static LABELS: [#private::metrics::Label; 1] = #private::Site::labels(#name);
+        static SITE: #private::Site = #private::Site::new(#name, &LABELS);
+        &SITE
+    });
+    // A literal policy is a `static`, borrowed straight into the state; `policy = expr` is held
+    // in the future, as the state borrows it.
     let policy = match &args.policy {
-        Some(expr) => quote_spanned!(expr.span()=> #expr),
+        Some(expr) => {
+            let expr = quote_spanned!(expr.span()=> #expr);
+            quote! {
+                let #held = #expr;
+                let #state = #private::State::new(::core::convert::AsRef::<#private::Policy>::as_ref(&#held), #site);
+            }
+        }
         None => {
-            // The static sits in its own block so the body cannot see (or be shadowed by) it.
             let knobs = policy_knobs(args, &private);
-            quote!({
-                static POLICY: #private::Policy = #private::Policy::new() #knobs;
-                &POLICY
-            })
+            quote! {
+                let #state = #private::State::new({
+                    static POLICY: #private::Policy = #private::Policy::new() #knobs;
+                    &POLICY
+                }, #site);
+            }
         }
     };
+    // Only a dead letter needs the times of the failures.
+    let record_failures = args
+        .dlq
+        .as_ref()
+        .map(|_| quote!(let #state = #state.recording_failures();));
     let budget = args.budget.as_ref().map(|expr| {
         let budget = Ident::new("__retry_budget", Span::mixed_site());
         quote_spanned! {expr.span()=>
@@ -360,8 +381,8 @@ pub(crate) fn retry_loop(
         }
     });
     let policy_ref = quote! {
-        let #held = #policy;
-        let #state = #private::State::new(::core::convert::AsRef::<#private::Policy>::as_ref(&#held), #name);
+        #policy
+        #record_failures
         #budget
         let mut #state = #state;
     };
@@ -441,7 +462,7 @@ pub(crate) fn retry_loop(
         }
     };
     quote! {
-        #private::retrying(#name, #caller, async move {
+        #private::retrying(#site, #caller, async move {
             #policy_ref
             #dlq_prelude
             #(#slots)*

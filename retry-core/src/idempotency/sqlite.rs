@@ -33,8 +33,8 @@ use super::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, StoreError, TransactionalStore,
 };
 use crate::sql::sqlite::{
-    self as sql, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, PooledConnection, Schema, Settings,
-    blocking,
+    self as sql, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, PooledConnection, Reservation,
+    Schema, Settings, blocking,
 };
 use crate::time::{Clock, SystemClock, format_utc, later, parse_utc};
 
@@ -420,16 +420,21 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&mut Connection, &dyn Clock) -> Result<T, Fail> + Send + 'static,
     {
-        blocking(&self.pool.path, self.work(op)).await
+        let reservation = self.pool.reserve().await.map_err(StoreError::from_sqlite)?;
+        blocking(&self.pool.path, self.work(reservation, op)).await
     }
 
-    fn work<T, F>(&self, op: F) -> impl FnOnce() -> Result<T, StoreError> + Send + 'static
+    fn work<T, F>(
+        &self,
+        reservation: Reservation,
+        op: F,
+    ) -> impl FnOnce() -> Result<T, StoreError> + Send + 'static
     where
         F: FnOnce(&mut Connection, &dyn Clock) -> Result<T, Fail> + Send + 'static,
     {
         let pool = Arc::clone(&self.pool);
         let clock = Arc::clone(&self.clock);
-        move || pool.with_connection(|conn| op(conn, &*clock))
+        move || pool.with_connection(reservation, |conn| op(conn, &*clock))
     }
 }
 
@@ -478,16 +483,29 @@ impl IdempotencyStore for SqliteStore {
             return false;
         };
         let key = claim.key;
-        let path = self.pool.path.clone();
-        let work =
-            self.work(move |conn, _| guarded(conn, RELEASE, params![key, token]).map(|()| key));
-        runtime.spawn_blocking(move || match work() {
-            Ok(key) => tracing::debug!(path = %path.display(), %key, token, "released an abandoned claim"),
-            Err(StoreError::Fenced) => {
-                tracing::debug!(path = %path.display(), token, "abandoned claim was already taken over")
-            }
-            Err(e) => {
-                tracing::warn!(path = %path.display(), token, error = %e, "could not release an abandoned claim; its lease will free it")
+        let pool = Arc::clone(&self.pool);
+        // A task of its own: the wait for a connection must not hold a blocking thread either.
+        runtime.spawn(async move {
+            let path = pool.path.clone();
+            let released = match pool.reserve().await {
+                Ok(reservation) => {
+                    blocking(&path, move || {
+                        pool.with_connection(reservation, |conn| {
+                            guarded(conn, RELEASE, params![key, token]).map(|()| key)
+                        })
+                    })
+                    .await
+                }
+                Err(e) => Err(StoreError::from_sqlite(e)),
+            };
+            match released {
+                Ok(key) => tracing::debug!(path = %path.display(), %key, token, "released an abandoned claim"),
+                Err(StoreError::Fenced) => {
+                    tracing::debug!(path = %path.display(), token, "abandoned claim was already taken over")
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), token, error = %e, "could not release an abandoned claim; its lease will free it")
+                }
             }
         });
         true
@@ -783,8 +801,11 @@ impl TransactionalStore for SqliteStore {
     /// ```
     async fn begin(&self) -> Result<SqliteTransaction, StoreError> {
         let pool = Arc::clone(&self.pool);
+        let reservation = pool.reserve().await.map_err(StoreError::from_sqlite)?;
         blocking(&self.pool.path, move || {
-            let pooled = pool.checkout().map_err(StoreError::from_sqlite)?;
+            let pooled = pool
+                .checkout(reservation)
+                .map_err(StoreError::from_sqlite)?;
             let conn = TxConnection(pooled);
             conn.connection()
                 .and_then(|c| Ok(c.execute_batch("BEGIN IMMEDIATE")?))
@@ -1020,11 +1041,22 @@ fn corrupt(key: &str, what: impl fmt::Display) -> Fail {
 
 /// The claim: insert under the primary key, or decide about the row that is there, in one
 /// `BEGIN IMMEDIATE` transaction. Mirrors `MemoryStore::claim_now` line by line.
+///
+/// A key that is done (or kept failed) is final: a duplicate is answered from a plain read
+/// first, which in WAL mode neither takes nor waits for the write lock (a write transaction
+/// for every duplicate made replay half as fast as a primary-key `SELECT`; see BENCHMARKS.md).
+/// Any other key goes on to the `INSERT` under the primary key, so two concurrent first calls
+/// still cannot both win.
 fn claim_in(
     conn: &mut Connection,
     clock: &dyn Clock,
     request: &OwnedRequest,
 ) -> Result<ClaimOutcome, Fail> {
+    if let Some(row) = read_row(conn, &request.key)?
+        && let Some(outcome) = settled(&row, request)?
+    {
+        return Ok(outcome);
+    }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = clock.now();
     let now_text = format_utc(now);
@@ -1048,15 +1080,18 @@ fn claim_in(
     Ok(outcome)
 }
 
-/// What the row found at `request.key` means, taking it over if its lease has ended.
-fn decide(
-    tx: &Connection,
-    request: &OwnedRequest,
-    now: &SystemTime,
-    now_text: &str,
-) -> Result<ClaimOutcome, Fail> {
-    let key = request.key.as_str();
-    let row = tx
+/// A row of `inbox_log`, its columns checked.
+struct Row {
+    status: String,
+    response: Value,
+    fingerprint: Option<String>,
+    token: i64,
+    lease_until: Value,
+}
+
+/// The row at `key`, if there is one.
+fn read_row(conn: &Connection, key: &str) -> Result<Option<Row>, Fail> {
+    let row = conn
         .prepare_cached(SELECT_ROW)?
         .query_row([key], |row| {
             Ok([
@@ -1068,12 +1103,8 @@ fn decide(
             ])
         })
         .optional()?;
-    // The insert met this row under the write lock, which is still held.
     let Some([status, response, fingerprint, token, lease_until]) = row else {
-        return Err(corrupt(
-            key,
-            "the row that refused the insert cannot be read back",
-        ));
+        return Ok(None);
     };
     let token = match token {
         Value::Integer(token) if token >= 1 => token,
@@ -1088,7 +1119,50 @@ fn decide(
         Value::Text(status) => status,
         other => return Err(corrupt(key, format_args!("bad status {other:?}"))),
     };
-    if status == "released" {
+    Ok(Some(Row {
+        status,
+        response,
+        fingerprint,
+        token,
+        lease_until,
+    }))
+}
+
+/// The answer for a key whose call is over (done, or kept failed); `None` for any other row.
+fn settled(row: &Row, request: &OwnedRequest) -> Result<Option<ClaimOutcome>, Fail> {
+    if row.status != "done" && row.status != "failed" {
+        return Ok(None);
+    }
+    if request.fingerprint.is_some() && row.fingerprint != request.fingerprint {
+        return Ok(Some(ClaimOutcome::KeyReused));
+    }
+    match (row.status.as_str(), &row.response) {
+        ("done", Value::Text(response)) => Ok(Some(ClaimOutcome::Done(response.clone()))),
+        ("done", other) => Err(corrupt(
+            &request.key,
+            format_args!("done without a text response ({other:?})"),
+        )),
+        _ => Ok(Some(ClaimOutcome::Failed)),
+    }
+}
+
+/// What the row found at `request.key` means, taking it over if its lease has ended.
+fn decide(
+    tx: &Connection,
+    request: &OwnedRequest,
+    now: &SystemTime,
+    now_text: &str,
+) -> Result<ClaimOutcome, Fail> {
+    let key = request.key.as_str();
+    // The insert met this row under the write lock, which is still held.
+    let Some(row) = read_row(tx, key)? else {
+        return Err(corrupt(
+            key,
+            "the row that refused the insert cannot be read back",
+        ));
+    };
+    let token = row.token;
+    if row.status == "released" {
         // Nothing was kept for this key: claim it afresh, whatever its payload.
         let next = token
             .checked_add(1)
@@ -1111,18 +1185,14 @@ fn decide(
             token,
         }));
     }
-    if request.fingerprint.is_some() && fingerprint != request.fingerprint {
+    if let Some(outcome) = settled(&row, request)? {
+        return Ok(outcome);
+    }
+    if request.fingerprint.is_some() && row.fingerprint != request.fingerprint {
         return Ok(ClaimOutcome::KeyReused);
     }
-    match status.as_str() {
-        "done" => match response {
-            Value::Text(response) => Ok(ClaimOutcome::Done(response)),
-            other => Err(corrupt(
-                key,
-                format_args!("done without a text response ({other:?})"),
-            )),
-        },
-        "failed" => Ok(ClaimOutcome::Failed),
+    let lease_until = row.lease_until;
+    match row.status.as_str() {
         "in_progress" => {
             let lease_until = match lease_until {
                 Value::Text(text) if parse_utc(&text).is_some() => text,
@@ -1368,7 +1438,7 @@ mod tests {
         let synchronous = |store: &SqliteStore| -> i64 {
             store
                 .pool
-                .with_connection(|conn| -> Result<i64, Fail> {
+                .with_connection(Reservation::none(), |conn| -> Result<i64, Fail> {
                     Ok(conn.query_row("PRAGMA synchronous", [], |row| row.get(0))?)
                 })
                 .unwrap()
@@ -1445,9 +1515,10 @@ mod tests {
             .unwrap()
             .with_max_connections(1)
             .with_busy_timeout(Duration::from_millis(50));
-        let held = store.pool.checkout().unwrap();
+        let held = store.pool.checkout(Reservation::none()).unwrap();
         let started = Instant::now();
-        let error = StoreError::from_sqlite(store.pool.checkout().err().unwrap());
+        let error =
+            StoreError::from_sqlite(store.pool.checkout(Reservation::none()).err().unwrap());
         assert!(started.elapsed() >= Duration::from_millis(50));
         assert!(
             error
@@ -1456,14 +1527,14 @@ mod tests {
             "{error}"
         );
         drop(held);
-        assert!(store.pool.checkout().is_ok());
+        assert!(store.pool.checkout(Reservation::none()).is_ok());
     }
 
     #[test]
     fn a_connection_left_in_a_transaction_is_not_reused() {
         let dir = TempDir::new("dirty");
         let store = SqliteStore::open(dir.db()).unwrap();
-        let mut pooled = store.pool.checkout().unwrap();
+        let mut pooled = store.pool.checkout(Reservation::none()).unwrap();
         let conn = pooled.connection_mut().unwrap();
         conn.execute_batch("BEGIN").unwrap();
         drop(pooled);
