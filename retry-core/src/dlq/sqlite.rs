@@ -275,7 +275,11 @@ impl SqliteDeadLetters {
         F: FnOnce(&mut Connection) -> Result<T, Fail> + Send + 'static,
     {
         let pool = Arc::clone(&self.pool);
-        blocking(&self.pool.path, move || pool.with_connection(op)).await
+        let reservation = pool.reserve().await.map_err(DlqError::from_sqlite)?;
+        blocking(&self.pool.path, move || {
+            pool.with_connection(reservation, op)
+        })
+        .await
     }
 }
 

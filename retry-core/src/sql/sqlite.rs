@@ -6,6 +6,11 @@
 //! - SQLite calls block: they run in `tokio::task::spawn_blocking` (in place outside a runtime),
 //!   on a connection from a small pool of our own (idle connections reused, at most
 //!   `max_connections`, waiting for one at most the busy timeout).
+//! - The wait for a connection is asynchronous ([`Pool::reserve`], a semaphore with a permit per
+//!   connection), before any blocking thread is taken. Waiting on a blocking thread instead
+//!   deadlocks under load: with more calls in flight than Tokio has blocking threads (512), every
+//!   thread waits for a connection while the transactions holding the connections wait for a
+//!   thread to commit on (the soak test found it).
 //! - `journal_mode=WAL` (a property of the file): readers never block the writer, and the file is
 //!   safe for several processes on one machine (not on a network file system: WAL needs shared
 //!   memory).
@@ -115,6 +120,24 @@ pub(crate) struct Pool {
     pub(crate) settings: Settings,
     state: Mutex<PoolState>,
     returned: Condvar,
+    /// One permit per connection: taken asynchronously before a blocking thread is.
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+/// The right to hold one of the pool's connections, taken by [`Pool::reserve`] and given back
+/// with the connection. Outside a Tokio runtime there is nothing to reserve: the blocking
+/// checkout bounds the connections alone.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    /// Held, never read: dropping it gives the permit back.
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Reservation {
+    /// No reservation: for code that runs outside a runtime or on its own thread (tests).
+    pub(crate) fn none() -> Self {
+        Reservation { _permit: None }
+    }
 }
 
 pub(crate) struct PoolState {
@@ -133,7 +156,42 @@ impl Pool {
                 open: 0,
             }),
             returned: Condvar::new(),
+            permits: Arc::new(tokio::sync::Semaphore::new(settings.max_connections)),
         }
+    }
+
+    /// Waits, without holding a thread, until one of the pool's connections is free for this
+    /// operation: at most the busy timeout, then [`Error::PoolExhausted`]. Call it before the
+    /// blocking work that checks the connection out.
+    pub(crate) async fn reserve(&self) -> Result<Reservation, Error> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Ok(Reservation::none());
+        }
+        if let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() {
+            return Ok(Reservation {
+                _permit: Some(permit),
+            });
+        }
+        // Like every wait in retry-core, this one needs the runtime's timer (`enable_time`).
+        match tokio::time::timeout(
+            self.busy_timeout(),
+            Arc::clone(&self.permits).acquire_owned(),
+        )
+        .await
+        {
+            Ok(Ok(permit)) => Ok(Reservation {
+                _permit: Some(permit),
+            }),
+            Ok(Err(_)) | Err(_) => Err(self.exhausted()),
+        }
+    }
+
+    fn exhausted(&self) -> Error {
+        Error::PoolExhausted(PoolExhausted {
+            path: self.path.clone(),
+            connections: self.settings.max_connections,
+            busy_for: self.busy_timeout(),
+        })
     }
 
     /// Opens (creating it if needed) the file at `path`, switches it to WAL and creates what is
@@ -244,14 +302,19 @@ impl Pool {
     /// Runs `op` on a connection of the pool.
     pub(crate) fn with_connection<T, E: FromSqliteError>(
         self: &Arc<Self>,
+        reservation: Reservation,
         op: impl FnOnce(&mut Connection) -> Result<T, Fail<E>>,
     ) -> Result<T, E> {
-        let mut pooled = self.checkout().map_err(E::from_sqlite)?;
+        let mut pooled = self.checkout(reservation).map_err(E::from_sqlite)?;
         let conn = pooled.connection_mut().map_err(E::from_sqlite)?;
         op(conn).map_err(|e| self.fail(e))
     }
 
-    pub(crate) fn checkout(self: &Arc<Self>) -> Result<PooledConnection, Error> {
+    /// A connection for the holder of `reservation` (see [`Pool::reserve`]).
+    pub(crate) fn checkout(
+        self: &Arc<Self>,
+        reservation: Reservation,
+    ) -> Result<PooledConnection, Error> {
         let deadline = Instant::now() + self.busy_timeout();
         let mut state = self.state();
         loop {
@@ -259,6 +322,7 @@ impl Pool {
                 return Ok(PooledConnection {
                     pool: Arc::clone(self),
                     conn: Some(conn),
+                    _reservation: reservation,
                 });
             }
             if state.open < self.settings.max_connections {
@@ -268,6 +332,7 @@ impl Pool {
                     Ok(conn) => Ok(PooledConnection {
                         pool: Arc::clone(self),
                         conn: Some(conn),
+                        _reservation: reservation,
                     }),
                     Err(e) => {
                         self.forget_one();
@@ -277,11 +342,7 @@ impl Pool {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(Error::PoolExhausted(PoolExhausted {
-                    path: self.path.clone(),
-                    connections: self.settings.max_connections,
-                    busy_for: self.busy_timeout(),
-                }));
+                return Err(self.exhausted());
             }
             state = self
                 .returned
@@ -349,6 +410,9 @@ impl Pool {
 pub(crate) struct PooledConnection {
     pool: Arc<Pool>,
     conn: Option<Connection>,
+    /// Given back after the connection (fields drop in order), so a waiter that gets the permit
+    /// finds the connection idle.
+    _reservation: Reservation,
 }
 
 impl PooledConnection {
