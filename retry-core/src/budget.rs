@@ -1,10 +1,12 @@
 //! A retry budget shared by many calls: retries may add at most a fraction of the traffic,
 //! whatever the number of callers, so a struggling dependency sees a bounded surge.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::sync::Mutex;
 
 /// The window is kept as this many slots; a slot's deposits expire together.
 const SLOTS: usize = 10;

@@ -21,6 +21,7 @@ pub mod scope;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 mod state;
+mod sync;
 pub mod time;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]

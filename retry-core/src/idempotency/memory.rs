@@ -1,10 +1,11 @@
 //! An in-process store, for tests and single-process tools.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use super::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, StoreError};
+use crate::sync::{Mutex, MutexGuard};
 use crate::time::{Clock, SystemClock};
 
 /// Keeps claims in memory, with the same contract as the SQL stores: the `HashMap` entry plays
