@@ -291,4 +291,119 @@ mod tests {
             random.as_str()
         );
     }
+
+    // --- properties --------------------------------------------------------------------------
+
+    use proptest::prelude::*;
+
+    /// A byte `HeaderValue::from_bytes` accepts (hyper's parser lets the same ones through):
+    /// visible ASCII and space, horizontal tab, and obs-text (0x80..=0xFF, e.g. UTF-8).
+    fn header_byte() -> impl Strategy<Value = u8> {
+        prop_oneof![
+            8 => 0x20u8..=0x7e,
+            1 => Just(b'\t'),
+            2 => 0x80u8..=0xff,
+            // The bytes that give the two forms their structure, more often than by chance.
+            3 => prop::sample::select(&b"\"\\;,= "[..]),
+        ]
+    }
+
+    /// Values that look like keys, near-misses included: quoted or not, with escapes,
+    /// parameters, lists, padding and non-ASCII text.
+    fn key_like_value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[ \t]{0,2}\"([ -!#-\\[\\]-~]|\\\\[\"\\\\a-z])*\"?(;[a-z]=[0-9]|, ?\"x\"| )?[ \t]{0,2}",
+            "[ \t]{0,2}[!-~]{0,20}[ \t]{0,2}",
+            "\"?[a-z0-9\u{80}-\u{10ffff}]{1,8}\"?",
+        ]
+    }
+
+    /// A key that can be sent both ways: printable ASCII without space, quote, backslash, `,`
+    /// or `;`.
+    const BARE_KEY: &str = "[!#-+\\--:<-\\[\\]-~]{1,40}";
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Whatever a peer sends, parsing answers (never panics), and a key it accepts is
+        /// non-empty printable ASCII that its canonical (quoted) form reads back as.
+        #[test]
+        fn any_value_is_a_key_or_a_reason(bytes in prop::collection::vec(header_byte(), 0..48)) {
+            let value = HeaderValue::from_bytes(&bytes).expect("only bytes a HeaderValue holds");
+            match parse_key_header(&value) {
+                Ok(key) => {
+                    prop_assert!(!key.is_empty());
+                    prop_assert!(key.bytes().all(is_sf_string_char), "{:?}", key);
+                    let canonical: IdempotencyKey = key.parse().expect("a parsed key is a valid key");
+                    prop_assert_eq!(parse_key_header(&canonical.header_value()), Ok(key));
+                }
+                Err(reason) => prop_assert!(!reason.is_empty()),
+            }
+        }
+
+        #[test]
+        fn key_like_values_are_a_key_or_a_reason(text in key_like_value()) {
+            let Ok(value) = HeaderValue::from_str(&text) else {
+                return Ok(());
+            };
+            if let Ok(key) = parse_key_header(&value) {
+                let canonical: IdempotencyKey = key.parse().expect("a parsed key is a valid key");
+                prop_assert_eq!(parse_key_header(&canonical.header_value()), Ok(key));
+            }
+        }
+
+        /// A key sent bare and the same key sent quoted (with optional whitespace around either)
+        /// are one key, so a client that switches form cannot run an operation twice.
+        #[test]
+        fn bare_and_quoted_forms_are_one_key(
+            key in BARE_KEY,
+            before in "[ \t]{0,2}",
+            after in "[ \t]{0,2}",
+        ) {
+            let bare = HeaderValue::from_str(&format!("{before}{key}{after}")).unwrap();
+            let quoted = HeaderValue::from_str(&format!("{before}\"{key}\"{after}")).unwrap();
+            prop_assert_eq!(parse_key_header(&bare), Ok(key.clone()));
+            prop_assert_eq!(parse_key_header(&quoted), Ok(key));
+        }
+
+        /// Every key an `IdempotencyKey` can hold (printable ASCII, quotes and backslashes
+        /// included) survives its own header value.
+        #[test]
+        fn every_key_survives_its_quoted_form(key in "[ -~]{1,64}") {
+            let sent: IdempotencyKey = key.parse().unwrap();
+            prop_assert_eq!(parse_key_header(&sent.header_value()), Ok(key));
+        }
+
+        /// Anything after the closing quote (parameters, a second item) is refused, never
+        /// dropped: `"k";x=1` is not the key `k`.
+        #[test]
+        fn nothing_may_follow_the_quoted_string(key in BARE_KEY, tail in "[ ]?[;,=a-z0-9\"][ -~]{0,8}") {
+            let value = HeaderValue::from_str(&format!("\"{key}\"{tail}")).unwrap();
+            prop_assert!(parse_key_header(&value).is_err(), "{:?}", value);
+        }
+
+        /// A byte outside printable ASCII anywhere in the key is refused, in either form.
+        #[test]
+        fn non_ascii_bytes_are_refused(
+            head in "[a-z0-9]{0,8}",
+            byte in prop_oneof![0x80u8..=0xff, Just(b'\t')],
+            tail in "[a-z0-9]{0,8}",
+            quoted in any::<bool>(),
+        ) {
+            let mut bytes = Vec::new();
+            if quoted {
+                bytes.push(b'"');
+            }
+            bytes.extend_from_slice(head.as_bytes());
+            bytes.push(byte);
+            bytes.extend_from_slice(tail.as_bytes());
+            if quoted {
+                bytes.push(b'"');
+            }
+            let value = HeaderValue::from_bytes(&bytes).unwrap();
+            // A tab at either end of a bare value is whitespace around it, not part of it.
+            prop_assume!(!(byte == b'\t' && !quoted && (head.is_empty() || tail.is_empty())));
+            prop_assert!(parse_key_header(&value).is_err(), "{:?}", value);
+        }
+    }
 }

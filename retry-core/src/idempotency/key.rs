@@ -210,4 +210,48 @@ mod tests {
         assert_eq!(encode_key(&7u32), encode_key(&7i64));
         assert_eq!(encode_key(&7u8), encode_key(&7usize));
     }
+
+    // --- properties (the encoding's injectivity is tested through the public API in
+    // tests/key_props.rs) ------------------------------------------------------------------
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Fingerprints are stored as 16 lowercase hex digits, whatever the payload.
+        #[test]
+        fn digests_are_sixteen_hex_digits(text in ".*") {
+            let hex = digest(&text);
+            prop_assert_eq!(hex.len(), 16);
+            prop_assert!(hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)), "{}", hex);
+        }
+
+        /// Two payloads of the same length that differ in one byte never share a fingerprint
+        /// (FNV-1a's xor and odd multiply are both bijections), so a resend with one changed
+        /// character is `KeyReused`, never mistaken for the first request.
+        #[test]
+        fn a_one_byte_change_changes_the_digest(
+            text in "[ -~]{1,64}",
+            at in any::<prop::sample::Index>(),
+            replacement in 0x20u8..=0x7e,
+        ) {
+            let mut changed = text.clone().into_bytes();
+            let at = at.index(changed.len());
+            prop_assume!(changed[at] != replacement);
+            changed[at] = replacement;
+            let changed = String::from_utf8(changed).unwrap();
+            prop_assert_ne!(digest(&text), digest(&changed), "{:?} / {:?}", text, changed);
+        }
+
+        /// The length prefix is the byte length: a string part's encoding is exactly
+        /// `s<len>:` followed by the text, whatever the text holds.
+        #[test]
+        fn a_string_part_is_its_length_and_its_bytes(text in ".*") {
+            let encoded = encode_key(text.as_str());
+            let prefix = format!("s{}:", text.len());
+            prop_assert!(encoded.starts_with(&prefix), "{}", encoded);
+            prop_assert_eq!(&encoded[prefix.len()..], text.as_str());
+        }
+    }
 }

@@ -1,0 +1,245 @@
+//! SQL only through bound parameters: keys, payloads and letters full of SQL metacharacters
+//! (`'; DROP TABLE inbox_log; --`, quotes, backslashes, `%`, `_`, comments, NUL, any
+//! Unicode) go into `SqliteStore` and `SqliteDeadLetters` and come back byte for byte, read
+//! through the stores and straight from the tables, and every table is still there afterwards.
+//! (Every statement in the library is a constant with `?N` placeholders; the only `format!`
+//! that builds SQL joins two constants, the schema table and a store's own tables.)
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::LazyLock;
+
+use proptest::prelude::*;
+use retry_core::dlq::{
+    DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, RedriveRecord, SqliteDeadLetters,
+};
+use retry_core::idempotency::{Begun, Settings, SqliteStore, begin_call};
+use serde_json::Value;
+
+#[path = "common/tempdir.rs"]
+mod tempdir;
+
+use tempdir::TempDir;
+
+static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+});
+
+/// What an attacker would put in a key or a payload, whole or mixed into other text.
+const PAYLOADS: [&str; 13] = [
+    "'; DROP TABLE inbox_log; --",
+    "'; DROP TABLE dead_letters; --",
+    "\"; DELETE FROM retry_core_schema; --",
+    "' OR '1'='1",
+    "') ON CONFLICT DO NOTHING; --",
+    "x'; UPDATE inbox_log SET status = 'done' WHERE '1'='1",
+    "\\'; ATTACH DATABASE '/tmp/pwn' AS pwn; --",
+    "/* comment */ SELECT 1",
+    "?1 ?2 :name @p $1",
+    "%_%' ESCAPE '\\",
+    "Robert'); DROP TABLE dead_letter_redrives;--",
+    "\u{2019}; \u{ff07} \u{1f4a3} \u{202e}",
+    "nul\0'; --\0",
+];
+
+/// Hostile text: a known payload, SQL punctuation and any character (NUL included), or a mix.
+fn hostile() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        prop::sample::select(&PAYLOADS[..]).prop_map(str::to_owned),
+        "[-'\";\\\\%_/*()=?:@$ a-zA-Z0-9]{0,16}",
+        "[\u{0}-\u{10ffff}]{0,8}",
+    ];
+    prop::collection::vec(piece, 1..4).prop_map(|pieces| pieces.concat())
+}
+
+/// The tables SQLite holds in the file at `path`.
+fn tables(path: &Path) -> BTreeSet<String> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut statement = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .unwrap();
+    statement
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|name| (*name).to_owned()).collect()
+}
+
+#[test]
+fn idempotency_keys_and_responses_are_bound_not_spliced() {
+    let dir = TempDir::new("sql-bound-inbox");
+    let path = dir.file("inbox.sqlite3");
+    let store = SqliteStore::open(&path).unwrap();
+    let expected_tables = set(&["inbox_log", "retry_core_schema"]);
+    assert_eq!(tables(&path), expected_tables);
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let stored = std::cell::Cell::new(0i64);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(48));
+    runner
+        .run(
+            &(hostile(), hostile(), hostile(), hostile()),
+            |(key, biz_key, fingerprint, response)| {
+                // Unique per case, so an earlier case's row is never found instead.
+                stored.set(stored.get() + 1);
+                let key = format!("{}:{key}", stored.get());
+                let mut call = Settings::new(key.clone(), "sql_bound_params");
+                call.biz_key = Some(biz_key.clone());
+                call.fingerprint = Some(fingerprint.clone());
+                RUNTIME.block_on(async {
+                    match begin_call(&store, &call).await.unwrap() {
+                        Begun::Claimed(held) => held.complete(&response).await.unwrap(),
+                        Begun::Stored(found) => panic!("{key:?} was already stored: {found:?}"),
+                    }
+                    match begin_call(&store, &call).await.unwrap() {
+                        Begun::Stored(found) => assert_eq!(found, response, "{key:?}"),
+                        Begun::Claimed(_) => panic!("{key:?} was not stored"),
+                    }
+                });
+                let row: (String, String, Option<String>, Option<String>, String) = raw
+                    .query_row(
+                        "SELECT msg_id, biz_key, fingerprint, response, status FROM inbox_log \
+                         WHERE msg_id = ?1",
+                        [&key],
+                        |row| {
+                            Ok((
+                                row.get(0)?,
+                                row.get(1)?,
+                                row.get(2)?,
+                                row.get(3)?,
+                                row.get(4)?,
+                            ))
+                        },
+                    )
+                    .unwrap();
+                prop_assert_eq!(
+                    row,
+                    (
+                        key,
+                        biz_key,
+                        Some(fingerprint),
+                        Some(response),
+                        "done".to_owned()
+                    )
+                );
+                let rows: i64 = raw
+                    .query_row("SELECT count(*) FROM inbox_log", [], |row| row.get(0))
+                    .unwrap();
+                prop_assert_eq!(rows, stored.get(), "a row appeared or vanished");
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert_eq!(tables(&path), expected_tables);
+}
+
+fn letter(msg_id: String, texts: [String; 5], original: Value) -> DeadLetter {
+    let [reason, trace_id, error_type, key, _] = texts;
+    DeadLetter {
+        msg_id,
+        original,
+        reason,
+        attempts: 3,
+        first_failed_at: "2026-08-19T02:11:03+09:00".into(),
+        last_failed_at: "2026-08-19T02:12:47+09:00".into(),
+        trace_id,
+        class: FailureClass::Data,
+        error_type,
+        idempotency_key: Some(key),
+    }
+}
+
+#[test]
+fn dead_letters_and_redrive_records_are_bound_not_spliced() {
+    let dir = TempDir::new("sql-bound-dlq");
+    let path = dir.file("dlq.sqlite3");
+    let letters = SqliteDeadLetters::open(&path).unwrap();
+    let expected_tables = set(&["dead_letter_redrives", "dead_letters", "retry_core_schema"]);
+    assert_eq!(tables(&path), expected_tables);
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let cases = std::cell::Cell::new(0u32);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(24));
+    runner
+        .run(
+            &(hostile(), prop::array::uniform5(hostile())),
+            |(msg_id, texts)| {
+                cases.set(cases.get() + 1);
+                let case = cases.get();
+                let msg_id = format!("{case}:{msg_id}");
+                let original =
+                    serde_json::json!({ texts[4].clone(): [texts[0].clone(), msg_id.clone()] });
+                let letter = letter(msg_id.clone(), texts.clone(), original);
+                let record = RedriveRecord {
+                    run_id: format!("{case}:{}", texts[0]),
+                    who: texts[1].clone(),
+                    filter: texts[2].clone(),
+                    target: texts[3].clone(),
+                    started_at: format!("2026-08-20T09:{:02}:00+00:00", case % 60),
+                    finished_at: "2026-08-20T10:00:00+00:00".into(),
+                    limit: 10,
+                    rate_per_second: 1,
+                    selected: 1,
+                    succeeded: 0,
+                    failed: 1,
+                    skipped: 0,
+                    stopped: Some(texts[4].clone()),
+                };
+                RUNTIME.block_on(async {
+                    letters.park(&letter).await.unwrap();
+                    assert_eq!(letters.get(&msg_id).await.unwrap().as_ref(), Some(&letter));
+                    assert!(letters.list().await.unwrap().contains(&letter));
+                    letters.record_redrive(&record).await.unwrap();
+                    assert!(letters.redrives().await.unwrap().contains(&record));
+                });
+                let row: (String, String, String, String, Option<String>) = raw
+                    .query_row(
+                        "SELECT msg_id, reason, trace_id, error_type, idempotency_key \
+                         FROM dead_letters WHERE msg_id = ?1",
+                        [&msg_id],
+                        |row| {
+                            Ok((
+                                row.get(0)?,
+                                row.get(1)?,
+                                row.get(2)?,
+                                row.get(3)?,
+                                row.get(4)?,
+                            ))
+                        },
+                    )
+                    .unwrap();
+                prop_assert_eq!(
+                    row,
+                    (
+                        msg_id.clone(),
+                        letter.reason.clone(),
+                        letter.trace_id.clone(),
+                        letter.error_type.clone(),
+                        letter.idempotency_key.clone()
+                    )
+                );
+                // Every other case's letter is acknowledged, with the same hostile id.
+                if case.is_multiple_of(2) {
+                    prop_assert!(RUNTIME.block_on(letters.ack(&msg_id)).unwrap());
+                    prop_assert_eq!(RUNTIME.block_on(letters.get(&msg_id)).unwrap(), None);
+                }
+                let rows: u32 = raw
+                    .query_row("SELECT count(*) FROM dead_letters", [], |row| row.get(0))
+                    .unwrap();
+                prop_assert_eq!(rows, case - case / 2, "a letter appeared or vanished");
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        RUNTIME.block_on(letters.redrives()).unwrap().len(),
+        cases.get() as usize
+    );
+    assert_eq!(tables(&path), expected_tables);
+}
