@@ -45,10 +45,17 @@ impl Frame {
     }
 }
 
+#[cfg(not(retry_core_loom))]
 thread_local! {
     /// The last trace id drawn on this thread; `0` until the first one is seeded from the
     /// thread's random generator.
     static LAST_TRACE_ID: Cell<u64> = const { Cell::new(0) };
+}
+
+// loom runs its threads on one OS thread: only its own thread-locals are per model thread.
+#[cfg(retry_core_loom)]
+loom::thread_local! {
+    static LAST_TRACE_ID: Cell<u64> = Cell::new(0);
 }
 
 /// A fresh trace id for a logical call: never `0`.
@@ -90,8 +97,14 @@ pub(crate) fn current_trace_id() -> u64 {
     })
 }
 
+#[cfg(not(retry_core_loom))]
 thread_local! {
     static CURRENT: Cell<Option<Frame>> = const { Cell::new(None) };
+}
+
+#[cfg(retry_core_loom)]
+loom::thread_local! {
+    static CURRENT: Cell<Option<Frame>> = Cell::new(None);
 }
 
 /// The frame of the retry being polled on this thread, if any.

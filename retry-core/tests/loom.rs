@@ -49,7 +49,9 @@ fn one_of_two_concurrent_claims_wins_and_the_loser_sees_it_in_progress() {
             .count();
         assert_eq!(won, 1, "{outcomes:?}");
         assert!(
-            outcomes.iter().any(|o| matches!(o, ClaimOutcome::InProgress)),
+            outcomes
+                .iter()
+                .any(|o| matches!(o, ClaimOutcome::InProgress)),
             "{outcomes:?}"
         );
     });
@@ -148,5 +150,47 @@ fn deposits_and_withdrawals_interleaved_never_overdraw() {
         let granted = withdrawer.join().unwrap();
         // Granted only if the deposit came first; either way the books balance.
         assert_eq!(budget.remaining(), u64::from(!granted));
+    });
+}
+
+// ---- the retry scope ----
+
+#[derive(Debug)]
+struct Reset;
+
+impl retry_core::Classify for Reset {
+    fn classify(&self) -> retry_core::Decision {
+        retry_core::Decision::Retry
+    }
+}
+
+/// Succeeds at once, reporting whether it ran inside a retry scope.
+#[retry_core::retryable(max = 3, base = "0ms")]
+async fn scoped() -> Result<bool, Reset> {
+    Ok(retry_core::scope::is_active())
+}
+
+/// The scope is a retry's own, on whichever thread polls it: a thread polling another retry at
+/// the same time neither sees it nor disturbs it, and each thread is outside any scope after.
+#[test]
+fn each_thread_sees_only_the_scope_it_polls() {
+    loom::model(|| {
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                thread::spawn(|| {
+                    let outside_before = retry_core::scope::is_active();
+                    let inside = loom::future::block_on(scoped()).unwrap();
+                    (outside_before, inside, retry_core::scope::is_active())
+                })
+            })
+            .collect();
+        let plain = thread::spawn(retry_core::scope::is_active);
+        for handle in handles {
+            assert_eq!(handle.join().unwrap(), (false, true, false));
+        }
+        assert!(
+            !plain.join().unwrap(),
+            "a thread polling no retry is outside any scope"
+        );
     });
 }
