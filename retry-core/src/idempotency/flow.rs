@@ -183,6 +183,47 @@ const COMPLETE_TRIES: [Duration; 3] = [
     Duration::from_millis(100),
 ];
 
+/// Waits for `future`, the store's `operation`, at most the store's
+/// [`operation_timeout`](IdempotencyStore::operation_timeout): a hung store must not hang the
+/// call, nor a retry loop around it. Giving up drops the operation; whatever of it still lands
+/// later is what a crash at that point would leave (a claim is freed by its lease, a commit is
+/// found by the next duplicate).
+async fn bounded<S, T>(
+    store: &S,
+    operation: &'static str,
+    future: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError>
+where
+    S: IdempotencyStore + ?Sized,
+{
+    // Outside a Tokio runtime there is no timer to bound the wait with (and a store that
+    // answers at once, like the memory store, needs none).
+    if tokio::runtime::Handle::try_current().is_err() {
+        return future.await;
+    }
+    let limit = store.operation_timeout();
+    match tokio::time::timeout(limit, future).await {
+        Ok(result) => result,
+        Err(_) => Err(no_answer(operation, limit)),
+    }
+}
+
+/// The error of a store operation that did not answer in time: `Unavailable`, so the call fails
+/// closed and a retry layer retries it, with an `io::Error` of kind `TimedOut` as its source.
+fn no_answer(operation: &'static str, limit: Duration) -> StoreError {
+    StoreError::Unavailable(Box::new(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("`{operation}` did not answer within {limit:?}"),
+    )))
+}
+
+/// Whether `e` says the store already waited out a timeout (ours, or its own): asking again at
+/// once would only wait as long again.
+fn timed_out(e: &StoreError) -> bool {
+    matches!(e, StoreError::Unavailable(source)
+        if source.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut))
+}
+
 /// What claiming a call's key found: run the body, or answer with what is stored.
 #[derive(Debug)]
 pub enum Begun<'s, S: IdempotencyStore + ?Sized> {
@@ -194,7 +235,8 @@ pub enum Begun<'s, S: IdempotencyStore + ?Sized> {
 
 /// Claims the call's key: the first step of the flow, public for the plain (non-attribute)
 /// transactional API. Fails with [`IdempotencyError`] for an oversized key, a concurrent or
-/// failed duplicate, a reused key, or a store that cannot be reached (fail closed).
+/// failed duplicate, a reused key, or a store that cannot be reached or does not answer within
+/// its [`operation_timeout`](IdempotencyStore::operation_timeout) (fail closed).
 ///
 /// ```
 /// use retry_core::idempotency::{begin_call, Begun, MemoryStore, Settings};
@@ -227,7 +269,7 @@ pub async fn begin_call<'s, S: IdempotencyStore + ?Sized>(
         lease: call.lease,
         retention: call.retention,
     };
-    match store.claim(&request).await {
+    match bounded(store, "claim", store.claim(&request)).await {
         Ok(ClaimOutcome::Claimed(claim)) => Ok(Begun::Claimed(HeldClaim {
             store,
             claim: Some(claim),
@@ -265,19 +307,30 @@ impl<S: IdempotencyStore + ?Sized> HeldClaim<'_, S> {
         self.claim.take()
     }
 
-    /// Stores the response (non-transactional mode).
+    /// Stores the response (non-transactional mode), waiting at most the store's
+    /// [`operation_timeout`](IdempotencyStore::operation_timeout).
     pub async fn complete(mut self, response: &str) -> Result<(), StoreError> {
         match self.take() {
-            Some(claim) => self.store.complete(&claim, response).await,
+            Some(claim) => {
+                bounded(
+                    self.store,
+                    "complete",
+                    self.store.complete(&claim, response),
+                )
+                .await
+            }
             None => Err(StoreError::Fenced),
         }
     }
 
-    /// Gives the claim up after a failed body: released, or marked failed with `keep_failed`.
+    /// Gives the claim up after a failed body: released, or marked failed with `keep_failed`,
+    /// waiting at most the store's [`operation_timeout`](IdempotencyStore::operation_timeout).
     pub async fn fail(mut self, keep_failed: bool) -> Result<(), StoreError> {
         match self.take() {
-            Some(claim) if keep_failed => self.store.mark_failed(&claim).await,
-            Some(claim) => self.store.release(&claim).await,
+            Some(claim) if keep_failed => {
+                bounded(self.store, "mark_failed", self.store.mark_failed(&claim)).await
+            }
+            Some(claim) => bounded(self.store, "release", self.store.release(&claim)).await,
             None => Ok(()),
         }
     }
@@ -340,9 +393,9 @@ where
 /// Releases the claim of a failed call, or marks it failed with `keep_failed`.
 async fn give_up<S: IdempotencyStore + ?Sized>(store: &S, claim: &Claim, call: &Settings) {
     let undone = if call.keep_failed {
-        store.mark_failed(claim).await
+        bounded(store, "mark_failed", store.mark_failed(claim)).await
     } else {
-        store.release(claim).await
+        bounded(store, "release", store.release(claim)).await
     };
     if let Err(e) = undone {
         // The lease frees the claim later; a resend meanwhile gets `InProgress`.
@@ -366,7 +419,7 @@ where
         Ok(Begun::Stored(stored)) => return Err(decode(call, &stored)),
         Err(e) => return Err(Err(e.into())),
     };
-    match store.begin().await {
+    match bounded(store, "begin", store.begin()).await {
         Ok(transaction) => Ok((held, transaction)),
         Err(e) => {
             if let Err(release) = held.fail(false).await {
@@ -417,7 +470,7 @@ where
     let value = match outcome {
         Ok(value) => value,
         Err(error) => {
-            if let Err(e) = store.rollback(transaction).await {
+            if let Err(e) = bounded(store, "rollback", store.rollback(transaction)).await {
                 tracing::warn!(function = call.function, key = %call.key, error = %e, "rollback failed; the store rolls back when the connection closes");
             }
             give_up(store, &claim, call).await;
@@ -452,7 +505,13 @@ where
             .await;
         }
     };
-    match store.commit_done(transaction, &claim, &response).await {
+    match bounded(
+        store,
+        "commit_done",
+        store.commit_done(transaction, &claim, &response),
+    )
+    .await
+    {
         Ok(()) => Ok(value),
         Err(StoreError::Fenced) => {
             tracing::error!(function = call.function, key = %call.key, token = claim.token, "claim taken over while the body ran: its writes were rolled back");
@@ -477,8 +536,8 @@ where
     E: From<IdempotencyError>,
 {
     tracing::error!(function = call.function, key = %call.key, %error, "response cannot be stored: the body's writes were rolled back");
-    let _ = store.rollback(transaction).await;
-    let _ = store.release(claim).await;
+    let _ = bounded(store, "rollback", store.rollback(transaction)).await;
+    let _ = bounded(store, "release", store.release(claim)).await;
     Err(error.into())
 }
 
@@ -513,19 +572,20 @@ async fn finish<S: IdempotencyStore + ?Sized, T: Serialize>(
         if !pause.is_zero() {
             tokio::time::sleep(*pause).await;
         }
-        match store.complete(claim, &response).await {
+        match bounded(store, "complete", store.complete(claim, &response)).await {
             Ok(()) => return,
             Err(StoreError::Fenced) => {
                 tracing::error!(function = call.function, key = %call.key, token = claim.token, "late completion refused: the lease ran out and another call took the key over; both ran the body");
                 metrics::fenced(call.function);
                 return;
             }
-            Err(e) if attempt + 1 < COMPLETE_TRIES.len() => {
+            Err(e) if attempt + 1 < COMPLETE_TRIES.len() && !timed_out(&e) => {
                 tracing::warn!(function = call.function, key = %call.key, error = %e, "storing the response failed; trying again");
             }
             Err(e) => {
                 tracing::error!(function = call.function, key = %call.key, error = %e, "response not stored: duplicates get InProgress until the lease ends, then run the body again");
                 metrics::response_not_stored(call.function);
+                return;
             }
         }
     }

@@ -10,9 +10,11 @@
 //! 3. runs the body; on `Ok` stores the response, on `Err` releases the claim (or, with
 //!    `on_err = "keep"`, marks it failed).
 //!
-//! If the store cannot be reached the body does not run (fail closed). A claim carries a fencing
-//! token and a lease: a claim older than its lease was abandoned (a crash) and is taken over with
-//! a new token, after which the old holder can neither complete nor release it.
+//! If the store cannot be reached, or does not answer within its
+//! [`operation_timeout`](IdempotencyStore::operation_timeout), the body does not run (fail
+//! closed). A claim carries a fencing token and a lease: a claim older than its lease was
+//! abandoned (a crash) and is taken over with a new token, after which the old holder can
+//! neither complete nor release it.
 
 mod error;
 pub(crate) mod flow;
@@ -109,6 +111,12 @@ impl Default for Limits {
 /// Default lease: a claim older than this was abandoned and may be taken over.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
+/// Default bound on one store operation in the `#[idempotent]` flow: see
+/// [`IdempotencyStore::operation_timeout`]. Longer than the built-in stores' own waits (the
+/// SQLite busy timeout and the PostgreSQL pool timeouts, 5 s each), so their errors, which say
+/// more, come first.
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Default retention: 30 days, safely longer than a 7-day resend policy plus a slow operator.
 /// The rule: keep rows longer than the longest window in which the sender can resend.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
@@ -165,6 +173,56 @@ pub trait IdempotencyStore: Send + Sync {
     /// Size limits for keys and responses.
     fn limits(&self) -> Limits {
         Limits::default()
+    }
+
+    /// How long the `#[idempotent]` flow waits for one operation of this store (`claim`,
+    /// `complete`, `release`, `mark_failed`, and in transactional mode `begin`, `commit_done`
+    /// and `rollback`) before it stops waiting: the operation then fails with
+    /// [`StoreError::Unavailable`] ("`claim` did not answer within 10s", an
+    /// [`io::ErrorKind::TimedOut`](std::io::ErrorKind::TimedOut) error as its source), so a hung
+    /// store can never hang the call, nor the retry loop around it. A claim that timed out runs
+    /// no body (fail closed); one that still lands in the store later is freed by its lease.
+    /// Default [`DEFAULT_OPERATION_TIMEOUT`] (10 s); `Duration::MAX` waits for ever.
+    ///
+    /// The wait runs on Tokio's clock. On a paused clock (tests) it ends at once when the
+    /// store waits on I/O or another thread (anything but Tokio's blocking pool) while nothing
+    /// else runs: test such stores on the real clock.
+    ///
+    /// ```
+    /// use retry_core::idempotency::{
+    ///     Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, MemoryStore, StoreError,
+    /// };
+    /// use std::time::Duration;
+    ///
+    /// /// The memory store, with a tighter bound.
+    /// struct Impatient(MemoryStore);
+    ///
+    /// impl IdempotencyStore for Impatient {
+    ///     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    ///         self.0.claim(request).await
+    ///     }
+    ///     async fn complete(&self, claim: &Claim, response: &str) -> Result<(), StoreError> {
+    ///         self.0.complete(claim, response).await
+    ///     }
+    ///     async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+    ///         self.0.release(claim).await
+    ///     }
+    ///     async fn mark_failed(&self, claim: &Claim) -> Result<(), StoreError> {
+    ///         self.0.mark_failed(claim).await
+    ///     }
+    ///     async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {
+    ///         self.0.purge_older_than(age).await
+    ///     }
+    ///     fn operation_timeout(&self) -> Duration {
+    ///         Duration::from_secs(2)
+    ///     }
+    /// }
+    ///
+    /// assert_eq!(MemoryStore::new().operation_timeout(), Duration::from_secs(10));
+    /// assert_eq!(Impatient(MemoryStore::new()).operation_timeout(), Duration::from_secs(2));
+    /// ```
+    fn operation_timeout(&self) -> Duration {
+        DEFAULT_OPERATION_TIMEOUT
     }
 }
 
@@ -233,6 +291,9 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for &S {
     fn limits(&self) -> Limits {
         (**self).limits()
     }
+    fn operation_timeout(&self) -> Duration {
+        (**self).operation_timeout()
+    }
 }
 
 impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
@@ -266,6 +327,9 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
     }
     fn limits(&self) -> Limits {
         (**self).limits()
+    }
+    fn operation_timeout(&self) -> Duration {
+        (**self).operation_timeout()
     }
 }
 

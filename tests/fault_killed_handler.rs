@@ -1,0 +1,382 @@
+//! Fault: the process is killed (SIGKILL) inside an `#[idempotent(transaction = tx)]` handler,
+//! after its business write and before the commit. The write rolls back with the transaction;
+//! the claim stays, so a resend within the lease gets `InProgress`, and once the lease ends the
+//! resend runs the handler exactly once. Side effects == unique keys, no inbox row lost.
+//!
+//! The process is this test binary run again (`--exact <test> --nocapture`, with
+//! `RETRY_CORE_FAULT_KILLED_CHILD=<file or schema>`): it handles deposits 1 to 3, then deposit 4
+//! up to its write, says `INSIDE 4` and waits there for the kill.
+//!
+//! Related, not repeated here: `tests/transactional.rs` drops the handler's future between the
+//! write and the commit inside one process, and `tests/sqlite_store.rs` / `tests/pg_store.rs`
+//! kill a process holding a bare claim.
+#![cfg(any(feature = "sqlite", feature = "postgres"))]
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use retry_core::idempotency::{IdempotencyError, StoreError};
+
+#[cfg(feature = "sqlite")]
+#[path = "common/tempdir.rs"]
+mod tempdir;
+
+#[cfg(feature = "postgres")]
+#[path = "common/pg.rs"]
+mod pg;
+
+/// Set in the child process: where its store is (a SQLite file, or a PostgreSQL schema).
+const CHILD_ENV: &str = "RETRY_CORE_FAULT_KILLED_CHILD";
+
+/// The deposits the child finishes before it is killed inside the next one.
+const FINISHED: [u64; 3] = [1, 2, 3];
+const KILLED: u64 = 4;
+
+#[derive(Debug)]
+enum Rejected {
+    Idempotency(IdempotencyError),
+    #[allow(
+        dead_code,
+        reason = "read through Debug when a test fails; made by the PostgreSQL test only"
+    )]
+    Db(String),
+}
+
+impl From<IdempotencyError> for Rejected {
+    fn from(e: IdempotencyError) -> Self {
+        Rejected::Idempotency(e)
+    }
+}
+
+impl From<StoreError> for Rejected {
+    fn from(e: StoreError) -> Self {
+        Rejected::Idempotency(IdempotencyError::Store(e))
+    }
+}
+
+/// Said by the child once the handler of `deposit_no` wrote; it then waits to be killed.
+fn inside(deposit_no: u64) {
+    println!("INSIDE {deposit_no}");
+    std::io::stdout().flush().unwrap();
+}
+
+/// Runs `test` again as a child with `CHILD_ENV=store` and kills it (SIGKILL) as soon as it says
+/// it is inside the handler of [`KILLED`].
+fn kill_inside_handler(test: &str, store: &str) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture"])
+        .env(CHILD_ENV, store)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let marker = format!("INSIDE {KILLED}");
+    let reached = loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) if line.ends_with(&marker) => break Ok(()),
+            Ok(_) => continue,
+            Err(e) => break Err(e),
+        }
+    };
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    if let Err(e) = reached {
+        panic!("the child never got inside the handler ({e}); it ended with {status:?}");
+    }
+    use std::os::unix::process::ExitStatusExt as _;
+    assert_eq!(status.signal(), Some(9), "killed with SIGKILL: {status:?}");
+}
+
+/// Resends the killed deposit until its lease frees it: `InProgress` meanwhile (the only error
+/// allowed), then the handler's answer; also how many resends found it in progress.
+async fn resend_until_the_lease_ends<F, Fut>(mut send: F) -> (i64, u32)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<i64, Rejected>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut in_progress = 0;
+    loop {
+        match send().await {
+            Ok(amount) => return (amount, in_progress),
+            Err(Rejected::Idempotency(e @ IdempotencyError::InProgress))
+                if Instant::now() < deadline =>
+            {
+                assert_eq!(
+                    e.to_string(),
+                    "a call with the same idempotency key is in progress"
+                );
+                in_progress += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(other) => panic!("resend of the killed deposit: {other:?}"),
+        }
+    }
+}
+
+fn amount(deposit_no: u64) -> i64 {
+    deposit_no as i64 * 10
+}
+
+// ---- SQLite ----
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    use super::*;
+
+    use retry_core::idempotency::{SqliteStore, SqliteTransaction, encode_key};
+    use retry_core::idempotent;
+
+    use super::tempdir::TempDir;
+
+    #[idempotent(key = deposit_no, store = inbox, transaction = tx, lease = "1s")]
+    async fn deposit(
+        inbox: &SqliteStore,
+        tx: &mut SqliteTransaction,
+        deposit_no: u64,
+        die_inside: bool,
+    ) -> Result<i64, Rejected> {
+        let amount = amount(deposit_no);
+        tx.run(move |c| {
+            c.execute(
+                "UPDATE balance SET amount = amount + ?1",
+                rusqlite::params![amount],
+            )?;
+            c.execute(
+                "INSERT INTO effects (deposit_no) VALUES (?1)",
+                rusqlite::params![deposit_no as i64],
+            )
+        })
+        .await?;
+        if die_inside {
+            inside(deposit_no);
+            std::future::pending::<()>().await;
+        }
+        Ok(amount)
+    }
+
+    fn effects(db: &std::path::Path) -> Vec<i64> {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        let mut statement = conn
+            .prepare("SELECT deposit_no FROM effects ORDER BY 1")
+            .unwrap();
+        statement
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    fn balance(db: &std::path::Path) -> i64 {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.query_row("SELECT amount FROM balance", [], |row| row.get(0))
+            .unwrap()
+    }
+
+    fn status(db: &std::path::Path, deposit_no: u64) -> Option<String> {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.query_row(
+            "SELECT status FROM inbox_log WHERE msg_id = ?1",
+            [encode_key(&deposit_no)],
+            |row| row.get(0),
+        )
+        .ok()
+    }
+
+    #[tokio::test]
+    async fn a_process_killed_inside_a_sqlite_handler_loses_and_repeats_nothing() {
+        const TEST: &str =
+            "sqlite::a_process_killed_inside_a_sqlite_handler_loses_and_repeats_nothing";
+        if let Ok(db) = std::env::var(CHILD_ENV) {
+            let inbox = SqliteStore::open(&db).unwrap();
+            for deposit_no in FINISHED {
+                deposit(&inbox, deposit_no, false).await.unwrap();
+            }
+            deposit(&inbox, KILLED, true).await.unwrap();
+            unreachable!("the parent kills this process inside the handler");
+        }
+
+        let dir = TempDir::new("fault-killed-handler");
+        let db = dir.file("bank.sqlite3");
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .execute_batch(
+                "CREATE TABLE balance (amount INTEGER NOT NULL);
+                 INSERT INTO balance VALUES (0);
+                 CREATE TABLE effects (deposit_no INTEGER NOT NULL);",
+            )
+            .unwrap();
+        let inbox = SqliteStore::open(&db).unwrap();
+        kill_inside_handler(TEST, db.to_str().unwrap());
+
+        // The killed handler's write rolled back; its claim is still there.
+        assert_eq!(effects(&db), [1, 2, 3], "the killed write rolled back");
+        assert_eq!(status(&db, KILLED).as_deref(), Some("in_progress"));
+
+        let (answer, waited) = resend_until_the_lease_ends(|| deposit(&inbox, KILLED, false)).await;
+        assert_eq!(answer, amount(KILLED));
+        eprintln!("the killed deposit's claim held for {waited} resends");
+
+        // Every deposit again, and a new one: each effect exactly once.
+        for deposit_no in 1..=5 {
+            assert_eq!(
+                deposit(&inbox, deposit_no, false).await.unwrap(),
+                amount(deposit_no)
+            );
+        }
+        assert_eq!(effects(&db), [1, 2, 3, 4, 5], "side effects == unique keys");
+        assert_eq!(balance(&db), (1..=5).map(amount).sum::<i64>());
+        for deposit_no in 1..=5 {
+            assert_eq!(
+                status(&db, deposit_no).as_deref(),
+                Some("done"),
+                "no inbox row lost"
+            );
+        }
+    }
+}
+
+// ---- PostgreSQL ----
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::*;
+
+    use retry_core::idempotency::{PgStore, PgTransaction, encode_key};
+    use retry_core::idempotent;
+
+    use super::pg::Schema;
+
+    impl From<tokio_postgres::Error> for Rejected {
+        fn from(e: tokio_postgres::Error) -> Self {
+            Rejected::Db(e.to_string())
+        }
+    }
+
+    #[idempotent(key = deposit_no, store = inbox, transaction = tx, lease = "1s")]
+    async fn deposit(
+        inbox: &PgStore,
+        tx: &mut PgTransaction,
+        deposit_no: u64,
+        die_inside: bool,
+    ) -> Result<i64, Rejected> {
+        let amount = amount(deposit_no);
+        tx.client()
+            .execute("UPDATE balance SET amount = amount + $1", &[&amount])
+            .await?;
+        tx.client()
+            .execute(
+                "INSERT INTO effects (deposit_no) VALUES ($1)",
+                &[&(deposit_no as i64)],
+            )
+            .await?;
+        if die_inside {
+            inside(deposit_no);
+            std::future::pending::<()>().await;
+        }
+        Ok(amount)
+    }
+
+    async fn effects(client: &tokio_postgres::Client) -> Vec<i64> {
+        client
+            .query("SELECT deposit_no FROM effects ORDER BY 1", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    }
+
+    async fn status(client: &tokio_postgres::Client, deposit_no: u64) -> Option<String> {
+        client
+            .query_opt(
+                "SELECT status FROM inbox_log WHERE msg_id = $1",
+                &[&encode_key(&deposit_no)],
+            )
+            .await
+            .unwrap()
+            .map(|row| row.get(0))
+    }
+
+    #[tokio::test]
+    async fn a_process_killed_inside_a_postgres_handler_loses_and_repeats_nothing() {
+        const TEST: &str =
+            "postgres::a_process_killed_inside_a_postgres_handler_loses_and_repeats_nothing";
+        if let Ok(name) = std::env::var(CHILD_ENV) {
+            let inbox = Schema::existing(&name).store().await;
+            for deposit_no in FINISHED {
+                deposit(&inbox, deposit_no, false).await.unwrap();
+            }
+            deposit(&inbox, KILLED, true).await.unwrap();
+            unreachable!("the parent kills this process inside the handler");
+        }
+
+        let schema = Schema::new("killed_handler").await;
+        let client = schema.client().await;
+        client
+            .batch_execute(
+                "CREATE TABLE balance (amount BIGINT NOT NULL);
+                 INSERT INTO balance VALUES (0);
+                 CREATE TABLE effects (deposit_no BIGINT NOT NULL);",
+            )
+            .await
+            .unwrap();
+        let inbox = schema.store().await;
+        let name = schema.name.clone();
+        tokio::task::spawn_blocking(move || kill_inside_handler(TEST, &name))
+            .await
+            .unwrap();
+
+        // The server rolled the dead session's transaction back; its claim is still there. (The
+        // server may take a moment to notice the dead session: until then its row locks hold.)
+        assert_eq!(
+            effects(&client).await,
+            [1, 2, 3],
+            "the killed write rolled back"
+        );
+        assert_eq!(
+            status(&client, KILLED).await.as_deref(),
+            Some("in_progress")
+        );
+
+        let (answer, waited) = resend_until_the_lease_ends(|| deposit(&inbox, KILLED, false)).await;
+        assert_eq!(answer, amount(KILLED));
+        eprintln!("the killed deposit's claim held for {waited} resends");
+
+        for deposit_no in 1..=5 {
+            assert_eq!(
+                deposit(&inbox, deposit_no, false).await.unwrap(),
+                amount(deposit_no)
+            );
+        }
+        assert_eq!(
+            effects(&client).await,
+            [1, 2, 3, 4, 5],
+            "side effects == unique keys"
+        );
+        let balance: i64 = client
+            .query_one("SELECT amount FROM balance", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(balance, (1..=5).map(amount).sum::<i64>());
+        for deposit_no in 1..=5 {
+            assert_eq!(
+                status(&client, deposit_no).await.as_deref(),
+                Some("done"),
+                "no inbox row lost"
+            );
+        }
+        drop(inbox);
+        schema.drop_all().await;
+    }
+}
