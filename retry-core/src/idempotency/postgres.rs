@@ -137,8 +137,10 @@ const SAME_TRANSACTION: &str = "SELECT txid_current() = $1";
 ///   never the password).
 /// - The pool made by [`connect`](Self::connect) uses no TLS; for TLS, build a pool with your TLS
 ///   connector and pass it to [`from_pool`](Self::from_pool).
-/// - Nothing bounds how long the server takes to answer once asked; to bound waits on the
-///   server itself (row locks, a stuck disk), add a `statement_timeout` to the URL:
+/// - An `#[idempotent]` call waits at most
+///   [`operation_timeout`](crate::idempotency::IdempotencyStore::operation_timeout) (10 s) for
+///   each store operation, then fails closed; to have the server itself give up sooner (row
+///   locks, a stuck disk) and free its connection, add a `statement_timeout` to the URL:
 ///   `?options=-c%20statement_timeout%3D5000`.
 /// - The store belongs to the Tokio runtime it was made in (its connections run as tasks
 ///   there).
