@@ -176,12 +176,35 @@ impl Settings {
     }
 }
 
-/// How often, and how long apart, storing a response is tried before giving up on it.
-const COMPLETE_TRIES: [Duration; 3] = [
-    Duration::ZERO,
-    Duration::from_millis(20),
-    Duration::from_millis(100),
-];
+/// The pauses before storing a response is tried again (so three tries in all): a response
+/// not stored means a duplicate runs the body again later.
+const COMPLETE_RETRY_PAUSES: [Duration; 2] =
+    [Duration::from_millis(20), Duration::from_millis(100)];
+
+/// Stores `response` for `claim`, trying again after a failure that may pass; not after a
+/// timeout (the store hangs: another wait would only add to it) nor after fencing (the claim is
+/// someone else's now).
+async fn store_response<S: IdempotencyStore + ?Sized>(
+    store: &S,
+    claim: &Claim,
+    response: &str,
+    function: &'static str,
+) -> Result<(), StoreError> {
+    let mut pauses = COMPLETE_RETRY_PAUSES.iter();
+    loop {
+        match bounded(store, "complete", store.complete(claim, response)).await {
+            Ok(()) => return Ok(()),
+            Err(e) if !timed_out(&e) && !matches!(e, StoreError::Fenced) => match pauses.next() {
+                Some(pause) => {
+                    tracing::warn!(function, key = %claim.key, error = %e, "storing the response failed; trying again");
+                    tokio::time::sleep(*pause).await;
+                }
+                None => return Err(e),
+            },
+            Err(e) => return Err(e),
+        }
+    }
+}
 
 /// Waits for `future`, the store's `operation`, at most the store's
 /// [`operation_timeout`](IdempotencyStore::operation_timeout): a hung store must not hang the
@@ -307,18 +330,11 @@ impl<S: IdempotencyStore + ?Sized> HeldClaim<'_, S> {
         self.claim.take()
     }
 
-    /// Stores the response (non-transactional mode), waiting at most the store's
-    /// [`operation_timeout`](IdempotencyStore::operation_timeout).
+    /// Stores the response (non-transactional mode): up to three tries, each waiting at most the
+    /// store's [`operation_timeout`](IdempotencyStore::operation_timeout).
     pub async fn complete(mut self, response: &str) -> Result<(), StoreError> {
         match self.take() {
-            Some(claim) => {
-                bounded(
-                    self.store,
-                    "complete",
-                    self.store.complete(&claim, response),
-                )
-                .await
-            }
+            Some(claim) => store_response(self.store, &claim, response, self.function).await,
             None => Err(StoreError::Fenced),
         }
     }
@@ -568,25 +584,15 @@ async fn finish<S: IdempotencyStore + ?Sized, T: Serialize>(
             return;
         }
     };
-    for (attempt, pause) in COMPLETE_TRIES.iter().enumerate() {
-        if !pause.is_zero() {
-            tokio::time::sleep(*pause).await;
+    match store_response(store, claim, &response, call.function).await {
+        Ok(()) => {}
+        Err(StoreError::Fenced) => {
+            tracing::error!(function = call.function, key = %call.key, token = claim.token, "late completion refused: the lease ran out and another call took the key over; both ran the body");
+            metrics::fenced(call.function);
         }
-        match bounded(store, "complete", store.complete(claim, &response)).await {
-            Ok(()) => return,
-            Err(StoreError::Fenced) => {
-                tracing::error!(function = call.function, key = %call.key, token = claim.token, "late completion refused: the lease ran out and another call took the key over; both ran the body");
-                metrics::fenced(call.function);
-                return;
-            }
-            Err(e) if attempt + 1 < COMPLETE_TRIES.len() && !timed_out(&e) => {
-                tracing::warn!(function = call.function, key = %call.key, error = %e, "storing the response failed; trying again");
-            }
-            Err(e) => {
-                tracing::error!(function = call.function, key = %call.key, error = %e, "response not stored: duplicates get InProgress until the lease ends, then run the body again");
-                metrics::response_not_stored(call.function);
-                return;
-            }
+        Err(e) => {
+            tracing::error!(function = call.function, key = %call.key, error = %e, "response not stored: duplicates get InProgress until the lease ends, then run the body again");
+            metrics::response_not_stored(call.function);
         }
     }
 }
