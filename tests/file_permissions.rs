@@ -64,7 +64,12 @@ async fn sqlite_files_holding_payloads_are_owner_only() {
     for path in [&inbox_path, &letters_path] {
         for suffix in ["", "-wal", "-shm"] {
             let file = with_suffix(path, suffix);
-            assert_eq!(mode(&file), 0o600, "{} is readable by others", file.display());
+            assert_eq!(
+                mode(&file),
+                0o600,
+                "{} is readable by others",
+                file.display()
+            );
         }
     }
 }

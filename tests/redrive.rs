@@ -635,6 +635,10 @@ async fn a_lost_response_redriven_over_http_is_replayed_not_repeated() {
         .await
         .unwrap();
     assert_eq!(report.letters, [(key.to_string(), Outcome::Redriven)]);
-    assert_eq!(effects.load(Ordering::SeqCst), 1, "one side effect in total");
+    assert_eq!(
+        effects.load(Ordering::SeqCst),
+        1,
+        "one side effect in total"
+    );
     assert_eq!(letters.count().await.unwrap(), 0);
 }

@@ -159,7 +159,9 @@ fn payloads_never_reach_the_logs_and_are_redacted_before_they_are_written() {
 
     let events = seen.0.lock().unwrap();
     assert!(
-        events.iter().any(|(level, _)| *level == tracing::Level::WARN),
+        events
+            .iter()
+            .any(|(level, _)| *level == tracing::Level::WARN),
         "the scenario logged its give-ups: {events:?}"
     );
     assert!(
@@ -175,5 +177,8 @@ fn payloads_never_reach_the_logs_and_are_redacted_before_they_are_written() {
     // The file holds the masked card only.
     let written = std::fs::read_to_string(&path).unwrap();
     assert!(written.contains("****"), "{written}");
-    assert!(!written.contains(SECRET), "unredacted payload written: {written}");
+    assert!(
+        !written.contains(SECRET),
+        "unredacted payload written: {written}"
+    );
 }

@@ -28,13 +28,13 @@ pub use jsonl::{JsonlSink, TornLine};
 pub use letter::{DeadLetter, DlqError, DlqFailed, FailureClass};
 pub use memory::MemoryDeadLetters;
 pub use monitor::{Pending, pending, spawn_monitor};
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use postgres::PgDeadLetters;
 pub use redrive::{
     AssumeIdempotent, Filter, Outcome, Redrive, RedriveError, RedriveFuture, RedriveReport,
     assume_idempotent,
 };
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use postgres::PgDeadLetters;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::SqliteDeadLetters;

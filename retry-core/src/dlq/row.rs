@@ -109,7 +109,9 @@ pub(super) fn record_row(record: &RedriveRecord) -> Result<(String, String, Stri
 /// A stored redrive record, named by its `run_id` when unreadable.
 pub(super) fn record(run_id: &str, json: &str) -> Result<RedriveRecord, DlqError> {
     serde_json::from_str(json).map_err(|e| {
-        DlqError::Corrupt(format!("dead_letter_redrives row `{run_id}`: record is unreadable ({e})"))
+        DlqError::Corrupt(format!(
+            "dead_letter_redrives row `{run_id}`: record is unreadable ({e})"
+        ))
     })
 }
 

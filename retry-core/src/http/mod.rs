@@ -78,7 +78,7 @@ mod retry_after;
 pub use classify::IDEMPOTENCY_KEY;
 #[cfg_attr(not(feature = "reqwest"), allow(unused_imports))]
 pub(crate) use classify::{guard_resend, has_idempotency_key, retry_after, status_text};
-pub use key::{IDEMPOTENT_REPLAYED, IdempotencyKey, InvalidIdempotencyKey};
 #[cfg(feature = "tower")]
 pub(crate) use key::parse_key_header;
+pub use key::{IDEMPOTENT_REPLAYED, IdempotencyKey, InvalidIdempotencyKey};
 pub use retry_after::{RetryAfterError, parse_retry_after};
