@@ -1,0 +1,230 @@
+//! `PgStore` against the same SQL issued directly through tokio-postgres (BENCHMARKS.md,
+//! "Idempotency stores"): claim + complete throughput and duplicate replay at 1, 8 and 64
+//! concurrent callers, on a 2-worker Tokio runtime. Prints the markdown table with the ratios.
+//!
+//! The raw side is what a careful hand-written service does: a deadpool-postgres pool of the
+//! same size and settings as the store's (fast recycling, no TLS), prepared statements cached per
+//! connection; the claim is the store's `INSERT .. ON CONFLICT DO NOTHING` in a transaction, the
+//! completion the store's guarded `UPDATE` in autocommit, the replay a primary-key `SELECT`.
+//! The raw rows go to a table of their own (`retry_core_bench_raw`, dropped at the end); the
+//! store's rows of this run are deleted at the end.
+//!
+//! `DATABASE_URL=postgres://... cargo bench --bench pg_store --features postgres`
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, PgStore};
+use support::store::{Config, compare, print_table};
+use tokio_postgres::NoTls;
+
+const RAW_TABLE: &str = "CREATE TABLE retry_core_bench_raw (
+    msg_id TEXT NOT NULL PRIMARY KEY,
+    biz_key TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('in_progress', 'done', 'failed', 'released')),
+    response TEXT,
+    created_at TEXT COLLATE \"C\" NOT NULL,
+    fingerprint TEXT,
+    token BIGINT NOT NULL,
+    lease_until TEXT COLLATE \"C\" NOT NULL,
+    expires_at TEXT COLLATE \"C\" NOT NULL
+);
+CREATE INDEX retry_core_bench_raw_created_at ON retry_core_bench_raw (created_at);";
+/// The store's statements, verbatim but for the table's name; the replay reads without
+/// `FOR UPDATE` (a plain primary-key read is the floor).
+const INSERT_CLAIM: &str = "INSERT INTO retry_core_bench_raw \
+     (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at) \
+     VALUES ($1, $2, 'in_progress', NULL, $3, $4, 1, $5, $6) \
+     ON CONFLICT (msg_id) DO NOTHING";
+const COMPLETE: &str = "UPDATE retry_core_bench_raw SET status = 'done', response = $1 \
+     WHERE msg_id = $2 AND token = $3 AND status = 'in_progress'";
+const SELECT_ROW: &str = "SELECT status, response, fingerprint, token, lease_until \
+     FROM retry_core_bench_raw WHERE msg_id = $1";
+
+const RESPONSE: &str = "\"ok\"";
+/// Keys completed before the replay measurements; replay `n` asks for key `n % REPLAY_KEYS`.
+const REPLAY_KEYS: u64 = 256;
+
+async fn raw_claim_complete(pool: Pool, key: String) {
+    let mut client = pool.get().await.expect("a raw connection");
+    let tx = client.transaction().await.expect("BEGIN");
+    let insert = tx.prepare_cached(INSERT_CLAIM).await.expect("prepare");
+    let inserted = tx
+        .execute(
+            &insert,
+            &[
+                &key,
+                &key,
+                &"2026-01-01T00:00:00.000000Z",
+                &None::<String>,
+                &"2026-01-01T00:00:30.000000Z",
+                &"2026-01-02T00:00:00.000000Z",
+            ],
+        )
+        .await
+        .expect("insert");
+    tx.commit().await.expect("COMMIT");
+    assert_eq!(inserted, 1, "raw claim of {key}");
+    drop(client);
+    let client = pool.get().await.expect("a raw connection");
+    let complete = client.prepare_cached(COMPLETE).await.expect("prepare");
+    let changed = client
+        .execute(&complete, &[&RESPONSE, &key, &1_i64])
+        .await
+        .expect("update");
+    assert_eq!(changed, 1, "raw complete of {key}");
+}
+
+async fn raw_replay(pool: Pool, key: String) {
+    let client = pool.get().await.expect("a raw connection");
+    let select = client.prepare_cached(SELECT_ROW).await.expect("prepare");
+    let row = client.query_one(&select, &[&key]).await.expect("select");
+    let (status, response): (String, Option<String>) = (row.get(0), row.get(1));
+    assert!(status == "done" && response.as_deref() == Some(RESPONSE));
+}
+
+fn request(key: &str) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        biz_key: key,
+        fingerprint: None,
+        lease: Duration::from_secs(30),
+        retention: Duration::from_secs(86_400),
+    }
+}
+
+async fn store_claim_complete(store: Arc<PgStore>, key: String) {
+    let outcome = store.claim(&request(&key)).await.expect("store claim");
+    let ClaimOutcome::Claimed(claim) = outcome else {
+        panic!("store claim of a new key {key}: {outcome:?}");
+    };
+    store
+        .complete(&claim, RESPONSE)
+        .await
+        .expect("store complete");
+}
+
+async fn store_replay(store: Arc<PgStore>, key: String) {
+    let outcome = store.claim(&request(&key)).await.expect("store claim");
+    assert_eq!(outcome, ClaimOutcome::Done(RESPONSE.to_owned()));
+}
+
+fn main() {
+    let Ok(url) = std::env::var("DATABASE_URL") else {
+        eprintln!(
+            "pg_store bench: DATABASE_URL is not set. Point it at a throwaway PostgreSQL database \
+             (postgres://user@host:port/db); the bench creates and drops the table \
+             retry_core_bench_raw there and writes to inbox_log."
+        );
+        std::process::exit(2);
+    };
+    let config = Config::from_env();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a Tokio runtime");
+    let prefix = format!("bench-{}-", std::process::id());
+
+    let (rows, pool_size) = rt.block_on(async {
+        let store = Arc::new(
+            PgStore::connect(&url)
+                .await
+                .unwrap_or_else(|e| panic!("PgStore::connect({url}): {e}")),
+        );
+        let pool_size = store.pool().status().max_size;
+        let config_pg: tokio_postgres::Config = url.parse().expect("DATABASE_URL");
+        let manager = Manager::from_config(
+            config_pg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let raw = Pool::builder(manager)
+            .max_size(pool_size)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(Duration::from_secs(5)))
+            .create_timeout(Some(Duration::from_secs(5)))
+            .recycle_timeout(Some(Duration::from_secs(5)))
+            .build()
+            .expect("a raw pool");
+        {
+            let client = raw.get().await.expect("a raw connection");
+            client
+                .batch_execute(&format!(
+                    "DROP TABLE IF EXISTS retry_core_bench_raw; {RAW_TABLE}"
+                ))
+                .await
+                .expect("create the raw table");
+        }
+
+        // The keys replayed later, which also checks that both sides do the work.
+        for i in 0..REPLAY_KEYS {
+            raw_claim_complete(raw.clone(), format!("{prefix}r-{i}")).await;
+            store_claim_complete(Arc::clone(&store), format!("{prefix}r-{i}")).await;
+        }
+        raw_replay(raw.clone(), format!("{prefix}r-0")).await;
+        store_replay(Arc::clone(&store), format!("{prefix}r-0")).await;
+
+        let mut next = 0;
+        let mut rows = {
+            let (raw, store, p1, p2) = (
+                raw.clone(),
+                Arc::clone(&store),
+                prefix.clone(),
+                prefix.clone(),
+            );
+            compare(
+                "claim + complete",
+                config,
+                config.claim_ops,
+                &mut next,
+                move |n| raw_claim_complete(raw.clone(), format!("{p1}k-{n}")),
+                move |n| store_claim_complete(Arc::clone(&store), format!("{p2}k-{n}")),
+            )
+            .await
+        };
+        {
+            let (raw, store, p1, p2) = (
+                raw.clone(),
+                Arc::clone(&store),
+                prefix.clone(),
+                prefix.clone(),
+            );
+            rows.extend(
+                compare(
+                    "duplicate replay",
+                    config,
+                    config.replay_ops,
+                    &mut next,
+                    move |n| raw_replay(raw.clone(), format!("{p1}r-{}", n % REPLAY_KEYS)),
+                    move |n| store_replay(Arc::clone(&store), format!("{p2}r-{}", n % REPLAY_KEYS)),
+                )
+                .await,
+            );
+        }
+
+        let client = raw.get().await.expect("a raw connection");
+        client
+            .batch_execute("DROP TABLE retry_core_bench_raw")
+            .await
+            .expect("drop the raw table");
+        client
+            .execute(
+                "DELETE FROM inbox_log WHERE msg_id LIKE $1",
+                &[&format!("{prefix}%")],
+            )
+            .await
+            .expect("delete the store's rows of this run");
+        (rows, pool_size)
+    });
+    println!(
+        "\nPgStore vs raw tokio-postgres + deadpool ({pool_size} connections each), {} rounds (medians), {} claim + complete and {} replays per measurement\n",
+        config.rounds, config.claim_ops, config.replay_ops
+    );
+    print_table("PgStore", &rows);
+}
