@@ -199,7 +199,7 @@ impl Pool {
     /// processes at once. Waits up to the busy timeout for a lock another process holds.
     pub(crate) fn open(path: PathBuf, settings: Settings, schema: &Schema) -> Result<Self, Error> {
         let pool = Pool::new(path, settings);
-        pool.create_owner_only()?;
+        pool.create_owner_only();
         let mut first = pool.connect()?;
         pool.prepare_file(&mut first, schema)?;
         pool.give_back_new(first);
@@ -230,19 +230,14 @@ impl Pool {
     /// umask's permissions (usually world-readable): stored responses and dead letters carry
     /// payloads. SQLite gives the `-wal` and `-shm` files the database file's permissions. An
     /// existing file is left as its owner set it.
-    fn create_owner_only(&self) -> Result<(), Error> {
+    fn create_owner_only(&self) {
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create_new(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        match options.open(&self.path) {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-            Err(e) => Err(Error::Message(format!(
-                "cannot create database file {}: {e}",
-                self.path.display()
-            ))),
-        }
+        // Any failure (it exists, a missing directory, no permission) is left to SQLite's own
+        // open, which comes next and reports it in the words both stores use.
+        let _ = options.open(&self.path);
     }
 
     /// Opens a connection with the per-connection settings. Does not count it.
