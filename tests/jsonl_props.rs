@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
 
 use proptest::prelude::*;
 use retry_core::dlq::{
@@ -20,14 +19,10 @@ mod tempdir;
 
 use tempdir::TempDir;
 
-/// Every case's I/O is a few small appends and fsyncs: one runtime serves them all.
-static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-});
+#[path = "common/runtime.rs"]
+mod runtime;
+
+use runtime::RUNTIME;
 
 fn torn_path(path: &Path) -> PathBuf {
     let mut torn = path.as_os_str().to_owned();

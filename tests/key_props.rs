@@ -4,7 +4,6 @@
 //! runs or is stored, on `MemoryStore` and on a `SqliteStore` file.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use proptest::prelude::*;
@@ -18,14 +17,10 @@ mod tempdir;
 
 use tempdir::TempDir;
 
-/// One runtime for every case: a case is a few microseconds of work.
-static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-});
+#[path = "common/runtime.rs"]
+mod runtime;
+
+use runtime::RUNTIME;
 
 /// Strings made mostly of what the encoding itself writes (`s`, `n`, digits, `:`, `,`, `@`, `/`,
 /// the option tags), so that a forged separator is likely, plus any text now and then.

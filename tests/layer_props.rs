@@ -10,7 +10,6 @@
 //! error messages, and the classification of a response).
 
 use std::sync::Arc;
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -27,13 +26,10 @@ use retry_core::{Classify, Decision};
 use serde_json::Value;
 use tower_service::Service as _;
 
-static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-});
+#[path = "common/runtime.rs"]
+mod runtime;
+
+use runtime::RUNTIME;
 
 const MAX_BODY: usize = 1024;
 const KEY: &str = "idempotency-key";

@@ -7,7 +7,6 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::LazyLock;
 
 use proptest::prelude::*;
 use retry_core::dlq::{
@@ -21,13 +20,10 @@ mod tempdir;
 
 use tempdir::TempDir;
 
-static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-});
+#[path = "common/runtime.rs"]
+mod runtime;
+
+use runtime::RUNTIME;
 
 /// What an attacker would put in a key or a payload, whole or mixed into other text.
 const PAYLOADS: [&str; 13] = [
