@@ -4,11 +4,18 @@
 //! - The table and its semantics are `SqliteStore`'s (feature `sqlite`):
 //!   the same columns, the same `format_utc` timestamps, the same statements (with `$n`
 //!   placeholders), and exactly [`MemoryStore`](super::MemoryStore)'s decisions.
-//! - The claim is one short transaction: `INSERT .. ON CONFLICT (msg_id) DO NOTHING` under the
-//!   primary key, never a check-then-insert. If the row was there, `SELECT .. FOR UPDATE` locks
-//!   it and the decision (reclaim, take over, `InProgress`, `Done`, ...) is taken and written in
-//!   the same transaction, so two instances can never both win a key. Nothing else is locked:
-//!   claims of other keys never wait.
+//! - A key that is done (or kept failed) is final, so a claim first reads the row with one plain
+//!   `SELECT` by primary key in autocommit (no transaction, no row lock: under READ COMMITTED it
+//!   sees the last committed row) and answers such a row at once, `KeyReused` included. Through
+//!   the write path a duplicate cost four round trips and queued on the row lock behind every
+//!   other duplicate of its key: replay ran at 0.2-0.3x a primary-key `SELECT` (BENCHMARKS.md).
+//!   A row whose retention has run out is left to the write path, whatever its status.
+//! - Any other key (none yet, in progress, released) goes on to the claim proper, one short
+//!   transaction: `INSERT .. ON CONFLICT (msg_id) DO NOTHING` under the primary key, never a
+//!   check-then-insert. If the row was there, `SELECT .. FOR UPDATE` locks it and the decision
+//!   (reclaim, take over, `InProgress`, `Done`, ...) is taken and written in the same
+//!   transaction, so two instances can never both win a key. Nothing else is locked: claims of
+//!   other keys never wait.
 //! - The clock is read again once the row is locked, so a claim that waited for another
 //!   transaction decides at the time it decides, not the time it started waiting.
 //! - `complete`, `release` and `mark_failed` are one autocommit `UPDATE` each, guarded by the
@@ -92,8 +99,11 @@ const INSERT_CLAIM: &str = "INSERT INTO inbox_log \
      (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at) \
      VALUES ($1, $2, 'in_progress', NULL, $3, $4, 1, $5, $6) \
      ON CONFLICT (msg_id) DO NOTHING";
-const SELECT_ROW: &str = "SELECT status, response, fingerprint, token, lease_until FROM inbox_log \
-     WHERE msg_id = $1 FOR UPDATE";
+// The same columns in both reads, so that one decoder (`Stored::decode`) serves both.
+const READ_ROW: &str = "SELECT status, response, fingerprint, token, lease_until, expires_at \
+     FROM inbox_log WHERE msg_id = $1";
+const LOCK_ROW: &str = "SELECT status, response, fingerprint, token, lease_until, expires_at \
+     FROM inbox_log WHERE msg_id = $1 FOR UPDATE";
 const TAKE_OVER: &str = "UPDATE inbox_log SET token = token + 1, lease_until = $1 \
      WHERE msg_id = $2 AND token = $3 AND status = 'in_progress'";
 const COMPLETE: &str = "UPDATE inbox_log SET status = 'done', response = $1 \
@@ -125,10 +135,11 @@ const SAME_TRANSACTION: &str = "SELECT txid_current() = $1";
 /// Keeps claims and responses in the table `inbox_log` of one PostgreSQL database, for any
 /// number of service instances at once.
 ///
-/// - Every claim is one short transaction: an `INSERT .. ON CONFLICT (msg_id) DO NOTHING` under
-///   the primary key and, if the key was there, `SELECT .. FOR UPDATE` and the decision, in the
-///   same transaction. `complete`, `release` and `mark_failed` are one statement each, guarded
-///   by the claim's fencing token.
+/// - A duplicate of a key that is done (or kept failed) is answered from one plain primary-key
+///   `SELECT`, without a transaction or a lock. Every other claim is one short transaction: an
+///   `INSERT .. ON CONFLICT (msg_id) DO NOTHING` under the primary key and, if the key was
+///   there, `SELECT .. FOR UPDATE` and the decision, in the same transaction. `complete`,
+///   `release` and `mark_failed` are one statement each, guarded by the claim's fencing token.
 /// - Timestamps (from the store's [`Clock`]) are fixed-width UTC text with microsecond
 ///   precision, exactly as `SqliteStore` writes them.
 /// - Connections come from a [deadpool-postgres pool](deadpool_postgres::Pool), 16 by default.
@@ -857,15 +868,29 @@ async fn guarded(db: &Db, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<(
 
 /// The claim: insert under the primary key, or lock and decide about the row that is there, in
 /// one transaction. Mirrors `MemoryStore::claim_now` line by line.
+///
+/// A key that is done (or kept failed) is final: a duplicate is answered from a plain read
+/// first, one round trip that neither opens a transaction nor waits for a row lock. Any other
+/// key goes on to the `INSERT` under the primary key, so two concurrent first calls still
+/// cannot both win.
 async fn claim_in(
     client: &mut Object,
     clock: &dyn Clock,
     request: &ClaimRequest<'_>,
 ) -> Result<ClaimOutcome, Fail> {
     let key = request.key;
+    let read = client.prepare_cached(READ_ROW).await?;
+    if let Some(row) = client.query_opt(&read, &[&key]).await? {
+        let row = Stored::decode(key, &row)?;
+        if row.retained(&format_utc(clock.now()))
+            && let Some(outcome) = settled(&row, request)?
+        {
+            return Ok(outcome);
+        }
+    }
     let tx = client.transaction().await?;
     let insert = tx.prepare_cached(INSERT_CLAIM).await?;
-    let select = tx.prepare_cached(SELECT_ROW).await?;
+    let select = tx.prepare_cached(LOCK_ROW).await?;
     for _ in 0..CLAIM_ATTEMPTS {
         let now = clock.now();
         let inserted = tx
@@ -890,6 +915,7 @@ async fn claim_in(
         }
         // Locked until the commit: no other instance decides about this key meanwhile.
         if let Some(row) = tx.query_opt(&select, &[&key]).await? {
+            let row = Stored::decode(key, &row)?;
             let outcome = decide(&tx, request, &row, clock.now()).await?;
             tx.commit().await?;
             return Ok(outcome);
@@ -904,31 +930,82 @@ async fn claim_in(
     )))
 }
 
+/// A row of `inbox_log` as [`READ_ROW`] and [`LOCK_ROW`] return it, its columns checked.
+struct Stored {
+    status: String,
+    response: Option<String>,
+    fingerprint: Option<String>,
+    token: i64,
+    /// Checked only where it counts: an `in_progress` row's lease.
+    lease_until: Option<String>,
+    expires_at: Option<String>,
+}
+
+impl Stored {
+    fn decode(key: &str, row: &Row) -> Result<Self, Fail> {
+        let status: String = row
+            .try_get(0)
+            .map_err(|e| corrupt(key, format_args!("bad status ({e})")))?;
+        let response: Option<String> = row
+            .try_get(1)
+            .map_err(|e| corrupt(key, format_args!("bad response ({e})")))?;
+        let fingerprint: Option<String> = row
+            .try_get(2)
+            .map_err(|e| corrupt(key, format_args!("bad fingerprint ({e})")))?;
+        let token: i64 = row
+            .try_get(3)
+            .map_err(|e| corrupt(key, format_args!("bad token ({e})")))?;
+        if token < 1 {
+            return Err(corrupt(key, format_args!("bad token {token}")));
+        }
+        Ok(Stored {
+            status,
+            response,
+            fingerprint,
+            token,
+            lease_until: row.try_get(4).ok(),
+            expires_at: row.try_get(5).ok(),
+        })
+    }
+
+    /// Whether the row's retention still runs at `now_text` (a `format_utc` time). Only the
+    /// read-first answer asks: it is a shortcut for rows in their retention, and a row past it
+    /// (or with an unreadable `expires_at`) belongs to the purge, so whatever the locked
+    /// decision makes of it stands (today the same answer, a round trip or three later).
+    fn retained(&self, now_text: &str) -> bool {
+        self.expires_at
+            .as_deref()
+            .is_some_and(|expires| expires > now_text && parse_utc(expires).is_some())
+    }
+}
+
+/// The answer for a key whose call is over (done, or kept failed); `None` for any other row.
+/// Final whoever asks, so the read-first path and the locked decision share it.
+fn settled(row: &Stored, request: &ClaimRequest<'_>) -> Result<Option<ClaimOutcome>, Fail> {
+    if row.status != "done" && row.status != "failed" {
+        return Ok(None);
+    }
+    if request.fingerprint.is_some() && row.fingerprint.as_deref() != request.fingerprint {
+        return Ok(Some(ClaimOutcome::KeyReused));
+    }
+    match (row.status.as_str(), &row.response) {
+        ("done", Some(response)) => Ok(Some(ClaimOutcome::Done(response.clone()))),
+        ("done", None) => Err(corrupt(request.key, "done without a text response (NULL)")),
+        _ => Ok(Some(ClaimOutcome::Failed)),
+    }
+}
+
 /// What the locked row found at `request.key` means, taking it over if its lease has ended.
 async fn decide(
     tx: &deadpool_postgres::Transaction<'_>,
     request: &ClaimRequest<'_>,
-    row: &Row,
+    row: &Stored,
     now: SystemTime,
 ) -> Result<ClaimOutcome, Fail> {
     let key = request.key;
-    let status: String = row
-        .try_get(0)
-        .map_err(|e| corrupt(key, format_args!("bad status ({e})")))?;
-    let response: Option<String> = row
-        .try_get(1)
-        .map_err(|e| corrupt(key, format_args!("bad response ({e})")))?;
-    let fingerprint: Option<String> = row
-        .try_get(2)
-        .map_err(|e| corrupt(key, format_args!("bad fingerprint ({e})")))?;
-    let token: i64 = row
-        .try_get(3)
-        .map_err(|e| corrupt(key, format_args!("bad token ({e})")))?;
-    if token < 1 {
-        return Err(corrupt(key, format_args!("bad token {token}")));
-    }
+    let token = row.token;
     let now_text = format_utc(now);
-    if status == "released" {
+    if row.status == "released" {
         // Nothing was kept for this key: claim it afresh, whatever its payload.
         let next = token
             .checked_add(1)
@@ -957,23 +1034,20 @@ async fn decide(
             token,
         }));
     }
-    if request.fingerprint.is_some() && fingerprint.as_deref() != request.fingerprint {
+    if let Some(outcome) = settled(row, request)? {
+        return Ok(outcome);
+    }
+    if request.fingerprint.is_some() && row.fingerprint.as_deref() != request.fingerprint {
         return Ok(ClaimOutcome::KeyReused);
     }
-    match status.as_str() {
-        "done" => match response {
-            Some(response) => Ok(ClaimOutcome::Done(response)),
-            None => Err(corrupt(key, "done without a text response (NULL)")),
-        },
-        "failed" => Ok(ClaimOutcome::Failed),
+    match row.status.as_str() {
         "in_progress" => {
-            let lease_until: Option<String> = row.try_get(4).ok();
-            let lease_until = match lease_until {
-                Some(text) if parse_utc(&text).is_some() => text,
+            let lease_until = match &row.lease_until {
+                Some(text) if parse_utc(text).is_some() => text.as_str(),
                 other => return Err(corrupt(key, format_args!("bad lease_until {other:?}"))),
             };
             // Both sides are `format_utc` text: comparing them is comparing the times.
-            if lease_until > now_text {
+            if lease_until > now_text.as_str() {
                 return Ok(ClaimOutcome::InProgress);
             }
             let Some(next) = token.checked_add(1) else {
