@@ -56,68 +56,100 @@ fn nanos(d: Duration) -> u64 {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Backoff {
-    /// In nanoseconds, as are `cap` and `prev`.
+    /// In nanoseconds, as are `cap`, `ceiling` and `prev`.
     base: u64,
     cap: u64,
     jitter: Jitter,
-    failed: u32,
+    /// The exponential wait of the next failure, `min(cap, base · 2^(failed))`: doubled per step
+    /// rather than recomputed from the attempt number.
+    ceiling: u64,
     prev: u64,
+    /// `jitter == Full`, the default: tested first, so the common step skips the `match`.
+    full: bool,
     seed: Option<u64>,
-    rng: Option<SmallRng>,
+    /// A placeholder until `seeded`: an `Option` would keep the generator out of registers.
+    rng: SmallRng,
+    seeded: bool,
 }
 
 impl Backoff {
     /// The waits of `policy`, starting after the first failed attempt.
     pub fn new(policy: &Policy) -> Self {
+        let (base, cap) = (nanos(policy.get_base()), nanos(policy.get_cap()));
         Backoff {
-            base: nanos(policy.get_base()),
-            cap: nanos(policy.get_cap()),
+            base,
+            cap,
             jitter: policy.get_jitter(),
-            failed: 0,
-            prev: nanos(policy.get_base()),
+            ceiling: base.min(cap),
+            prev: base,
+            full: matches!(policy.get_jitter(), Jitter::Full),
             seed: policy.get_seed(),
-            rng: None,
+            // A constant once optimised; replaced before its first draw.
+            rng: SmallRng::seed_from_u64(0),
+            seeded: false,
         }
     }
 
     /// The wait after the next failed attempt. Never more than `cap`.
+    #[inline]
     pub fn next_delay(&mut self) -> Duration {
-        self.failed = self.failed.saturating_add(1);
-        let d = exponential_nanos(self.base, self.cap, self.failed);
-        let wait = match self.jitter {
-            Jitter::None => d,
-            Jitter::Full => self.uniform(0, d),
-            Jitter::Equal => self.uniform(d / 2, d),
-            Jitter::Decorrelated => {
-                let hi = self.prev.saturating_mul(3).max(self.base);
-                self.uniform(self.base, hi)
+        // Equal to `exponential_nanos(base, cap, failed)`: once the doubling reaches the cap it
+        // stays there, and `saturating_mul` cannot wrap past it.
+        let d = self.ceiling;
+        // Nothing left to do once at the cap: a compare, not a multiply and a `min`, per wait.
+        if d < self.cap {
+            self.ceiling = d.saturating_mul(2).min(self.cap);
+        }
+        // Full first: the default, tested before the others' jump table.
+        let wait = if self.full {
+            self.uniform(0, d)
+        } else {
+            match self.jitter {
+                Jitter::None | Jitter::Full => d,
+                Jitter::Equal => self.uniform(d / 2, d),
+                Jitter::Decorrelated => {
+                    let hi = self.prev.saturating_mul(3).max(self.base);
+                    // The cap applies after jitter: decorrelated jitter grows from the previous
+                    // wait and would otherwise pass it (the others never exceed `d <= cap`).
+                    let wait = self.uniform(self.base, hi).min(self.cap);
+                    self.prev = wait;
+                    wait
+                }
             }
         };
-        // The cap applies after jitter: decorrelated jitter grows from the previous wait and
-        // would otherwise pass it.
-        let wait = wait.min(self.cap);
-        self.prev = wait;
         Duration::from_nanos(wait)
     }
 
-    /// Uniform in `[lo, hi]`.
+    /// Uniform in `[lo, hi]`; `lo <= hi`. The generator is seeded the first time a range needs
+    /// randomness, so zero waits never seed it.
     #[inline]
     fn uniform(&mut self, lo: u64, hi: u64) -> u64 {
-        if lo >= hi {
-            return lo;
+        if !self.seeded {
+            if lo >= hi {
+                return lo;
+            }
+            // By value, not through `&mut self`: the generator stays in registers.
+            self.rng = fresh_rng(self.seed);
+            self.seeded = true;
         }
-        let seed = self.seed;
-        let rng = self.rng.get_or_insert_with(|| match seed {
-            Some(seed) => SmallRng::seed_from_u64(seed),
-            None => rand::make_rng(),
-        });
-        rng.random_range(lo..=hi)
+        self.rng.random_range(lo..=hi)
+    }
+}
+
+/// The generator of a [`Backoff`]: from [`Policy::seed`], or from the thread's generator.
+/// Inlined: returned through a pointer into the `Backoff`, it would keep the generator in memory.
+#[inline]
+fn fresh_rng(seed: Option<u64>) -> SmallRng {
+    match seed {
+        Some(seed) => SmallRng::seed_from_u64(seed),
+        None => rand::make_rng(),
     }
 }
 
 impl Iterator for Backoff {
     type Item = Duration;
 
+    #[inline]
     fn next(&mut self) -> Option<Duration> {
         Some(self.next_delay())
     }
@@ -142,6 +174,22 @@ mod tests {
         assert_eq!(exponential(Duration::MAX, ms(5), 1), ms(5));
         assert_eq!(exponential(ms(1), ms(5), u32::MAX), ms(5));
         assert_eq!(exponential(Duration::ZERO, ms(5), 40), Duration::ZERO);
+    }
+
+    #[test]
+    fn doubled_ceiling_matches_the_formula() {
+        let huge = Duration::from_secs(u64::MAX / 4_000_000_000);
+        for (base, cap) in [
+            (ms(10), ms(30_000)),
+            (ms(0), ms(5)),
+            (ms(3), huge),
+            (huge, huge),
+        ] {
+            let policy = Policy::new().base(base).cap(cap).jitter(Jitter::None);
+            let waits: Vec<_> = Backoff::new(&policy).take(80).collect();
+            let formula: Vec<_> = (1..=80).map(|k| exponential(base, cap, k)).collect();
+            assert_eq!(waits, formula, "base {base:?}, cap {cap:?}");
+        }
     }
 
     #[test]

@@ -80,13 +80,21 @@ impl Site {
     /// The site of a closure retry named `function` at run time: made once per distinct name
     /// and kept for the life of the process (names are `&'static str`, so there are as many
     /// sites as names in the program).
+    /// Inlined, so an unnamed closure retry (the name a constant) resolves at compile time.
+    #[inline]
     pub(crate) fn named(function: &'static str) -> &'static Site {
         static LABELS: [::metrics::Label; 1] = Site::labels(crate::call::DEFAULT_NAME);
         static CLOSURE: Site = Site::new(crate::call::DEFAULT_NAME, &LABELS);
-        static NAMED: std::sync::Mutex<Vec<&'static Site>> = std::sync::Mutex::new(Vec::new());
         if function == CLOSURE.function {
             return &CLOSURE;
         }
+        Site::interned(function)
+    }
+
+    /// The site of a name other than the default, made at its first use.
+    #[cold]
+    fn interned(function: &'static str) -> &'static Site {
+        static NAMED: std::sync::Mutex<Vec<&'static Site>> = std::sync::Mutex::new(Vec::new());
         let mut named = NAMED
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -60,18 +60,22 @@ enum Layer {
     /// Started inside another retry: one attempt only. That retry's frame is current whenever
     /// this one is polled (same task), so it need not be kept here.
     Nested,
+    /// Asked for one attempt with [`Retrying::single_attempt`], not polled yet.
+    SingleNotStarted,
     /// Asked for one attempt with [`Retrying::single_attempt`].
     Single,
 }
 
 impl<F> Retrying<F> {
     /// Wraps the retry loop of the function `site`, called from `caller`.
+    ///
+    /// Inlined, so the caller builds the (possibly large) inner future in place instead of
+    /// moving it through this call; the span is made at the first poll, not here.
+    #[inline]
     pub(crate) fn new(site: &'static Site, caller: &'static Location<'static>, inner: F) -> Self {
-        let function = site.function();
-        let span = tracing::debug_span!("retry", function, trace_id = tracing::field::Empty);
         Retrying {
             inner,
-            span: (!span.is_disabled()).then(|| Box::new(span)),
+            span: None,
             site,
             caller,
             trace_id: 0,
@@ -101,7 +105,7 @@ impl<F> Retrying<F> {
     /// # }
     /// ```
     pub fn single_attempt(mut self) -> SingleAttempt<F> {
-        self.layer = Layer::Single;
+        self.layer = Layer::SingleNotStarted;
         SingleAttempt { inner: self }
     }
 }
@@ -130,24 +134,23 @@ impl<F: Future> Future for Retrying<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let _span = this.span.as_deref().map(tracing::Span::enter);
         let outer_frame = scope::current();
-        if *this.layer == Layer::NotStarted {
+        let starting = matches!(*this.layer, Layer::NotStarted | Layer::SingleNotStarted);
+        // Two loads when nobody listens at debug level: the span's callsite is only consulted
+        // when some subscriber might want it.
+        if starting && tracing::level_enabled!(tracing::Level::DEBUG) {
+            *this.span = start_span(this.site, this.trace_id);
+        }
+        let _span = this.span.as_deref().map(tracing::Span::enter);
+        if starting {
             *this.layer = match outer_frame {
+                _ if *this.layer == Layer::SingleNotStarted => Layer::Single,
                 Some(outer) => {
                     nested(this.site, this.caller, outer);
                     Layer::Nested
                 }
                 None => Layer::Outermost,
             };
-            if let Some(span) = this.span.as_deref() {
-                // One logical call, one trace id: a nested retry shares its outer call's.
-                *this.trace_id = scope::current_trace_id();
-                span.record(
-                    "trace_id",
-                    tracing::field::display(format_args!("{:016x}", this.trace_id)),
-                );
-            }
         }
         let trace_id = match *this.trace_id {
             0 => outer_frame.map_or(0, |f| f.trace_id),
@@ -163,13 +166,32 @@ impl<F: Future> Future for Retrying<F> {
                 single: true,
                 ..Frame::outermost(this.site, trace_id)
             },
-            (Layer::Outermost | Layer::NotStarted, _) => Frame::outermost(this.site, trace_id),
+            // `Outermost` (the others were settled above).
+            _ => Frame::outermost(this.site, trace_id),
         };
         let entered = scope::enter(frame);
         let poll = this.inner.poll(cx);
         *this.trace_id = entered.leave();
         poll
     }
+}
+
+/// The `retry` span of a call starting now, if a subscriber wants it, with the call's trace id
+/// (drawn now into `trace_id`: a nested retry shares its outer call's).
+#[cold]
+#[inline(never)]
+fn start_span(site: &'static Site, trace_id: &mut u64) -> Option<Box<tracing::Span>> {
+    let function = site.function();
+    let span = tracing::debug_span!("retry", function, trace_id = tracing::field::Empty);
+    if span.is_disabled() {
+        return None;
+    }
+    *trace_id = scope::current_trace_id();
+    span.record(
+        "trace_id",
+        tracing::field::display(format_args!("{:016x}", trace_id)),
+    );
+    Some(Box::new(span))
 }
 
 /// Says once, when a retry starts inside another, that it makes a single attempt.

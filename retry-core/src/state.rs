@@ -129,8 +129,8 @@ pub enum Next<T, E> {
 ///
 /// Small on purpose (it lives in every `#[retryable]` future) and cheap on the success path:
 /// what only a failure needs — the backoff and its RNG, failure times, the give-up reason — sits
-/// behind one `Box` made on the first failure; the clock is read at the start only when the
-/// policy has a deadline.
+/// behind one `Box` made on the first failure (or at the first attempt when the policy has a
+/// deadline, whose start time it keeps: the only case the clock is read before a failure).
 #[derive(Debug)]
 pub struct State<'p> {
     policy: &'p Policy,
@@ -139,8 +139,6 @@ pub struct State<'p> {
     /// Attempts allowed: the policy's, or 1 inside another retry; set by the first attempt.
     limit: u32,
     attempt: u32,
-    /// When the first attempt started, if the policy has a deadline.
-    started: Option<Instant>,
     /// Whether failure times are kept (for a dead letter).
     record_failures: bool,
     failing: Option<Box<Failing>>,
@@ -149,9 +147,22 @@ pub struct State<'p> {
 /// What a call needs once an attempt has failed.
 #[derive(Debug)]
 struct Failing {
+    /// When the first attempt started, if the policy has a deadline.
+    started: Option<Instant>,
     backoff: Backoff,
     gave_up: Option<GiveUp>,
     failures: Option<Failures>,
+}
+
+impl Failing {
+    fn new(policy: &Policy) -> Self {
+        Failing {
+            started: None,
+            backoff: Backoff::new(policy),
+            gave_up: None,
+            failures: None,
+        }
+    }
 }
 
 /// When and why a call's attempts failed: the raw material of a dead letter.
@@ -174,7 +185,6 @@ impl<'p> State<'p> {
             site,
             limit: policy.get_max_attempts(),
             attempt: 0,
-            started: None,
             record_failures: false,
             failing: None,
         }
@@ -195,7 +205,7 @@ impl<'p> State<'p> {
 
     /// Counts the attempt about to start; `true` when the policy allows no other after it, so
     /// by-value arguments can be moved into it instead of cloned.
-    #[inline]
+    #[inline(always)]
     pub fn start_attempt(&mut self) -> bool {
         if self.attempt == 0 {
             self.first_attempt();
@@ -204,9 +214,10 @@ impl<'p> State<'p> {
         self.attempt >= self.limit
     }
 
+    #[inline]
     fn first_attempt(&mut self) {
         if self.policy.get_deadline().is_some() {
-            self.started = Some(Instant::now());
+            self.start_clock();
         }
         // The first attempt runs inside the poll of this call's `Retrying`, whose scope frame
         // says whether it is the one layer that retries.
@@ -217,6 +228,16 @@ impl<'p> State<'p> {
         if let Some(budget) = self.budget {
             budget.deposit();
         }
+    }
+
+    /// Keeps when the first attempt started, for the deadline: the one thing a failure needs
+    /// that must be taken before it.
+    #[cold]
+    #[inline(never)]
+    fn start_clock(&mut self) {
+        let mut failing = Failing::new(self.policy);
+        failing.started = Some(Instant::now());
+        self.failing = Some(Box::new(failing));
     }
 
     /// Attempts started so far.
@@ -264,13 +285,10 @@ impl<'p> State<'p> {
         error: E,
     ) -> Next<T, E> {
         let policy = self.policy;
-        let mut failing = self.failing.take().unwrap_or_else(|| {
-            Box::new(Failing {
-                backoff: Backoff::new(policy),
-                gave_up: None,
-                failures: None,
-            })
-        });
+        let mut failing = self
+            .failing
+            .take()
+            .unwrap_or_else(|| Box::new(Failing::new(policy)));
         if self.record_failures {
             let now = std::time::SystemTime::now();
             let failures = failing.failures.get_or_insert_with(|| Failures {
@@ -293,7 +311,7 @@ impl<'p> State<'p> {
         failing: &mut Failing,
     ) -> Next<T, E> {
         let decision = classifier.decide(&error);
-        match self.judge(decision, &mut failing.backoff) {
+        match self.judge(decision, failing) {
             Ok(wait) => {
                 tracing::debug!(
                     attempt = self.attempt,
@@ -329,7 +347,7 @@ impl<'p> State<'p> {
     }
 
     /// The wait before the next attempt, or why there is none.
-    fn judge(&self, decision: Decision, backoff: &mut Backoff) -> Result<Duration, GiveUp> {
+    fn judge(&self, decision: Decision, failing: &mut Failing) -> Result<Duration, GiveUp> {
         let policy = self.policy;
         let floor = match decision {
             Decision::Stop => return Err(GiveUp::NotRetryable),
@@ -351,8 +369,8 @@ impl<'p> State<'p> {
             Decision::Retry => Duration::ZERO,
         };
         // `Retry-After` is a floor: jitter may lengthen the wait but never shorten it.
-        let wait = backoff.next_delay().max(floor);
-        if let (Some(deadline), Some(started)) = (policy.get_deadline(), self.started) {
+        let wait = failing.backoff.next_delay().max(floor);
+        if let (Some(deadline), Some(started)) = (policy.get_deadline(), failing.started) {
             let spent = started.elapsed();
             if spent.saturating_add(wait) > deadline {
                 return Err(GiveUp::Deadline {

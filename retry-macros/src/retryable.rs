@@ -148,6 +148,8 @@ fn check_signature(function: &ItemFn, errors: &mut Errors) {
 enum Passing {
     /// `&mut T`: reborrowed for each attempt.
     Reborrow,
+    /// `&T`: copied into each attempt; no slot to keep it in, nothing to clone.
+    Copy,
     /// Everything else: cloned for every attempt but the last, which gets the original.
     CloneUntilLast,
 }
@@ -276,6 +278,7 @@ pub(crate) fn retry_loop(
         *typed.pat = syn::parse_quote!(#outer);
         let passing = match &*typed.ty {
             Type::Reference(r) if r.mutability.is_some() => Passing::Reborrow,
+            Type::Reference(_) => Passing::Copy,
             _ => Passing::CloneUntilLast,
         };
         arguments.push(Argument {
@@ -316,6 +319,9 @@ pub(crate) fn retry_loop(
         match passing {
             Passing::Reborrow => {
                 per_attempt.push(quote!(let #this_attempt = &mut *#outer;));
+            }
+            Passing::Copy => {
+                per_attempt.push(quote!(let #this_attempt = #outer;));
             }
             Passing::CloneUntilLast => {
                 slots.push(quote!(let mut #slot = ::core::option::Option::Some(#outer);));
@@ -389,11 +395,19 @@ pub(crate) fn retry_loop(
 
     let classifier = Ident::new("__retry_classifier", Span::mixed_site());
     let hook = Ident::new("__retry_hook", Span::mixed_site());
-    let classify = match &args.retry_if {
-        Some(path) => quote!(#path),
+    // `retry_if = path` is held for the whole call (it may keep state between attempts); the
+    // default is made where it is used, so its two function pointers are not kept in the future.
+    let (hold_classifier, classifier_ref) = match &args.retry_if {
+        Some(path) => (
+            quote!(let mut #classifier = #path;),
+            quote!(&mut #classifier),
+        ),
         None => {
             let private = private_at(output_span);
-            quote_spanned!(output_span=> #private::by_classify())
+            (
+                TokenStream::new(),
+                quote_spanned!(output_span=> &mut #private::by_classify()),
+            )
         }
     };
     let on_retry = match &args.on_retry {
@@ -403,8 +417,23 @@ pub(crate) fn retry_loop(
 
     let AttemptBody { items, stmts, .. } = &body;
     let private_out = private_at(output_span);
+    // `async move` hands each attempt its arguments by value: a non-move block borrows a `Copy`
+    // argument from the loop, and the future keeps it twice. Not with a `&mut self` receiver
+    // (it would move into the first attempt), nor when other code reads the arguments.
+    let mut_receiver = sig.inputs.iter().any(|input| match input {
+        FnArg::Receiver(receiver) => match &receiver.kind {
+            syn::ReceiverKind::Reference(_, _, mutability) => mutability.is_some(),
+            syn::ReceiverKind::Typed(_, ty) => {
+                matches!(&**ty, Type::Reference(r) if r.mutability.is_some())
+            }
+            _ => false,
+        },
+        FnArg::Typed(_) => false,
+    });
+    let by_move = (!mut_receiver && !body.args_used_elsewhere && body.idempotency_key.is_none())
+        .then(|| quote!(move));
     let attempt_block = quote_spanned! {output_span=>
-        #private_out::attempt::<#output, _>(async {
+        #private_out::attempt::<#output, _>(async #by_move {
             #items
             #(#bindings)*
             #stmts
@@ -461,27 +490,46 @@ pub(crate) fn retry_loop(
             )
         }
     };
-    quote! {
+    // With nothing to evaluate from the arguments before they move into their slots (`dlq`,
+    // `policy`, `budget`), the slots are made before the future: the future then holds each
+    // by-value argument once (its slot), not also the moved-from original.
+    let (slots_before, slots_inside) =
+        if args.dlq.is_none() && args.policy.is_none() && args.budget.is_none() {
+            (quote!(#(#slots)*), TokenStream::new())
+        } else {
+            (TokenStream::new(), quote!(#(#slots)*))
+        };
+    quote! {{
+        #slots_before
         #private::retrying(#site, #caller, async move {
             #policy_ref
             #dlq_prelude
-            #(#slots)*
-            let mut #classifier = #classify;
+            #slots_inside
+            #hold_classifier
             let mut #hook = #on_retry;
             loop {
                 let #last = #state.start_attempt();
-                #(#per_attempt)*
-                let #outcome = #attempt;
-                match #state.after_attempt(#private_out::into_result(#outcome), &mut #classifier, &mut #hook) {
+                // In a block of its own, so this attempt's arguments are not kept in the
+                // future while it waits for the next one.
+                let #outcome = {
+                    #(#per_attempt)*
+                    #attempt
+                };
+                // Outside the `match`, so its scrutinee is not held across the pause; a zero
+                // wait makes no `Pause` at all.
+                let #wait = match #state.after_attempt(#private_out::into_result(#outcome), #classifier_ref, &mut #hook) {
                     #private::Next::Return(#returned) => {
                         #park
                         return #private_out::from_result::<#output>(#returned);
                     }
-                    #private::Next::Retry(#wait) => #private::pause(#wait).await,
+                    #private::Next::Retry(#wait) => #wait,
+                };
+                if !#wait.is_zero() {
+                    #private::pause(#wait).await;
                 }
             }
         })
-    }
+    }}
 }
 
 /// `x: T` patterns do not occur inside fn args, but a `Pat::Type` would need its type dropped
