@@ -29,7 +29,7 @@ use rusqlite::{Connection, TransactionBehavior, params};
 use super::row::{self, NewRow, corrupt};
 use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, RedriveRecord};
 use crate::sql::sqlite::{
-    self as sql, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, Schema, Settings, blocking,
+    self as sql, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, Schema, Settings,
 };
 use crate::time::format_utc;
 
@@ -274,12 +274,7 @@ impl SqliteDeadLetters {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, Fail> + Send + 'static,
     {
-        let pool = Arc::clone(&self.pool);
-        let reservation = pool.reserve().await.map_err(DlqError::from_sqlite)?;
-        blocking(&self.pool.path, move || {
-            pool.with_connection(reservation, op)
-        })
-        .await
+        self.pool.run(op).await
     }
 }
 

@@ -33,8 +33,8 @@ use super::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, StoreError, TransactionalStore,
 };
 use crate::sql::sqlite::{
-    self as sql, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, PooledConnection, Reservation,
-    Schema, Settings, blocking,
+    self as sql, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, PooledConnection, Schema, Settings,
+    blocking,
 };
 use crate::time::{Clock, SystemClock, format_utc, later, parse_utc};
 
@@ -414,27 +414,14 @@ impl SqliteStore {
         self
     }
 
-    /// Runs `op` on a pooled connection (see [`blocking`]).
+    /// Runs `op` on a pooled connection, off the async executor (see [`Pool::run`]).
     async fn run<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection, &dyn Clock) -> Result<T, Fail> + Send + 'static,
     {
-        let reservation = self.pool.reserve().await.map_err(StoreError::from_sqlite)?;
-        blocking(&self.pool.path, self.work(reservation, op)).await
-    }
-
-    fn work<T, F>(
-        &self,
-        reservation: Reservation,
-        op: F,
-    ) -> impl FnOnce() -> Result<T, StoreError> + Send + 'static
-    where
-        F: FnOnce(&mut Connection, &dyn Clock) -> Result<T, Fail> + Send + 'static,
-    {
-        let pool = Arc::clone(&self.pool);
         let clock = Arc::clone(&self.clock);
-        move || pool.with_connection(reservation, |conn| op(conn, &*clock))
+        self.pool.run(move |conn| op(conn, &*clock)).await
     }
 }
 
@@ -487,17 +474,9 @@ impl IdempotencyStore for SqliteStore {
         // A task of its own: the wait for a connection must not hold a blocking thread either.
         runtime.spawn(async move {
             let path = pool.path.clone();
-            let released = match pool.reserve().await {
-                Ok(reservation) => {
-                    blocking(&path, move || {
-                        pool.with_connection(reservation, |conn| {
-                            guarded(conn, RELEASE, params![key, token]).map(|()| key)
-                        })
-                    })
-                    .await
-                }
-                Err(e) => Err(StoreError::from_sqlite(e)),
-            };
+            let released = pool
+                .run(move |conn| guarded(conn, RELEASE, params![key, token]).map(|()| key))
+                .await;
             match released {
                 Ok(key) => tracing::debug!(path = %path.display(), %key, token, "released an abandoned claim"),
                 Err(StoreError::Fenced) => {
@@ -1259,6 +1238,7 @@ fn purge_in(conn: &mut Connection, clock: &dyn Clock, age: Duration) -> Result<u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sql::sqlite::Reservation;
     use rusqlite::ErrorCode;
     use std::future::Future;
     use std::pin::pin;

@@ -314,7 +314,22 @@ impl Pool {
         state.idle.push(conn);
     }
 
-    /// Runs `op` on a connection of the pool.
+    /// Runs `op` on a connection of the pool, off the async executor: the connection is
+    /// reserved first ([`Pool::reserve`]), then checked out on a blocking thread ([`blocking`]).
+    pub(crate) async fn run<T, E>(
+        self: &Arc<Self>,
+        op: impl FnOnce(&mut Connection) -> Result<T, Fail<E>> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: FromSqliteError + Send + 'static,
+    {
+        let reservation = self.reserve().await.map_err(E::from_sqlite)?;
+        let pool = Arc::clone(self);
+        blocking(&self.path, move || pool.with_connection(reservation, op)).await
+    }
+
+    /// Runs `op` on a connection of the pool, on this thread.
     pub(crate) fn with_connection<T, E: FromSqliteError>(
         self: &Arc<Self>,
         reservation: Reservation,
