@@ -2,22 +2,12 @@
 //! on loopback and its summary holds: every logical operation had exactly one side effect,
 //! duplicates were absorbed, the parked letter was redriven and the dead-letter queue is empty.
 
-use std::process::Command;
+#[path = "common/example.rs"]
+mod example;
 
 #[test]
 fn the_demo_books_every_payment_once_and_empties_its_dead_letter_queue() {
-    let output = Command::new(env!("CARGO"))
-        .args(["run", "--quiet", "--example", "demo"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "the demo failed ({})\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-        output.status
-    );
+    let stdout = example::stdout_of_success("demo", &[]);
     let summary = stdout
         .split_once("\nsummary\n")
         .map(|(_, summary)| summary)

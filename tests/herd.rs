@@ -2,37 +2,29 @@
 //! back in one window and the clients do the most work; the PNG is written; the same flags give
 //! the same figures; a bad flag value is refused with a clear message.
 
+#[path = "common/example.rs"]
+mod example;
 #[path = "common/tempdir.rs"]
 mod tempdir;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use tempdir::TempDir;
 
 const CLIENTS: u64 = 1000;
 
 fn herd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO"))
-        .args(["run", "--quiet", "--example", "herd", "--"])
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo runs")
+    example::run("herd", args)
 }
 
 fn run_ok(out: &Path) -> String {
     let clients = CLIENTS.to_string();
-    let output = herd(&["--clients", &clients, "--out", out.to_str().unwrap()]);
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "herd failed ({})\n--- stdout\n{stdout}\n--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
+    example::stdout_of_success(
+        "herd",
+        &["--clients", &clients, "--out", out.to_str().unwrap()],
+    )
 }
 
 /// One row of the printed table.

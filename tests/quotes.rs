@@ -1,22 +1,12 @@
 //! `cargo run --example quotes` runs end to end and its summary reports what the retry policy did:
 //! which scenarios were retried, how many attempts each made, and why it stopped.
 
-use std::process::Command;
+#[path = "common/example.rs"]
+mod example;
 
 #[test]
 fn the_demo_retries_transient_failures_and_stops_on_permanent_ones() {
-    let output = Command::new(env!("CARGO"))
-        .args(["run", "--quiet", "--example", "quotes"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "the demo failed ({})\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-        output.status
-    );
+    let stdout = example::stdout_of_success("quotes", &[]);
 
     let summary = stdout
         .split_once("\nsummary")
