@@ -42,6 +42,9 @@ pub const DEFAULT_RATE: u32 = 5;
 /// Failures that stop a run unless [`Redrive::stop_after_failures`] says otherwise.
 pub const DEFAULT_STOP_AFTER_FAILURES: u32 = 3;
 
+/// Why a letter of the snapshot was not sent after the run stopped.
+const STOPPED_BEFORE: &str = "the run stopped before this letter";
+
 /// Which letters a redrive chooses: all conditions must hold. Ages count from the letter's
 /// `last_failed_at`.
 ///
@@ -472,7 +475,7 @@ impl<'s, S: DeadLetterStore + ?Sized> Redrive<'s, S> {
         let mut next_send = tokio::time::Instant::now();
         for chosen in &snapshot {
             if run.record.stopped.is_some() {
-                run.skip(&chosen.msg_id, "the run stopped before this letter");
+                run.skip(&chosen.msg_id, STOPPED_BEFORE);
                 continue;
             }
             // The letter as it is now: someone may have acknowledged or put it back meanwhile.
@@ -484,7 +487,7 @@ impl<'s, S: DeadLetterStore + ?Sized> Redrive<'s, S> {
                 }
                 Err(e) => {
                     run.stop(format!("dead-letter store failed: {e}"));
-                    run.skip(&chosen.msg_id, "the run stopped before this letter");
+                    run.skip(&chosen.msg_id, STOPPED_BEFORE);
                     continue;
                 }
             };
