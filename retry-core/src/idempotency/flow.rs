@@ -343,10 +343,7 @@ impl<S: IdempotencyStore + ?Sized> HeldClaim<'_, S> {
     /// waiting at most the store's [`operation_timeout`](IdempotencyStore::operation_timeout).
     pub async fn fail(mut self, keep_failed: bool) -> Result<(), StoreError> {
         match self.take() {
-            Some(claim) if keep_failed => {
-                bounded(self.store, "mark_failed", self.store.mark_failed(&claim)).await
-            }
-            Some(claim) => bounded(self.store, "release", self.store.release(&claim)).await,
+            Some(claim) => undo(self.store, &claim, keep_failed).await,
             None => Ok(()),
         }
     }
@@ -406,14 +403,24 @@ where
     }
 }
 
-/// Releases the claim of a failed call, or marks it failed with `keep_failed`.
-async fn give_up<S: IdempotencyStore + ?Sized>(store: &S, claim: &Claim, call: &Settings) {
-    let undone = if call.keep_failed {
+/// Releases `claim` after a failed body, or marks it failed with `keep_failed`, waiting at most
+/// the store's [`operation_timeout`](IdempotencyStore::operation_timeout).
+async fn undo<S: IdempotencyStore + ?Sized>(
+    store: &S,
+    claim: &Claim,
+    keep_failed: bool,
+) -> Result<(), StoreError> {
+    if keep_failed {
         bounded(store, "mark_failed", store.mark_failed(claim)).await
     } else {
         bounded(store, "release", store.release(claim)).await
-    };
-    if let Err(e) = undone {
+    }
+}
+
+/// Gives up the claim of a failed call (see [`undo`]); a failure is logged, and the lease frees
+/// the claim later.
+async fn give_up<S: IdempotencyStore + ?Sized>(store: &S, claim: &Claim, call: &Settings) {
+    if let Err(e) = undo(store, claim, call.keep_failed).await {
         // The lease frees the claim later; a resend meanwhile gets `InProgress`.
         tracing::warn!(function = call.function, key = %call.key, error = %e, "could not release the claim of a failed call");
     }
