@@ -687,12 +687,13 @@ impl DeadLetterStore for JsonlSink {
 
     /// Appends `{"redrive":{...}}` and fsyncs, like every other line.
     async fn record_redrive(&self, record: &RedriveRecord) -> Result<(), DlqError> {
-        let line = to_line(&RedriveLine {
+        let entry = RedriveLine {
             redrive: record.clone(),
-        })?;
+        };
+        let line = to_line(&entry)?;
         let mut state = self.state();
         state.append(&self.path, &line)?;
-        state.index.apply(Entry::Redrive(record.clone()));
+        state.index.apply(Entry::Redrive(entry.redrive));
         Ok(())
     }
 
