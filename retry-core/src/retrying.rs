@@ -1,6 +1,7 @@
 //! The future a retrying call returns.
 
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::panic::Location;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -40,15 +41,40 @@ pin_project! {
     pub struct Retrying<F> {
         #[pin]
         inner: F,
-        // Boxed, and only when a subscriber wants it: a disabled span would still take 40 bytes
-        // of every retrying future.
-        span: Option<Box<tracing::Span>>,
+        span: SpanSlot,
         site: &'static Site,
         caller: &'static Location<'static>,
         // `0` until drawn: only a failure, a dead letter or an enabled span needs one.
         trace_id: u64,
         layer: Layer,
     }
+}
+
+/// The call's `retry` span: boxed, and only when a subscriber wants it (a disabled span would
+/// still take 40 bytes of every retrying future). Dropped by hand, so that a call without one
+/// pays a test, not a call into the span's drop glue.
+struct SpanSlot(Option<ManuallyDrop<Box<tracing::Span>>>);
+
+impl SpanSlot {
+    #[inline]
+    fn enter(&self) -> Option<tracing::span::Entered<'_>> {
+        self.0.as_deref().map(|span| span.enter())
+    }
+}
+
+impl Drop for SpanSlot {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(span) = self.0.take() {
+            drop_span(span);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn drop_span(span: ManuallyDrop<Box<tracing::Span>>) {
+    drop(ManuallyDrop::into_inner(span));
 }
 
 /// Where this retry stands among the retries of its task; decided on the first poll.
@@ -75,7 +101,7 @@ impl<F> Retrying<F> {
     pub(crate) fn new(site: &'static Site, caller: &'static Location<'static>, inner: F) -> Self {
         Retrying {
             inner,
-            span: None,
+            span: SpanSlot(None),
             site,
             caller,
             trace_id: 0,
@@ -134,52 +160,65 @@ impl<F: Future> Future for Retrying<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let outer_frame = scope::current();
-        let starting = matches!(*this.layer, Layer::NotStarted | Layer::SingleNotStarted);
-        // Two loads when nobody listens at debug level: the span's callsite is only consulted
-        // when some subscriber might want it.
-        if starting && tracing::level_enabled!(tracing::Level::DEBUG) {
-            *this.span = start_span(this.site, this.trace_id);
+        if matches!(*this.layer, Layer::NotStarted | Layer::SingleNotStarted) {
+            // Three loads on the common path: nobody listens at debug level, no retry is
+            // running here, and no single attempt was asked for.
+            if *this.layer == Layer::NotStarted
+                && !tracing::level_enabled!(tracing::Level::DEBUG)
+                && !scope::is_active()
+            {
+                *this.layer = Layer::Outermost;
+            } else {
+                start(this.span, this.site, this.caller, this.trace_id, this.layer);
+            }
         }
-        let _span = this.span.as_deref().map(tracing::Span::enter);
-        if starting {
-            *this.layer = match outer_frame {
-                _ if *this.layer == Layer::SingleNotStarted => Layer::Single,
-                Some(outer) => {
-                    nested(this.site, this.caller, outer);
-                    Layer::Nested
-                }
-                None => Layer::Outermost,
-            };
-        }
-        let trace_id = match *this.trace_id {
-            0 => outer_frame.map_or(0, |f| f.trace_id),
-            id => id,
+        let _span = this.span.enter();
+        let (site, trace_id) = (*this.site, *this.trace_id);
+        let frame = match *this.layer {
+            // The one layer that retries needs nothing from outside.
+            Layer::Outermost => Frame::outermost(site, trace_id),
+            // The others were settled above: a single attempt, inside whatever frame is
+            // current now (the outer retry's, when nested).
+            _ => scope::with_current(|outer| match outer {
+                Some(outer) => outer.single_inside(trace_id),
+                None => Frame::new(site, true, false, trace_id),
+            }),
         };
-        let frame = match (*this.layer, outer_frame) {
-            (Layer::Nested | Layer::Single, Some(outer)) => Frame {
-                single: true,
-                trace_id,
-                ..outer
-            },
-            (Layer::Nested | Layer::Single, None) => Frame {
-                single: true,
-                ..Frame::outermost(this.site, trace_id)
-            },
-            // `Outermost` (the others were settled above).
-            _ => Frame::outermost(this.site, trace_id),
-        };
-        let entered = scope::enter(frame);
+        let entered = scope::enter(&frame);
         let poll = this.inner.poll(cx);
-        *this.trace_id = entered.leave();
+        drop(entered);
+        *this.trace_id = frame.trace_id();
         poll
     }
 }
 
-/// The `retry` span of a call starting now, if a subscriber wants it, with the call's trace id
-/// (drawn now into `trace_id`: a nested retry shares its outer call's).
+/// The first poll of a call that is not simply the outermost with nobody listening: starts the
+/// `retry` span if a subscriber wants it, and decides the layer.
 #[cold]
 #[inline(never)]
+fn start(
+    span: &mut SpanSlot,
+    site: &'static Site,
+    caller: &'static Location<'static>,
+    trace_id: &mut u64,
+    layer: &mut Layer,
+) {
+    if tracing::level_enabled!(tracing::Level::DEBUG) {
+        span.0 = start_span(site, trace_id).map(ManuallyDrop::new);
+    }
+    let _span = span.enter();
+    *layer = match scope::with_current(|outer| outer.map(|f| (f.outer, f.quiet))) {
+        _ if *layer == Layer::SingleNotStarted => Layer::Single,
+        Some((outer, quiet)) => {
+            nested(site, caller, outer, quiet);
+            Layer::Nested
+        }
+        None => Layer::Outermost,
+    };
+}
+
+/// The `retry` span of a call starting now, if a subscriber wants it, with the call's trace id
+/// (drawn now into `trace_id`: a nested retry shares its outer call's).
 fn start_span(site: &'static Site, trace_id: &mut u64) -> Option<Box<tracing::Span>> {
     let function = site.function();
     let span = tracing::debug_span!("retry", function, trace_id = tracing::field::Empty);
@@ -195,11 +234,15 @@ fn start_span(site: &'static Site, trace_id: &mut u64) -> Option<Box<tracing::Sp
 }
 
 /// Says once, when a retry starts inside another, that it makes a single attempt.
-#[cold]
-fn nested(site: &'static Site, caller: &'static Location<'static>, outer: Frame) {
+fn nested(
+    site: &'static Site,
+    caller: &'static Location<'static>,
+    outer: &'static Site,
+    quiet: bool,
+) {
     let function = site.function();
-    let outer_function = outer.outer.function();
-    if outer.quiet {
+    let outer_function = outer.function();
+    if quiet {
         // Asked for by the caller: expected, not a mistake to warn about.
         tracing::debug!(
             function,

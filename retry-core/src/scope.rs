@@ -11,6 +11,9 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
+use std::ptr;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context, Poll};
 
 use ::metrics::Label;
@@ -19,7 +22,11 @@ use pin_project_lite::pin_project;
 use crate::metrics::Site;
 
 /// A retry running on this thread's current poll.
-#[derive(Debug, Clone, Copy)]
+///
+/// It lives on the stack of the poll that entered it (or in an [`InScope`]); the thread-local
+/// holds only its address, so entering and leaving a scope is one pointer swap each way, not a
+/// copy of the frame in and out.
+#[derive(Debug)]
 pub(crate) struct Frame {
     /// The outermost retrying function: the one layer that retries.
     pub(crate) outer: &'static Site,
@@ -31,16 +38,61 @@ pub(crate) struct Frame {
     /// The logical call's trace id: on its tracing events and its dead letter. `0` until
     /// something asks for it ([`current_trace_id`]): a call that succeeds at once and that no
     /// subscriber watches never draws one.
-    pub(crate) trace_id: u64,
+    ///
+    /// Atomic only so that futures holding a frame stay `Sync`: a frame is read and written by
+    /// the one thread polling it, and a relaxed load or store costs what a `Cell`'s does.
+    trace_id: AtomicU64,
 }
 
 impl Frame {
-    pub(crate) const fn outermost(site: &'static Site, trace_id: u64) -> Frame {
+    /// A frame whose one retrying layer is `outer`'s.
+    #[inline]
+    pub(crate) const fn new(
+        outer: &'static Site,
+        single: bool,
+        quiet: bool,
+        trace_id: u64,
+    ) -> Frame {
         Frame {
-            outer: site,
-            single: false,
-            quiet: false,
-            trace_id,
+            outer,
+            single,
+            quiet,
+            trace_id: AtomicU64::new(trace_id),
+        }
+    }
+
+    /// The frame of the one layer that retries, `site`.
+    #[inline]
+    pub(crate) const fn outermost(site: &'static Site, trace_id: u64) -> Frame {
+        Frame::new(site, false, false, trace_id)
+    }
+
+    /// A frame inside this one: the same outer function, and `trace_id` or else this frame's
+    /// trace id; a single attempt.
+    #[inline]
+    pub(crate) fn single_inside(&self, trace_id: u64) -> Frame {
+        let trace_id = match trace_id {
+            0 => self.trace_id(),
+            id => id,
+        };
+        Frame::new(self.outer, true, self.quiet, trace_id)
+    }
+
+    /// The trace id, `0` if none has been drawn.
+    #[inline]
+    pub(crate) fn trace_id(&self) -> u64 {
+        self.trace_id.load(Relaxed)
+    }
+
+    /// The trace id, drawn now if the frame has none yet.
+    fn trace_id_or_draw(&self) -> u64 {
+        match self.trace_id.load(Relaxed) {
+            0 => {
+                let id = new_trace_id();
+                self.trace_id.store(id, Relaxed);
+                id
+            }
+            id => id,
         }
     }
 }
@@ -86,79 +138,66 @@ pub(crate) fn new_trace_id() -> u64 {
 /// The trace id of the call running here (drawn now if it has none yet, and kept in its frame),
 /// or a fresh one outside any retry.
 pub(crate) fn current_trace_id() -> u64 {
-    CURRENT.with(|current| match current.get() {
-        Some(frame) if frame.trace_id != 0 => frame.trace_id,
-        Some(frame) => {
-            let trace_id = new_trace_id();
-            current.set(Some(Frame { trace_id, ..frame }));
-            trace_id
-        }
-        None => new_trace_id(),
-    })
+    with_current(|frame| frame.map_or_else(new_trace_id, Frame::trace_id_or_draw))
 }
 
 #[cfg(not(retry_core_loom))]
 thread_local! {
-    static CURRENT: Cell<Option<Frame>> = const { Cell::new(None) };
+    /// The frame of the retry being polled on this thread: null outside any. Non-null only
+    /// between [`enter`] and the drop of its guard, which borrows the frame.
+    static CURRENT: Cell<*const Frame> = const { Cell::new(ptr::null()) };
 }
 
 #[cfg(retry_core_loom)]
 loom::thread_local! {
-    static CURRENT: Cell<Option<Frame>> = Cell::new(None);
+    static CURRENT: Cell<*const Frame> = Cell::new(ptr::null());
 }
 
-/// The frame of the retry being polled on this thread, if any.
+/// Runs `f` with the frame of the retry being polled on this thread, if any.
 #[inline]
-pub(crate) fn current() -> Option<Frame> {
-    CURRENT.with(Cell::get)
+pub(crate) fn with_current<R>(f: impl FnOnce(Option<&Frame>) -> R) -> R {
+    let current = CURRENT.with(Cell::get);
+    // SAFETY: a non-null pointer was stored by `enter` from a `&'a Frame` held by the guard it
+    // returned, and is replaced by the previous value when that guard drops. Guards are locals
+    // of nested polls, so they drop in reverse order of entry: while the pointer is current,
+    // its guard, and so the borrow of the frame, is alive further up this thread's stack.
+    // Frames are only mutated through atomics, so a shared reference is all anyone takes.
+    f(unsafe { current.as_ref() })
 }
 
-/// Makes `frame` current until the guard drops (or [`Entered::leave`]), then restores the
-/// previous one (also on panic).
+/// Makes `frame` current until the guard drops, then restores the previous one (also on
+/// panic), passing a trace id drawn inside `frame` on to it.
 #[inline]
-pub(crate) fn enter(frame: Frame) -> Entered {
+pub(crate) fn enter(frame: &Frame) -> Entered<'_> {
     Entered {
-        previous: CURRENT.with(|c| c.replace(Some(frame))),
+        frame,
+        previous: CURRENT.with(|c| c.replace(frame)),
     }
 }
 
-pub(crate) struct Entered {
-    previous: Option<Frame>,
+/// See [`enter`]. Never forgotten: its drop is what keeps the thread-local valid.
+pub(crate) struct Entered<'a> {
+    frame: &'a Frame,
+    previous: *const Frame,
 }
 
-impl Entered {
-    /// Restores the previous frame and returns the trace id the frame ended with: a trace id
-    /// drawn inside it is kept by whoever entered it.
+impl Drop for Entered<'_> {
     #[inline]
-    pub(crate) fn leave(self) -> u64 {
-        let trace_id = restore(self.previous);
-        std::mem::forget(self);
-        trace_id
-    }
-}
-
-/// Puts `previous` back; a trace id drawn inside the frame being left belongs to the same
-/// logical call as `previous` (every nested frame is derived from its outer one), so an outer
-/// frame without one adopts it. Returns the left frame's trace id.
-#[inline]
-fn restore(previous: Option<Frame>) -> u64 {
-    CURRENT.with(|c| {
-        let left = c.get().map_or(0, |f| f.trace_id);
-        let previous = previous.map(|p| match p.trace_id {
-            0 => Frame {
-                trace_id: left,
-                ..p
-            },
-            _ => p,
-        });
-        c.set(previous);
-        left
-    })
-}
-
-impl Drop for Entered {
     fn drop(&mut self) {
-        restore(self.previous);
+        // A trace id drawn inside the frame being left belongs to the same logical call as the
+        // previous frame (every nested frame is derived from its outer one), so an outer frame
+        // without one adopts it.
+        let id = self.frame.trace_id();
+        if id != 0 {
+            // SAFETY: `previous` was current when this guard was made, so its own guard is
+            // still alive further up the stack (see `with_current`).
+            if let Some(previous) = unsafe { self.previous.as_ref() } {
+                if previous.trace_id() == 0 {
+                    previous.trace_id.store(id, Relaxed);
+                }
+            }
+        }
+        CURRENT.with(|c| c.set(self.previous));
     }
 }
 
@@ -178,8 +217,9 @@ impl Drop for Entered {
 /// assert!(inside().await.unwrap());
 /// # }
 /// ```
+#[inline]
 pub fn is_active() -> bool {
-    current().is_some()
+    with_current(|frame| frame.is_some())
 }
 
 /// Carries the retry scope active now into `future`, typically one about to be spawned: retries
@@ -201,15 +241,10 @@ pub fn is_active() -> bool {
 /// # }
 /// ```
 pub fn in_current_scope<F: Future>(future: F) -> InScope<F> {
-    // The id is drawn now, so a copy polled on another thread shares it.
-    let trace_id = current().map(|_| current_trace_id());
     InScope {
         future,
-        frame: current().map(|f| Frame {
-            single: true,
-            trace_id: trace_id.unwrap_or(f.trace_id),
-            ..f
-        }),
+        // The id is drawn now, so a copy polled on another thread shares it.
+        frame: with_current(|frame| frame.map(|f| f.single_inside(f.trace_id_or_draw()))),
     }
 }
 
@@ -238,16 +273,16 @@ pub fn in_current_scope<F: Future>(future: F) -> InScope<F> {
 pub fn caller_retries<F: Future>(future: F) -> InScope<F> {
     InScope {
         future,
-        frame: Some(Frame {
-            outer: {
+        frame: Some(Frame::new(
+            {
                 static LABELS: [Label; 1] = Site::labels("the caller");
                 static CALLER: Site = Site::new("the caller", &LABELS);
                 &CALLER
             },
-            single: true,
-            quiet: true,
-            trace_id: current_trace_id(),
-        }),
+            true,
+            true,
+            current_trace_id(),
+        )),
     }
 }
 
@@ -255,16 +290,16 @@ pub fn caller_retries<F: Future>(future: F) -> InScope<F> {
 pub(crate) fn single_attempt<F: Future>(future: F) -> InScope<F> {
     InScope {
         future,
-        frame: Some(Frame {
-            outer: {
+        frame: Some(Frame::new(
+            {
                 static LABELS: [Label; 1] = Site::labels("single_attempt()");
                 static SINGLE: Site = Site::new("single_attempt()", &LABELS);
                 &SINGLE
             },
-            single: true,
-            quiet: true,
-            trace_id: current_trace_id(),
-        }),
+            true,
+            true,
+            current_trace_id(),
+        )),
     }
 }
 
@@ -295,10 +330,8 @@ impl<F: Future> Future for InScope<F> {
         let Some(frame) = this.frame else {
             return this.future.poll(cx);
         };
-        let entered = enter(*frame);
-        let poll = this.future.poll(cx);
-        frame.trace_id = entered.leave();
-        poll
+        let _entered = enter(frame);
+        this.future.poll(cx)
     }
 }
 

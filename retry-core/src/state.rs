@@ -1,6 +1,7 @@
 //! The retry state machine: every decision between two attempts is taken here, once, for both
 //! the code `#[retryable]` emits and [`Policy::retry`](crate::Policy::retry).
 
+use std::cell::Cell;
 use std::fmt;
 use std::time::Duration;
 
@@ -163,6 +164,46 @@ impl Failing {
             failures: None,
         }
     }
+
+    /// A fresh `Failing` in the box the last failed call on this thread left behind, if any:
+    /// a call that fails pays no allocation and free, only this reset.
+    fn boxed(policy: &Policy) -> Box<Failing> {
+        match SPARE.try_with(Cell::take).ok().flatten() {
+            Some(mut spare) => {
+                *spare = Failing::new(policy);
+                spare
+            }
+            None => Box::new(Failing::new(policy)),
+        }
+    }
+
+    /// Keeps a finished call's box for the next call on this thread that fails.
+    #[cold]
+    #[inline(never)]
+    fn recycle(failing: Box<Failing>) {
+        // Err: the thread is exiting; the box is simply freed.
+        let _ = SPARE.try_with(|spare| spare.set(Some(failing)));
+    }
+}
+
+#[cfg(not(retry_core_loom))]
+thread_local! {
+    /// See [`Failing::boxed`].
+    static SPARE: Cell<Option<Box<Failing>>> = const { Cell::new(None) };
+}
+
+#[cfg(retry_core_loom)]
+loom::thread_local! {
+    static SPARE: Cell<Option<Box<Failing>>> = Cell::new(None);
+}
+
+impl Drop for State<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(failing) = self.failing.take() {
+            Failing::recycle(failing);
+        }
+    }
 }
 
 /// When and why a call's attempts failed: the raw material of a dead letter.
@@ -214,14 +255,14 @@ impl<'p> State<'p> {
         self.attempt >= self.limit
     }
 
-    #[inline]
+    #[inline(always)]
     fn first_attempt(&mut self) {
         if self.policy.get_deadline().is_some() {
             self.start_clock();
         }
         // The first attempt runs inside the poll of this call's `Retrying`, whose scope frame
         // says whether it is the one layer that retries.
-        if scope::current().is_some_and(|frame| frame.single) {
+        if scope::with_current(|frame| frame.is_some_and(|frame| frame.single)) {
             self.limit = 1;
         }
         metrics::call_started(self.site);
@@ -235,9 +276,9 @@ impl<'p> State<'p> {
     #[cold]
     #[inline(never)]
     fn start_clock(&mut self) {
-        let mut failing = Failing::new(self.policy);
+        let mut failing = Failing::boxed(self.policy);
         failing.started = Some(Instant::now());
-        self.failing = Some(Box::new(failing));
+        self.failing = Some(failing);
     }
 
     /// Attempts started so far.
@@ -288,7 +329,7 @@ impl<'p> State<'p> {
         let mut failing = self
             .failing
             .take()
-            .unwrap_or_else(|| Box::new(Failing::new(policy)));
+            .unwrap_or_else(|| Failing::boxed(policy));
         if self.record_failures {
             let now = std::time::SystemTime::now();
             let failures = failing.failures.get_or_insert_with(|| Failures {
