@@ -168,7 +168,8 @@ where
             site,
             self.caller,
             RetryFuture {
-                state: State::new(self.policy, site),
+                state: State::new(self.policy),
+                site,
                 op: self.op,
                 classify: self.classify,
                 on_retry: self.on_retry,
@@ -194,6 +195,7 @@ pin_project! {
     #[must_use = "futures do nothing unless you `.await` or poll them"]
     pub struct RetryFuture<'p, Op, Fut, C, H> {
         state: State<'p>,
+        site: &'static Site,
         op: Op,
         classify: C,
         on_retry: H,
@@ -216,15 +218,15 @@ where
         loop {
             match this.phase.as_mut().project() {
                 PhaseProj::Idle => {
-                    this.state.start_attempt();
+                    this.state.start_attempt(this.site);
                     let attempt = (this.op)();
                     this.phase.set(Phase::Running { attempt });
                 }
                 PhaseProj::Running { attempt } => {
                     let outcome = ready!(attempt.poll(cx));
-                    let next = this
-                        .state
-                        .after_attempt(outcome, this.classify, this.on_retry);
+                    let next =
+                        this.state
+                            .after_attempt(this.site, outcome, this.classify, this.on_retry);
                     match next {
                         Next::Return(result) => {
                             this.phase.set(Phase::Done);

@@ -309,6 +309,7 @@ pub fn letter_input<I: std::fmt::Display + ?Sized, O: serde::Serialize + ?Sized>
 /// Not parked (the sink failed): `E::from(DlqFailed)`, so the caller does not acknowledge the
 /// message. A call collapsed to one attempt by nesting parks nothing: its outer layer decides.
 pub async fn park_on_give_up<S, T, E>(
+    site: &'static Site,
     state: &State<'_>,
     result: Result<T, E>,
     sink: &S,
@@ -341,11 +342,11 @@ where
     };
     match sink.park(&letter).await {
         Ok(()) => {
-            tracing::info!(function = state.function(), msg_id = %letter.msg_id, class = %letter.class, "parked a dead letter");
+            tracing::info!(function = site.function(), msg_id = %letter.msg_id, class = %letter.class, "parked a dead letter");
             result
         }
         Err(error) => {
-            tracing::error!(function = state.function(), msg_id = %letter.msg_id, %error, "dead letter NOT parked");
+            tracing::error!(function = site.function(), msg_id = %letter.msg_id, %error, "dead letter NOT parked");
             Err(E::from(DlqFailed { letter, error }))
         }
     }

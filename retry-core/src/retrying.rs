@@ -41,53 +41,59 @@ pin_project! {
     pub struct Retrying<F> {
         #[pin]
         inner: F,
-        span: SpanSlot,
         site: &'static Site,
-        caller: &'static Location<'static>,
-        // `0` until drawn: only a failure, a dead letter or an enabled span needs one.
-        trace_id: u64,
-        layer: Layer,
+        stage: Stage,
     }
-}
 
-/// The call's `retry` span: boxed, and only when a subscriber wants it (a disabled span would
-/// still take 40 bytes of every retrying future). Dropped by hand, so that a call without one
-/// pays a test, not a call into the span's drop glue.
-struct SpanSlot(Option<ManuallyDrop<Box<tracing::Span>>>);
-
-impl SpanSlot {
-    #[inline]
-    fn enter(&self) -> Option<tracing::span::Entered<'_>> {
-        self.0.as_deref().map(|span| span.enter())
-    }
-}
-
-impl Drop for SpanSlot {
-    #[inline]
-    fn drop(&mut self) {
-        if let Some(span) = self.0.take() {
-            drop_span(span);
+    impl<F> PinnedDrop for Retrying<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let placeholder = Stage::Running {
+                layer: Layer::Outermost,
+                trace_id: 0,
+            };
+            if let Stage::Traced { traced, .. } = std::mem::replace(this.project().stage, placeholder) {
+                drop(ManuallyDrop::into_inner(traced));
+            }
         }
     }
 }
 
-#[cold]
-#[inline(never)]
-fn drop_span(span: ManuallyDrop<Box<tracing::Span>>) {
-    drop(ManuallyDrop::into_inner(span));
+/// How far the call has got, with what that stage needs, in 16 bytes: the caller's location is
+/// only read before the first poll, the trace id and the span only after it.
+#[derive(Debug)]
+enum Stage {
+    /// Not polled yet. `single`: asked for one attempt with [`Retrying::single_attempt`].
+    NotStarted {
+        caller: &'static Location<'static>,
+        single: bool,
+    },
+    /// Polled, nobody wanting its span. `trace_id` is `0` until drawn: only a failure, a dead
+    /// letter or an enabled span needs one.
+    Running { layer: Layer, trace_id: u64 },
+    /// Polled, with the `retry` span a subscriber wanted (boxed: a span takes 40 bytes).
+    /// Dropped by `Retrying`'s drop, so that `Stage` has no drop glue: replacing it, and
+    /// dropping a call that has no span, costs nothing.
+    Traced {
+        layer: Layer,
+        traced: ManuallyDrop<Box<Traced>>,
+    },
+}
+
+/// The `retry` span of a call and the trace id it records, drawn when the span started.
+#[derive(Debug)]
+struct Traced {
+    span: tracing::Span,
+    trace_id: u64,
 }
 
 /// Where this retry stands among the retries of its task; decided on the first poll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Layer {
-    NotStarted,
     /// The one layer that retries.
     Outermost,
     /// Started inside another retry: one attempt only. That retry's frame is current whenever
     /// this one is polled (same task), so it need not be kept here.
     Nested,
-    /// Asked for one attempt with [`Retrying::single_attempt`], not polled yet.
-    SingleNotStarted,
     /// Asked for one attempt with [`Retrying::single_attempt`].
     Single,
 }
@@ -101,11 +107,11 @@ impl<F> Retrying<F> {
     pub(crate) fn new(site: &'static Site, caller: &'static Location<'static>, inner: F) -> Self {
         Retrying {
             inner,
-            span: SpanSlot(None),
             site,
-            caller,
-            trace_id: 0,
-            layer: Layer::NotStarted,
+            stage: Stage::NotStarted {
+                caller,
+                single: false,
+            },
         }
     }
 
@@ -131,7 +137,9 @@ impl<F> Retrying<F> {
     /// # }
     /// ```
     pub fn single_attempt(mut self) -> SingleAttempt<F> {
-        self.layer = Layer::SingleNotStarted;
+        if let Stage::NotStarted { single, .. } = &mut self.stage {
+            *single = true;
+        }
         SingleAttempt { inner: self }
     }
 }
@@ -160,26 +168,35 @@ impl<F: Future> Future for Retrying<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        if matches!(*this.layer, Layer::NotStarted | Layer::SingleNotStarted) {
-            // Three loads on the common path: nobody listens at debug level, no retry is
-            // running here, and no single attempt was asked for.
-            if *this.layer == Layer::NotStarted
+        let site = *this.site;
+        if let Stage::NotStarted { caller, single } = *this.stage {
+            // Three loads on the common path: no single attempt was asked for, nobody listens
+            // at debug level, and no retry is running here.
+            *this.stage = if !single
                 && !tracing::level_enabled!(tracing::Level::DEBUG)
                 && !scope::is_active()
             {
-                *this.layer = Layer::Outermost;
+                Stage::Running {
+                    layer: Layer::Outermost,
+                    trace_id: 0,
+                }
             } else {
-                start(this.span, this.site, this.caller, this.trace_id, this.layer);
-            }
+                start(site, caller, single)
+            };
         }
-        let _span = this.span.enter();
-        let (site, trace_id) = (*this.site, *this.trace_id);
-        let frame = match *this.layer {
+        let (layer, trace_id, span) = match &*this.stage {
+            Stage::Running { layer, trace_id } => (*layer, *trace_id, None),
+            Stage::Traced { layer, traced } => (*layer, traced.trace_id, Some(&traced.span)),
+            // Left by the first poll, above.
+            Stage::NotStarted { .. } => (Layer::Outermost, 0, None),
+        };
+        let span = span.map(tracing::Span::enter);
+        let frame = match layer {
             // The one layer that retries needs nothing from outside.
             Layer::Outermost => Frame::outermost(site, trace_id),
-            // The others were settled above: a single attempt, inside whatever frame is
-            // current now (the outer retry's, when nested).
-            _ => scope::with_current(|outer| match outer {
+            // A single attempt, inside whatever frame is current now (the outer retry's, when
+            // nested).
+            Layer::Nested | Layer::Single => scope::with_current(|outer| match outer {
                 Some(outer) => outer.single_inside(trace_id),
                 None => Frame::new(site, true, false, trace_id),
             }),
@@ -187,7 +204,11 @@ impl<F: Future> Future for Retrying<F> {
         let entered = scope::enter(&frame);
         let poll = this.inner.poll(cx);
         drop(entered);
-        *this.trace_id = frame.trace_id();
+        drop(span);
+        // A trace id drawn inside (a failure, a dead letter) stays with the call.
+        if let Stage::Running { trace_id, .. } = this.stage {
+            *trace_id = frame.trace_id();
+        }
         poll
     }
 }
@@ -196,41 +217,43 @@ impl<F: Future> Future for Retrying<F> {
 /// `retry` span if a subscriber wants it, and decides the layer.
 #[cold]
 #[inline(never)]
-fn start(
-    span: &mut SpanSlot,
-    site: &'static Site,
-    caller: &'static Location<'static>,
-    trace_id: &mut u64,
-    layer: &mut Layer,
-) {
-    if tracing::level_enabled!(tracing::Level::DEBUG) {
-        span.0 = start_span(site, trace_id).map(ManuallyDrop::new);
-    }
-    let _span = span.enter();
-    *layer = match scope::with_current(|outer| outer.map(|f| (f.outer, f.quiet))) {
-        _ if *layer == Layer::SingleNotStarted => Layer::Single,
+fn start(site: &'static Site, caller: &'static Location<'static>, single: bool) -> Stage {
+    let traced = tracing::level_enabled!(tracing::Level::DEBUG)
+        .then(|| start_span(site))
+        .flatten();
+    let _span = traced.as_ref().map(|traced| traced.span.enter());
+    let layer = match scope::with_current(|outer| outer.map(|f| (f.outer, f.quiet))) {
+        _ if single => Layer::Single,
         Some((outer, quiet)) => {
             nested(site, caller, outer, quiet);
             Layer::Nested
         }
         None => Layer::Outermost,
     };
+    drop(_span);
+    match traced {
+        Some(traced) => Stage::Traced {
+            layer,
+            traced: ManuallyDrop::new(Box::new(traced)),
+        },
+        None => Stage::Running { layer, trace_id: 0 },
+    }
 }
 
 /// The `retry` span of a call starting now, if a subscriber wants it, with the call's trace id
-/// (drawn now into `trace_id`: a nested retry shares its outer call's).
-fn start_span(site: &'static Site, trace_id: &mut u64) -> Option<Box<tracing::Span>> {
+/// (drawn now: a nested retry shares its outer call's).
+fn start_span(site: &'static Site) -> Option<Traced> {
     let function = site.function();
     let span = tracing::debug_span!("retry", function, trace_id = tracing::field::Empty);
     if span.is_disabled() {
         return None;
     }
-    *trace_id = scope::current_trace_id();
+    let trace_id = scope::current_trace_id();
     span.record(
         "trace_id",
         tracing::field::display(format_args!("{:016x}", trace_id)),
     );
-    Some(Box::new(span))
+    Some(Traced { span, trace_id })
 }
 
 /// Says once, when a retry starts inside another, that it makes a single attempt.
@@ -267,7 +290,7 @@ impl<F> std::fmt::Debug for Retrying<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Retrying")
             .field("function", &self.site.function())
-            .field("layer", &self.layer)
+            .field("stage", &self.stage)
             .finish_non_exhaustive()
     }
 }

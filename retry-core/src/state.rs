@@ -126,28 +126,29 @@ pub enum Next<T, E> {
     Retry(Duration),
 }
 
-/// Bookkeeping of one retrying call.
+/// Bookkeeping of one retrying call. The function it retries (its [`Site`]) is passed to the
+/// methods that count or log, not kept: the caller has it anyway, in a `static`.
 ///
-/// Small on purpose (it lives in every `#[retryable]` future) and cheap on the success path:
+/// Small on purpose (32 bytes of every `#[retryable]` future) and cheap on the success path:
 /// what only a failure needs — the backoff and its RNG, failure times, the give-up reason — sits
-/// behind one `Box` made on the first failure (or at the first attempt when the policy has a
-/// deadline, whose start time it keeps: the only case the clock is read before a failure).
+/// behind one `Box` made on the first failure (or up front for a call that records failures for
+/// a dead letter, and at the first attempt when the policy has a deadline, whose start time it
+/// keeps: the only case the clock is read before a failure).
 #[derive(Debug)]
 pub struct State<'p> {
     policy: &'p Policy,
     budget: Option<&'p RetryBudget>,
-    site: &'static Site,
     /// Attempts allowed: the policy's, or 1 inside another retry; set by the first attempt.
     limit: u32,
     attempt: u32,
-    /// Whether failure times are kept (for a dead letter).
-    record_failures: bool,
     failing: Option<Box<Failing>>,
 }
 
 /// What a call needs once an attempt has failed.
 #[derive(Debug)]
 struct Failing {
+    /// Whether failure times are kept (for a dead letter).
+    record_failures: bool,
     /// When the first attempt started, if the policy has a deadline.
     started: Option<Instant>,
     backoff: Backoff,
@@ -158,6 +159,7 @@ struct Failing {
 impl Failing {
     fn new(policy: &Policy) -> Self {
         Failing {
+            record_failures: false,
             started: None,
             backoff: Backoff::new(policy),
             gave_up: None,
@@ -219,14 +221,12 @@ pub struct Failures {
 
 impl<'p> State<'p> {
     /// A call that has made no attempt yet.
-    pub fn new(policy: &'p Policy, site: &'static Site) -> Self {
+    pub fn new(policy: &'p Policy) -> Self {
         State {
             policy,
             budget: policy.get_budget(),
-            site,
             limit: policy.get_max_attempts(),
             attempt: 0,
-            record_failures: false,
             failing: None,
         }
     }
@@ -240,23 +240,29 @@ impl<'p> State<'p> {
     /// Keeps when attempts failed and why the call gave up, for a dead letter
     /// ([`failures`](Self::failures)).
     pub fn recording_failures(mut self) -> Self {
-        self.record_failures = true;
+        self.failing().record_failures = true;
         self
+    }
+
+    /// The failure state, made now if the call has none yet.
+    fn failing(&mut self) -> &mut Failing {
+        let policy = self.policy;
+        self.failing.get_or_insert_with(|| Failing::boxed(policy))
     }
 
     /// Counts the attempt about to start; `true` when the policy allows no other after it, so
     /// by-value arguments can be moved into it instead of cloned.
     #[inline(always)]
-    pub fn start_attempt(&mut self) -> bool {
+    pub fn start_attempt(&mut self, site: &'static Site) -> bool {
         if self.attempt == 0 {
-            self.first_attempt();
+            self.first_attempt(site);
         }
         self.attempt = self.attempt.saturating_add(1);
         self.attempt >= self.limit
     }
 
     #[inline(always)]
-    fn first_attempt(&mut self) {
+    fn first_attempt(&mut self, site: &'static Site) {
         if self.policy.get_deadline().is_some() {
             self.start_clock();
         }
@@ -265,7 +271,7 @@ impl<'p> State<'p> {
         if scope::with_current(|frame| frame.is_some_and(|frame| frame.single)) {
             self.limit = 1;
         }
-        metrics::call_started(self.site);
+        metrics::call_started(site);
         if let Some(budget) = self.budget {
             budget.deposit();
         }
@@ -276,9 +282,7 @@ impl<'p> State<'p> {
     #[cold]
     #[inline(never)]
     fn start_clock(&mut self) {
-        let mut failing = Failing::boxed(self.policy);
-        failing.started = Some(Instant::now());
-        self.failing = Some(failing);
+        self.failing().started = Some(Instant::now());
     }
 
     /// Attempts started so far.
@@ -297,15 +301,11 @@ impl<'p> State<'p> {
         self.failing.as_ref().and_then(|f| f.failures.as_ref())
     }
 
-    /// The function this call retries.
-    pub fn function(&self) -> &'static str {
-        self.site.function()
-    }
-
     /// Decides what follows an attempt's outcome. `on_retry` sees the attempt number, the error
     /// and the chosen wait before the error is dropped; on give-up the error is returned.
     pub fn after_attempt<T, E>(
         &mut self,
+        site: &'static Site,
         outcome: Result<T, E>,
         classifier: &mut impl Classifier<E>,
         on_retry: &mut impl RetryHook<E>,
@@ -314,13 +314,14 @@ impl<'p> State<'p> {
             Ok(value) => return Next::Return(Ok(value)),
             Err(error) => error,
         };
-        self.failed(classifier, on_retry, error)
+        self.failed(site, classifier, on_retry, error)
     }
 
     #[cold]
     #[inline(never)]
     fn failed<T, E>(
         &mut self,
+        site: &'static Site,
         classifier: &mut impl Classifier<E>,
         on_retry: &mut impl RetryHook<E>,
         error: E,
@@ -330,7 +331,7 @@ impl<'p> State<'p> {
             .failing
             .take()
             .unwrap_or_else(|| Failing::boxed(policy));
-        if self.record_failures {
+        if failing.record_failures {
             let now = std::time::SystemTime::now();
             let failures = failing.failures.get_or_insert_with(|| Failures {
                 first: now,
@@ -339,20 +340,21 @@ impl<'p> State<'p> {
             });
             failures.last = now;
         }
-        let next = self.decide(classifier, on_retry, error, &mut failing);
+        let next = self.decide(site, classifier, on_retry, error, &mut failing);
         self.failing = Some(failing);
         next
     }
 
     fn decide<T, E>(
         &self,
+        site: &'static Site,
         classifier: &mut impl Classifier<E>,
         on_retry: &mut impl RetryHook<E>,
         error: E,
         failing: &mut Failing,
     ) -> Next<T, E> {
         let decision = classifier.decide(&error);
-        match self.judge(decision, failing) {
+        match self.judge(site, decision, failing) {
             Ok(wait) => {
                 tracing::debug!(
                     attempt = self.attempt,
@@ -360,7 +362,7 @@ impl<'p> State<'p> {
                     wait_ms = wait.as_millis() as u64,
                     "attempt failed; retrying"
                 );
-                metrics::retried(self.site);
+                metrics::retried(site);
                 on_retry.before_wait(self.attempt, &error, wait);
                 Next::Retry(wait)
             }
@@ -377,7 +379,7 @@ impl<'p> State<'p> {
                 } else {
                     tracing::debug!(attempt = self.attempt, ?decision, reason, "giving up");
                 }
-                metrics::gave_up(self.site, give_up.label());
+                metrics::gave_up(site, give_up.label());
                 failing.gave_up = Some(give_up);
                 if let Some(failures) = &mut failing.failures {
                     failures.reason = reason;
@@ -388,7 +390,12 @@ impl<'p> State<'p> {
     }
 
     /// The wait before the next attempt, or why there is none.
-    fn judge(&self, decision: Decision, failing: &mut Failing) -> Result<Duration, GiveUp> {
+    fn judge(
+        &self,
+        site: &'static Site,
+        decision: Decision,
+        failing: &mut Failing,
+    ) -> Result<Duration, GiveUp> {
         let policy = self.policy;
         let floor = match decision {
             Decision::Stop => return Err(GiveUp::NotRetryable),
@@ -423,7 +430,7 @@ impl<'p> State<'p> {
         }
         // Last, so a retry that would not happen anyway does not spend the budget.
         if self.budget.is_some_and(|budget| !budget.withdraw()) {
-            metrics::budget_refused(self.site);
+            metrics::budget_refused(site);
             return Err(GiveUp::BudgetExhausted);
         }
         Ok(wait)

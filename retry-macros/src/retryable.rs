@@ -347,13 +347,16 @@ pub(crate) fn retry_loop(
 
     let state = Ident::new("__retry_state", Span::mixed_site());
     let held = Ident::new("__retry_policy", Span::mixed_site());
-    // The function as metrics and tracing name it, built at compile time. The statics sit in
-    // their own blocks so the body cannot see (or be shadowed by) them.
-    let site = quote!({
-        static LABELS: [#private::metrics::Label; 1] = #private::Site::labels(#name);
-        static SITE: #private::Site = #private::Site::new(#name, &LABELS);
-        &SITE
-    });
+    // The function as metrics and tracing name it, built at compile time: one `static` that
+    // the future and every step of the loop name (the state does not keep a copy). Names no
+    // body would use, as items are not hygienic.
+    let site_static = Ident::new("__RETRY_CORE_SITE", Span::call_site());
+    let labels_static = Ident::new("__RETRY_CORE_LABELS", Span::call_site());
+    let site_items = quote! {
+        static #labels_static: [#private::metrics::Label; 1] = #private::Site::labels(#name);
+        static #site_static: #private::Site = #private::Site::new(#name, &#labels_static);
+    };
+    let site = quote!(&#site_static);
     // A literal policy is a `static`, borrowed straight into the state; `policy = expr` is held
     // in the future, as the state borrows it.
     let policy = match &args.policy {
@@ -361,7 +364,7 @@ pub(crate) fn retry_loop(
             let expr = quote_spanned!(expr.span()=> #expr);
             quote! {
                 let #held = #expr;
-                let #state = #private::State::new(::core::convert::AsRef::<#private::Policy>::as_ref(&#held), #site);
+                let #state = #private::State::new(::core::convert::AsRef::<#private::Policy>::as_ref(&#held));
             }
         }
         None => {
@@ -370,7 +373,7 @@ pub(crate) fn retry_loop(
                 let #state = #private::State::new({
                     static POLICY: #private::Policy = #private::Policy::new() #knobs;
                     &POLICY
-                }, #site);
+                });
             }
         }
     };
@@ -484,7 +487,7 @@ pub(crate) fn retry_loop(
                     let (state, returned) = (at("__retry_state"), at("__retry_returned"));
                     let (held, input) = (at("__retry_dlq_sink"), at("__retry_dlq_input"));
                     quote_spanned! {dlq.span=>
-                        let #returned = #park_private::park_on_give_up(&#state, #returned, #sink_private::sink(&#held), &#input).await;
+                        let #returned = #park_private::park_on_give_up(#site, &#state, #returned, #sink_private::sink(&#held), &#input).await;
                     }
                 },
             )
@@ -500,6 +503,7 @@ pub(crate) fn retry_loop(
             (TokenStream::new(), quote!(#(#slots)*))
         };
     quote! {{
+        #site_items
         #slots_before
         #private::retrying(#site, #caller, async move {
             #policy_ref
@@ -508,7 +512,7 @@ pub(crate) fn retry_loop(
             #hold_classifier
             let mut #hook = #on_retry;
             loop {
-                let #last = #state.start_attempt();
+                let #last = #state.start_attempt(#site);
                 // In a block of its own, so this attempt's arguments are not kept in the
                 // future while it waits for the next one.
                 let #outcome = {
@@ -517,7 +521,7 @@ pub(crate) fn retry_loop(
                 };
                 // Outside the `match`, so its scrutinee is not held across the pause; a zero
                 // wait makes no `Pause` at all.
-                let #wait = match #state.after_attempt(#private_out::into_result(#outcome), #classifier_ref, &mut #hook) {
+                let #wait = match #state.after_attempt(#site, #private_out::into_result(#outcome), #classifier_ref, &mut #hook) {
                     #private::Next::Return(#returned) => {
                         #park
                         return #private_out::from_result::<#output>(#returned);
