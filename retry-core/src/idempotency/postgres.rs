@@ -42,9 +42,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use deadpool_postgres::{Object, Pool};
-use tokio_postgres::Row;
+use deadpool_postgres::{GenericClient, Object, Pool};
 use tokio_postgres::types::ToSql;
+use tokio_postgres::{Row, Statement};
 
 use super::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, StoreError, TransactionalStore,
@@ -869,49 +869,48 @@ async fn guarded(db: &Db, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<(
 /// The claim: insert under the primary key, or lock and decide about the row that is there, in
 /// one transaction. Mirrors `MemoryStore::claim_now` line by line.
 ///
-/// A key that is done (or kept failed) is final: a duplicate is answered from a plain read
-/// first, one round trip that neither opens a transaction nor waits for a row lock. Any other
-/// key goes on to the `INSERT` under the primary key, so two concurrent first calls still
-/// cannot both win.
+/// Two shortcuts, each one round trip, before that transaction (four round trips):
+/// - a key that is done (or kept failed) is final: a duplicate is answered from a plain read,
+///   which neither opens a transaction nor waits for a row lock;
+/// - a key that read no row is claimed by the `INSERT` alone, in autocommit: one statement
+///   under the primary key is as atomic as the transaction around it was. If another instance
+///   inserted the key meanwhile, the insert changes nothing and the transaction decides, so
+///   two concurrent first calls still cannot both win.
 async fn claim_in(
     client: &mut Object,
     clock: &dyn Clock,
     request: &ClaimRequest<'_>,
 ) -> Result<ClaimOutcome, Fail> {
     let key = request.key;
+    let claimed = || {
+        ClaimOutcome::Claimed(Claim {
+            key: key.to_owned(),
+            token: 1,
+        })
+    };
     let read = client.prepare_cached(READ_ROW).await?;
-    if let Some(row) = client.query_opt(&read, &[&key]).await? {
-        let row = Stored::decode(key, &row)?;
-        if row.retained(&format_utc(clock.now()))
-            && let Some(outcome) = settled(&row, request)?
-        {
-            return Ok(outcome);
+    let insert = client.prepare_cached(INSERT_CLAIM).await?;
+    match client.query_opt(&read, &[&key]).await? {
+        Some(row) => {
+            let row = Stored::decode(key, &row)?;
+            if row.retained(&format_utc(clock.now()))
+                && let Some(outcome) = settled(&row, request)?
+            {
+                return Ok(outcome);
+            }
+        }
+        None => {
+            if insert_claim(&*client, &insert, clock, request).await? == 1 {
+                return Ok(claimed());
+            }
         }
     }
     let tx = client.transaction().await?;
-    let insert = tx.prepare_cached(INSERT_CLAIM).await?;
     let select = tx.prepare_cached(LOCK_ROW).await?;
     for _ in 0..CLAIM_ATTEMPTS {
-        let now = clock.now();
-        let inserted = tx
-            .execute(
-                &insert,
-                &[
-                    &key,
-                    &request.biz_key,
-                    &format_utc(now),
-                    &request.fingerprint,
-                    &format_utc(later(now, request.lease)),
-                    &format_utc(later(now, request.retention)),
-                ],
-            )
-            .await?;
-        if inserted == 1 {
+        if insert_claim(&tx, &insert, clock, request).await? == 1 {
             tx.commit().await?;
-            return Ok(ClaimOutcome::Claimed(Claim {
-                key: key.to_owned(),
-                token: 1,
-            }));
+            return Ok(claimed());
         }
         // Locked until the commit: no other instance decides about this key meanwhile.
         if let Some(row) = tx.query_opt(&select, &[&key]).await? {
@@ -928,6 +927,31 @@ async fn claim_in(
         )
         .into(),
     )))
+}
+
+/// Runs [`INSERT_CLAIM`] for `request` at the clock's now: `1` when it inserted the claim, `0`
+/// when the key was there.
+async fn insert_claim(
+    client: &impl GenericClient,
+    insert: &Statement,
+    clock: &dyn Clock,
+    request: &ClaimRequest<'_>,
+) -> Result<u64, Fail> {
+    let now = clock.now();
+    let inserted = client
+        .execute(
+            insert,
+            &[
+                &request.key,
+                &request.biz_key,
+                &format_utc(now),
+                &request.fingerprint,
+                &format_utc(later(now, request.lease)),
+                &format_utc(later(now, request.retention)),
+            ],
+        )
+        .await?;
+    Ok(inserted)
 }
 
 /// A row of `inbox_log` as [`READ_ROW`] and [`LOCK_ROW`] return it, its columns checked.
