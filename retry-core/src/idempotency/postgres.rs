@@ -10,9 +10,12 @@
 //!   the write path a duplicate cost four round trips and queued on the row lock behind every
 //!   other duplicate of its key: replay ran at 0.2-0.3x a primary-key `SELECT` (BENCHMARKS.md).
 //!   A row whose retention has run out is left to the write path, whatever its status.
-//! - Any other key (none yet, in progress, released) goes on to the claim proper, one short
-//!   transaction: `INSERT .. ON CONFLICT (msg_id) DO NOTHING` under the primary key, never a
-//!   check-then-insert. If the row was there, `SELECT .. FOR UPDATE` locks it and the decision
+//! - A key with no row is claimed by `INSERT .. ON CONFLICT (msg_id) DO NOTHING` under the
+//!   primary key, alone, in autocommit: one statement is atomic on its own, and a transaction
+//!   around it cost two more round trips. An insert that changes nothing (another instance
+//!   inserted the key since the read) goes on like any key that has a row.
+//! - Any other key (in progress, released, past its retention) goes on to the claim proper, one
+//!   short transaction: the same `INSERT`, never a check-then-insert. If the row was there, `SELECT .. FOR UPDATE` locks it and the decision
 //!   (reclaim, take over, `InProgress`, `Done`, ...) is taken and written in the same
 //!   transaction, so two instances can never both win a key. Nothing else is locked: claims of
 //!   other keys never wait.
@@ -136,9 +139,10 @@ const SAME_TRANSACTION: &str = "SELECT txid_current() = $1";
 /// number of service instances at once.
 ///
 /// - A duplicate of a key that is done (or kept failed) is answered from one plain primary-key
-///   `SELECT`, without a transaction or a lock. Every other claim is one short transaction: an
-///   `INSERT .. ON CONFLICT (msg_id) DO NOTHING` under the primary key and, if the key was
-///   there, `SELECT .. FOR UPDATE` and the decision, in the same transaction. `complete`,
+///   `SELECT`, without a transaction or a lock; a new key by one `INSERT .. ON CONFLICT
+///   (msg_id) DO NOTHING` under the primary key, in autocommit. Every other claim is one short
+///   transaction: the same `INSERT` and, if the key was there, `SELECT .. FOR UPDATE` and the
+///   decision, in the same transaction. `complete`,
 ///   `release` and `mark_failed` are one statement each, guarded by the claim's fencing token.
 /// - Timestamps (from the store's [`Clock`]) are fixed-width UTC text with microsecond
 ///   precision, exactly as `SqliteStore` writes them.
