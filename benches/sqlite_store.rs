@@ -4,7 +4,10 @@
 //!
 //! The raw side is what a careful hand-written service does: a pool of 4 rusqlite connections
 //! (WAL, `synchronous=NORMAL`, 5 s busy timeout, as the store's) behind a Tokio semaphore with a
-//! permit per connection, taken before `spawn_blocking` runs each operation.
+//! permit per connection, taken before `spawn_blocking` runs each operation. It issues the
+//! store's statements for the same work: the claim of a new key is the store's read of the row
+//! (which finds none) and its `INSERT .. ON CONFLICT DO NOTHING`, the completion its guarded
+//! `UPDATE`, each in autocommit as the store runs them; the replay a primary-key `SELECT`.
 //!
 //! `cargo bench --bench sqlite_store` (`STORE_BENCH_OPS`, `STORE_BENCH_ROUNDS` scale it).
 
@@ -15,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, SqliteStore};
-use rusqlite::{Connection, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use support::store::{Config, compare, print_table};
 use tokio::sync::Semaphore;
 
@@ -109,11 +112,14 @@ impl RawPool {
         let claim_key = key.clone();
         let inserted = self
             .run(move |conn| {
-                let tx = conn
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .expect("BEGIN IMMEDIATE");
-                let inserted = tx
-                    .prepare_cached(INSERT_CLAIM)
+                let row = conn
+                    .prepare_cached(SELECT_ROW)
+                    .expect("prepare")
+                    .query_row([&claim_key], |_| Ok(()))
+                    .optional()
+                    .expect("read");
+                assert!(row.is_none(), "raw claim of {claim_key}: the key is new");
+                conn.prepare_cached(INSERT_CLAIM)
                     .expect("prepare")
                     .execute(params![
                         claim_key,
@@ -123,24 +129,16 @@ impl RawPool {
                         "2026-01-01T00:00:30.000000Z",
                         "2026-01-02T00:00:00.000000Z",
                     ])
-                    .expect("insert");
-                tx.commit().expect("commit");
-                inserted
+                    .expect("insert")
             })
             .await;
         assert_eq!(inserted, 1, "raw claim of {key}");
         let completed = self
             .run(move |conn| {
-                let tx = conn
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .expect("BEGIN IMMEDIATE");
-                let changed = tx
-                    .prepare_cached(COMPLETE)
+                conn.prepare_cached(COMPLETE)
                     .expect("prepare")
                     .execute(params![RESPONSE, key, 1_i64])
-                    .expect("update");
-                tx.commit().expect("commit");
-                changed
+                    .expect("update")
             })
             .await;
         assert_eq!(completed, 1, "raw complete");

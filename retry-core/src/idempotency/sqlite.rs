@@ -2,12 +2,15 @@
 //! process and by several processes.
 //!
 //! Design notes (the why of each choice):
-//! - Every operation is one write transaction opened with `BEGIN IMMEDIATE`: the write lock is
-//!   taken up front, so a read-then-write (claim: insert, read the row, maybe take it over) can
-//!   never fail with `SQLITE_BUSY` half-way; waiting for the lock is bounded by the busy timeout.
+//! - A read-then-write (the claim of a key that has a row: insert, read the row, maybe take it
+//!   over) is one write transaction opened with `BEGIN IMMEDIATE`: the write lock is taken up
+//!   front, so it can never fail with `SQLITE_BUSY` half-way; waiting for the lock is bounded by
+//!   the busy timeout. A single write (the claim of a new key, `complete`, `release`,
+//!   `mark_failed`) runs alone in autocommit: SQLite takes the write lock at the statement's
+//!   start, with the same busy handler, so a transaction around it only added two statements.
 //! - The claim is an `INSERT .. ON CONFLICT(msg_id) DO NOTHING` under the primary key, never a
-//!   check-then-insert; an existing row is then read and decided on in the same transaction,
-//!   exactly as [`MemoryStore`](super::MemoryStore) decides under its lock.
+//!   check-then-insert; an existing row is then read and decided on in one transaction, exactly
+//!   as [`MemoryStore`](super::MemoryStore) decides under its lock.
 //! - The clock is read after the lock is taken, so a call that waited for another process sees
 //!   the time at which it decides, not the time at which it started waiting.
 //! - SQLite calls block: they run in `tokio::task::spawn_blocking`, on a connection from a small
@@ -1024,39 +1027,54 @@ fn corrupt(key: &str, what: impl fmt::Display) -> Fail {
 /// A key that is done (or kept failed) is final: a duplicate is answered from a plain read
 /// first, which in WAL mode neither takes nor waits for the write lock (a write transaction
 /// for every duplicate made replay half as fast as a primary-key `SELECT`; see BENCHMARKS.md).
-/// Any other key goes on to the `INSERT` under the primary key, so two concurrent first calls
-/// still cannot both win.
+/// A key that read no row is claimed by the `INSERT` alone, in autocommit. Any other key (or
+/// one inserted by another connection since the read) goes on to the `INSERT` in the
+/// transaction, so two concurrent first calls still cannot both win.
 fn claim_in(
     conn: &mut Connection,
     clock: &dyn Clock,
     request: &OwnedRequest,
 ) -> Result<ClaimOutcome, Fail> {
-    if let Some(row) = read_row(conn, &request.key)?
-        && let Some(outcome) = settled(&row, request)?
-    {
-        return Ok(outcome);
-    }
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let now = clock.now();
-    let now_text = format_utc(now);
-    let inserted = tx.prepare_cached(INSERT_CLAIM)?.execute(params![
-        request.key,
-        request.biz_key,
-        now_text,
-        request.fingerprint,
-        format_utc(later(now, request.lease)),
-        format_utc(later(now, request.retention)),
-    ])?;
-    let outcome = if inserted == 1 {
+    let claimed = || {
         ClaimOutcome::Claimed(Claim {
             key: request.key.clone(),
             token: 1,
         })
+    };
+    match read_row(conn, &request.key)? {
+        Some(row) => {
+            if let Some(outcome) = settled(&row, request)? {
+                return Ok(outcome);
+            }
+        }
+        None => {
+            if insert_claim(conn, request, clock.now())? == 1 {
+                return Ok(claimed());
+            }
+        }
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let now = clock.now();
+    let outcome = if insert_claim(&tx, request, now)? == 1 {
+        claimed()
     } else {
-        decide(&tx, request, &now, &now_text)?
+        decide(&tx, request, &now, &format_utc(now))?
     };
     tx.commit()?;
     Ok(outcome)
+}
+
+/// Runs [`INSERT_CLAIM`] for `request` at `now`: `1` when it inserted the claim, `0` when the
+/// key was there. On a transaction, through its `Deref` to the connection.
+fn insert_claim(conn: &Connection, request: &OwnedRequest, now: SystemTime) -> Result<usize, Fail> {
+    Ok(conn.prepare_cached(INSERT_CLAIM)?.execute(params![
+        request.key,
+        request.biz_key,
+        format_utc(now),
+        request.fingerprint,
+        format_utc(later(now, request.lease)),
+        format_utc(later(now, request.retention)),
+    ])?)
 }
 
 /// A row of `inbox_log`, its columns checked.
@@ -1205,9 +1223,8 @@ fn decide(
 /// One statement guarded by the claim's token, in a `BEGIN IMMEDIATE` transaction: no row
 /// touched means the claim was taken over (or finished): [`StoreError::Fenced`].
 fn guarded(conn: &mut Connection, sql: &str, params: impl rusqlite::Params) -> Result<(), Fail> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let changed = tx.prepare_cached(sql)?.execute(params)?;
-    tx.commit()?;
+    // One statement: atomic in autocommit, with the write lock taken at its start.
+    let changed = conn.prepare_cached(sql)?.execute(params)?;
     if changed == 0 {
         Err(Fail::Store(StoreError::Fenced))
     } else {

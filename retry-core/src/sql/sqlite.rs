@@ -144,6 +144,10 @@ pub(crate) struct PoolState {
     pub(crate) idle: Vec<Connection>,
     /// Connections that exist: idle, in use, or being opened.
     pub(crate) open: usize,
+    /// Checkouts blocked on `returned`: a connection coming back wakes one only when there is
+    /// one (with the async reservation taken first, there rarely is), as `notify_one` is a
+    /// system call even when nobody waits.
+    waiting: usize,
 }
 
 impl Pool {
@@ -154,6 +158,7 @@ impl Pool {
             state: Mutex::new(PoolState {
                 idle: Vec::new(),
                 open: 0,
+                waiting: 0,
             }),
             returned: Condvar::new(),
             permits: Arc::new(tokio::sync::Semaphore::new(settings.max_connections)),
@@ -374,11 +379,13 @@ impl Pool {
             if now >= deadline {
                 return Err(self.exhausted());
             }
+            state.waiting += 1;
             state = self
                 .returned
                 .wait_timeout(state, deadline - now)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            state.waiting -= 1;
         }
     }
 
@@ -386,8 +393,16 @@ impl Pool {
     fn forget_one(&self) {
         let mut state = self.state();
         state.open = state.open.saturating_sub(1);
+        self.wake_one(state);
+    }
+
+    /// Wakes one blocked checkout, if any, once `state` (changed by the caller) is released.
+    fn wake_one(&self, state: MutexGuard<'_, PoolState>) {
+        let waiting = state.waiting > 0;
         drop(state);
-        self.returned.notify_one();
+        if waiting {
+            self.returned.notify_one();
+        }
     }
 
     /// `e` as the store's error: a failed SQLite call names the file.
@@ -469,8 +484,9 @@ impl Drop for PooledConnection {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else { return };
         if conn.is_autocommit() {
-            self.pool.state().idle.push(conn);
-            self.pool.returned.notify_one();
+            let mut state = self.pool.state();
+            state.idle.push(conn);
+            self.pool.wake_one(state);
         } else {
             // A transaction is still open (its rollback failed): never reuse the connection.
             drop(conn);
