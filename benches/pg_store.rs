@@ -7,8 +7,11 @@
 //! connection; the claim of a new key is the store's two statements, its read of the row (which
 //! finds none) and its `INSERT .. ON CONFLICT DO NOTHING` in autocommit, the completion the
 //! store's guarded `UPDATE` in autocommit, the replay a primary-key `SELECT`.
-//! The raw rows go to a table of their own (`retry_core_bench_raw`, dropped at the end); the
-//! store's rows of this run are deleted at the end.
+//! Both sides start from new, empty tables: the run creates a schema of its own
+//! (`retry_core_bench_<pid>`), puts it first on both pools' `search_path` (so the store creates
+//! its `inbox_log` there, next to the raw table `retry_core_bench_raw`), and drops it at the end.
+//! The database's own `inbox_log`, if any, is not touched: a table that carries the dead rows and
+//! statistics of other work would be planned differently from the raw side's new one.
 //!
 //! `DATABASE_URL=postgres://... cargo bench --bench pg_store --features postgres`
 
@@ -120,8 +123,8 @@ fn main() {
     let Ok(url) = std::env::var("DATABASE_URL") else {
         eprintln!(
             "pg_store bench: DATABASE_URL is not set. Point it at a throwaway PostgreSQL database \
-             (postgres://user@host:port/db); the bench creates and drops the table \
-             retry_core_bench_raw there and writes to inbox_log."
+             (postgres://user@host:port/db); the bench creates and drops a schema of its own \
+             there (retry_core_bench_<pid>)."
         );
         std::process::exit(2);
     };
@@ -132,8 +135,20 @@ fn main() {
         .build()
         .expect("a Tokio runtime");
     let prefix = format!("bench-{}-", std::process::id());
+    let schema = format!("retry_core_bench_{}", std::process::id());
 
     let (rows, pool_size) = rt.block_on(async {
+        let (admin, connection) = tokio_postgres::connect(&url, NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+        tokio::spawn(connection);
+        admin
+            .batch_execute(&format!("CREATE SCHEMA {schema}"))
+            .await
+            .expect("create the bench's schema");
+        // Both pools see the bench's schema first, so each side's tables are new ones there.
+        let separator = if url.contains('?') { '&' } else { '?' };
+        let url = format!("{url}{separator}options=-c%20search_path%3D{schema}");
         let store = Arc::new(
             PgStore::connect(&url)
                 .await
@@ -173,16 +188,6 @@ fn main() {
         }
         raw_replay(raw.clone(), format!("{prefix}r-0")).await;
         store_replay(Arc::clone(&store), format!("{prefix}r-0")).await;
-        // Both tables as the planner sees them: the store's may hold the dead rows of earlier
-        // runs (or of the tests), the raw one is new. Without this the store's statements could
-        // be planned against statistics saying the table is empty (a sequential scan through
-        // the dead rows: milliseconds per call), the raw one's against none.
-        {
-            let client = raw.get().await.expect("a raw connection");
-            for statement in ["VACUUM ANALYZE inbox_log", "ANALYZE retry_core_bench_raw"] {
-                client.batch_execute(statement).await.expect(statement);
-            }
-        }
 
         let mut next = 0;
         let mut rows = {
@@ -222,18 +227,11 @@ fn main() {
             );
         }
 
-        let client = raw.get().await.expect("a raw connection");
-        client
-            .batch_execute("DROP TABLE retry_core_bench_raw")
+        drop((store, raw));
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
             .await
-            .expect("drop the raw table");
-        client
-            .execute(
-                "DELETE FROM inbox_log WHERE msg_id LIKE $1",
-                &[&format!("{prefix}%")],
-            )
-            .await
-            .expect("delete the store's rows of this run");
+            .expect("drop the bench's schema");
         (rows, pool_size)
     });
     println!(
