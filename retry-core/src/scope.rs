@@ -191,10 +191,10 @@ impl Drop for Entered<'_> {
         if id != 0 {
             // SAFETY: `previous` was current when this guard was made, so its own guard is
             // still alive further up the stack (see `with_current`).
-            if let Some(previous) = unsafe { self.previous.as_ref() } {
-                if previous.trace_id() == 0 {
-                    previous.trace_id.store(id, Relaxed);
-                }
+            if let Some(previous) = unsafe { self.previous.as_ref() }
+                && previous.trace_id() == 0
+            {
+                previous.trace_id.store(id, Relaxed);
             }
         }
         CURRENT.with(|c| c.set(self.previous));
