@@ -342,3 +342,76 @@ impl<F> std::fmt::Debug for InScope<F> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static LABELS: [Label; 1] = Site::labels("outer");
+    static OUTER: Site = Site::new("outer", &LABELS);
+
+    fn current_trace_id_here() -> Option<u64> {
+        with_current(|frame| frame.map(Frame::trace_id))
+    }
+
+    #[test]
+    fn frames_nest_and_each_guard_restores_the_one_before_it() {
+        assert!(!is_active());
+        let outer = Frame::outermost(&OUTER, 1);
+        {
+            let _outer = enter(&outer);
+            assert_eq!(current_trace_id_here(), Some(1));
+            let inner = outer.single_inside(0);
+            {
+                let _inner = enter(&inner);
+                assert!(with_current(|f| f.is_some_and(|f| f.single)));
+                assert_eq!(
+                    current_trace_id_here(),
+                    Some(1),
+                    "inherited from the outer frame"
+                );
+            }
+            assert!(with_current(|f| f.is_some_and(|f| !f.single)));
+        }
+        assert!(!is_active());
+    }
+
+    #[test]
+    fn a_panic_inside_a_frame_restores_the_frame_outside_it() {
+        let outer = Frame::outermost(&OUTER, 7);
+        let _outer = enter(&outer);
+        let caught = std::panic::catch_unwind(|| {
+            let inner = Frame::new(&OUTER, true, true, 9);
+            let _inner = enter(&inner);
+            panic!("inside the inner frame");
+        });
+        assert!(caught.is_err());
+        assert_eq!(current_trace_id_here(), Some(7));
+        assert!(with_current(|f| f.is_some_and(|f| !f.quiet)));
+    }
+
+    #[test]
+    fn a_trace_id_drawn_inside_is_adopted_by_an_outer_frame_without_one() {
+        let outer = Frame::outermost(&OUTER, 0);
+        let drawn = {
+            let _outer = enter(&outer);
+            let inner = outer.single_inside(0);
+            let _inner = enter(&inner);
+            current_trace_id()
+        };
+        assert_ne!(drawn, 0);
+        assert_eq!(outer.trace_id(), drawn);
+
+        let kept = Frame::outermost(&OUTER, 5);
+        {
+            let _kept = enter(&kept);
+            let inner = Frame::new(&OUTER, true, false, 6);
+            let _inner = enter(&inner);
+        }
+        assert_eq!(
+            kept.trace_id(),
+            5,
+            "an outer frame's own id is never replaced"
+        );
+    }
+}

@@ -436,3 +436,54 @@ impl<'p> State<'p> {
         Ok(wait)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::ByClassify;
+    use std::io;
+
+    static LABELS: [::metrics::Label; 1] = Site::labels("state_test");
+    static SITE: Site = Site::new("state_test", &LABELS);
+
+    /// Runs one call whose every attempt fails with `kind`, to its give-up.
+    fn failing_call(policy: &Policy, kind: io::ErrorKind) -> State<'_> {
+        let mut state = State::new(policy).recording_failures();
+        loop {
+            state.start_attempt(&SITE);
+            let outcome: io::Result<()> = Err(kind.into());
+            if let Next::Return(_) =
+                state.after_attempt(&SITE, outcome, &mut ByClassify, &mut NoHook)
+            {
+                return state;
+            }
+        }
+    }
+
+    #[test]
+    fn a_recycled_failure_box_starts_as_fresh_as_a_new_one() {
+        let policy = Policy::new().max_attempts(3).base(Duration::ZERO);
+        let first = failing_call(&policy, io::ErrorKind::TimedOut);
+        assert_eq!(first.gave_up(), Some(GiveUp::Exhausted { attempts: 3 }));
+        assert!(first.failures().is_some_and(|f| !f.reason.is_empty()));
+        drop(first); // its box becomes this thread's spare
+
+        let mut second = State::new(&policy).recording_failures();
+        assert_eq!(second.gave_up(), None);
+        assert!(
+            second.failures().is_none(),
+            "no failure times before a failure"
+        );
+        second.start_attempt(&SITE);
+        let ok: io::Result<u8> = Ok(1);
+        assert!(matches!(
+            second.after_attempt(&SITE, ok, &mut ByClassify, &mut NoHook),
+            Next::Return(Ok(1))
+        ));
+        assert_eq!(second.gave_up(), None);
+
+        let third = failing_call(&policy, io::ErrorKind::NotFound);
+        assert_eq!(third.gave_up(), Some(GiveUp::NotRetryable));
+        assert_eq!(third.attempts(), 1);
+    }
+}
