@@ -221,7 +221,8 @@ fn start(site: &'static Site, caller: &'static Location<'static>, single: bool) 
     let traced = tracing::level_enabled!(tracing::Level::DEBUG)
         .then(|| start_span(site))
         .flatten();
-    let _span = traced.as_ref().map(|traced| traced.span.enter());
+    // The nesting warning belongs to the new span.
+    let entered = traced.as_ref().map(|traced| traced.span.enter());
     let layer = match scope::with_current(|outer| outer.map(|f| (f.outer, f.quiet))) {
         _ if single => Layer::Single,
         Some((outer, quiet)) => {
@@ -230,7 +231,7 @@ fn start(site: &'static Site, caller: &'static Location<'static>, single: bool) 
         }
         None => Layer::Outermost,
     };
-    drop(_span);
+    drop(entered);
     match traced {
         Some(traced) => Stage::Traced {
             layer,

@@ -20,6 +20,7 @@ use ::metrics::Label;
 use pin_project_lite::pin_project;
 
 use crate::metrics::Site;
+use crate::sync::thread_local_cell;
 
 /// A retry running on this thread's current poll.
 ///
@@ -97,16 +98,9 @@ impl Frame {
     }
 }
 
-#[cfg(not(retry_core_loom))]
-thread_local! {
+thread_local_cell! {
     /// The last trace id drawn on this thread; `0` until the first one is seeded from the
     /// thread's random generator.
-    static LAST_TRACE_ID: Cell<u64> = const { Cell::new(0) };
-}
-
-// loom runs its threads on one OS thread: only its own thread-locals are per model thread.
-#[cfg(retry_core_loom)]
-loom::thread_local! {
     static LAST_TRACE_ID: Cell<u64> = Cell::new(0);
 }
 
@@ -141,15 +135,9 @@ pub(crate) fn current_trace_id() -> u64 {
     with_current(|frame| frame.map_or_else(new_trace_id, Frame::trace_id_or_draw))
 }
 
-#[cfg(not(retry_core_loom))]
-thread_local! {
+thread_local_cell! {
     /// The frame of the retry being polled on this thread: null outside any. Non-null only
     /// between [`enter`] and the drop of its guard, which borrows the frame.
-    static CURRENT: Cell<*const Frame> = const { Cell::new(ptr::null()) };
-}
-
-#[cfg(retry_core_loom)]
-loom::thread_local! {
     static CURRENT: Cell<*const Frame> = Cell::new(ptr::null());
 }
 
@@ -271,35 +259,24 @@ pub fn in_current_scope<F: Future>(future: F) -> InScope<F> {
 /// # }
 /// ```
 pub fn caller_retries<F: Future>(future: F) -> InScope<F> {
-    InScope {
-        future,
-        frame: Some(Frame::new(
-            {
-                static LABELS: [Label; 1] = Site::labels("the caller");
-                static CALLER: Site = Site::new("the caller", &LABELS);
-                &CALLER
-            },
-            true,
-            true,
-            current_trace_id(),
-        )),
-    }
+    static LABELS: [Label; 1] = Site::labels("the caller");
+    static CALLER: Site = Site::new("the caller", &LABELS);
+    quietly_single(future, &CALLER)
 }
 
 /// `future` with every retry inside it making one attempt, quietly: asked for explicitly.
 pub(crate) fn single_attempt<F: Future>(future: F) -> InScope<F> {
+    static LABELS: [Label; 1] = Site::labels("single_attempt()");
+    static SINGLE: Site = Site::new("single_attempt()", &LABELS);
+    quietly_single(future, &SINGLE)
+}
+
+/// `future` with every retry inside it making one attempt, quietly, as if `outer` retried: the
+/// call's trace id is drawn now.
+fn quietly_single<F: Future>(future: F, outer: &'static Site) -> InScope<F> {
     InScope {
         future,
-        frame: Some(Frame::new(
-            {
-                static LABELS: [Label; 1] = Site::labels("single_attempt()");
-                static SINGLE: Site = Site::new("single_attempt()", &LABELS);
-                &SINGLE
-            },
-            true,
-            true,
-            current_trace_id(),
-        )),
+        frame: Some(Frame::new(outer, true, true, current_trace_id())),
     }
 }
 

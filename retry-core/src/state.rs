@@ -13,6 +13,7 @@ use crate::classify::{Classifier, Decision};
 use crate::metrics::{self, Site};
 use crate::policy::Policy;
 use crate::scope;
+use crate::sync::thread_local_cell;
 
 /// Why a retrying call stopped trying and returned its last error.
 ///
@@ -188,14 +189,8 @@ impl Failing {
     }
 }
 
-#[cfg(not(retry_core_loom))]
-thread_local! {
+thread_local_cell! {
     /// See [`Failing::boxed`].
-    static SPARE: Cell<Option<Box<Failing>>> = const { Cell::new(None) };
-}
-
-#[cfg(retry_core_loom)]
-loom::thread_local! {
     static SPARE: Cell<Option<Box<Failing>>> = Cell::new(None);
 }
 
