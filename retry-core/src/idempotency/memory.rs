@@ -109,10 +109,7 @@ impl MemoryStore {
                         expires_at: now + request.retention,
                     },
                 );
-                return ClaimOutcome::Claimed(Claim {
-                    key: request.key.to_owned(),
-                    token: 1,
-                });
+                return ClaimOutcome::Claimed(Claim::first(request.key));
             }
             Some(row) => row,
         };

@@ -70,6 +70,16 @@ pub struct Claim {
     pub token: u64,
 }
 
+impl Claim {
+    /// The first claim of `key`, which had no row: fencing token 1, as every store numbers it.
+    pub(crate) fn first(key: &str) -> Claim {
+        Claim {
+            key: key.to_owned(),
+            token: 1,
+        }
+    }
+}
+
 /// What claiming a key found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {

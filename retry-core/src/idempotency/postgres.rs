@@ -15,10 +15,10 @@
 //!   around it cost two more round trips. An insert that changes nothing (another instance
 //!   inserted the key since the read) goes on like any key that has a row.
 //! - Any other key (in progress, released, past its retention) goes on to the claim proper, one
-//!   short transaction: the same `INSERT`, never a check-then-insert. If the row was there, `SELECT .. FOR UPDATE` locks it and the decision
-//!   (reclaim, take over, `InProgress`, `Done`, ...) is taken and written in the same
-//!   transaction, so two instances can never both win a key. Nothing else is locked: claims of
-//!   other keys never wait.
+//!   short transaction: the same `INSERT`, never a check-then-insert. If the row was there,
+//!   `SELECT .. FOR UPDATE` locks it and the decision (reclaim, take over, `InProgress`, `Done`,
+//!   ...) is taken and written in the same transaction, so two instances can never both win a
+//!   key. Nothing else is locked: claims of other keys never wait.
 //! - The clock is read again once the row is locked, so a claim that waited for another
 //!   transaction decides at the time it decides, not the time it started waiting.
 //! - `complete`, `release` and `mark_failed` are one autocommit `UPDATE` each, guarded by the
@@ -142,8 +142,8 @@ const SAME_TRANSACTION: &str = "SELECT txid_current() = $1";
 ///   `SELECT`, without a transaction or a lock; a new key by one `INSERT .. ON CONFLICT
 ///   (msg_id) DO NOTHING` under the primary key, in autocommit. Every other claim is one short
 ///   transaction: the same `INSERT` and, if the key was there, `SELECT .. FOR UPDATE` and the
-///   decision, in the same transaction. `complete`,
-///   `release` and `mark_failed` are one statement each, guarded by the claim's fencing token.
+///   decision, in the same transaction. `complete`, `release` and `mark_failed` are one
+///   statement each, guarded by the claim's fencing token.
 /// - Timestamps (from the store's [`Clock`]) are fixed-width UTC text with microsecond
 ///   precision, exactly as `SqliteStore` writes them.
 /// - Connections come from a [deadpool-postgres pool](deadpool_postgres::Pool), 16 by default.
@@ -886,14 +886,7 @@ async fn claim_in(
     request: &ClaimRequest<'_>,
 ) -> Result<ClaimOutcome, Fail> {
     let key = request.key;
-    let claimed = || {
-        ClaimOutcome::Claimed(Claim {
-            key: key.to_owned(),
-            token: 1,
-        })
-    };
     let read = client.prepare_cached(READ_ROW).await?;
-    let insert = client.prepare_cached(INSERT_CLAIM).await?;
     match client.query_opt(&read, &[&key]).await? {
         Some(row) => {
             let row = Stored::decode(key, &row)?;
@@ -904,17 +897,20 @@ async fn claim_in(
             }
         }
         None => {
+            // Prepared here, not before the read: a replay never needs it.
+            let insert = client.prepare_cached(INSERT_CLAIM).await?;
             if insert_claim(&*client, &insert, clock, request).await? == 1 {
-                return Ok(claimed());
+                return Ok(ClaimOutcome::Claimed(Claim::first(key)));
             }
         }
     }
     let tx = client.transaction().await?;
+    let insert = tx.prepare_cached(INSERT_CLAIM).await?;
     let select = tx.prepare_cached(LOCK_ROW).await?;
     for _ in 0..CLAIM_ATTEMPTS {
         if insert_claim(&tx, &insert, clock, request).await? == 1 {
             tx.commit().await?;
-            return Ok(claimed());
+            return Ok(ClaimOutcome::Claimed(Claim::first(key)));
         }
         // Locked until the commit: no other instance decides about this key meanwhile.
         if let Some(row) = tx.query_opt(&select, &[&key]).await? {

@@ -1035,12 +1035,6 @@ fn claim_in(
     clock: &dyn Clock,
     request: &OwnedRequest,
 ) -> Result<ClaimOutcome, Fail> {
-    let claimed = || {
-        ClaimOutcome::Claimed(Claim {
-            key: request.key.clone(),
-            token: 1,
-        })
-    };
     match read_row(conn, &request.key)? {
         Some(row) => {
             if let Some(outcome) = settled(&row, request)? {
@@ -1049,14 +1043,14 @@ fn claim_in(
         }
         None => {
             if insert_claim(conn, request, clock.now())? == 1 {
-                return Ok(claimed());
+                return Ok(ClaimOutcome::Claimed(Claim::first(&request.key)));
             }
         }
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = clock.now();
     let outcome = if insert_claim(&tx, request, now)? == 1 {
-        claimed()
+        ClaimOutcome::Claimed(Claim::first(&request.key))
     } else {
         decide(&tx, request, &now, &format_utc(now))?
     };
