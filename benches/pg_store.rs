@@ -21,8 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, PgStore};
-use support::store::{Config, compare, print_table};
+use retry_core::idempotency::PgStore;
+use support::store::{
+    Config, REPLAY_KEYS, RESPONSE, compare, print_table, store_claim_complete, store_replay,
+};
 use tokio_postgres::NoTls;
 
 const RAW_TABLE: &str = "CREATE TABLE retry_core_bench_raw (
@@ -49,10 +51,6 @@ const READ_ROW: &str = "SELECT status, response, fingerprint, token, lease_until
      FROM retry_core_bench_raw WHERE msg_id = $1";
 const SELECT_ROW: &str = "SELECT status, response, fingerprint, token, lease_until \
      FROM retry_core_bench_raw WHERE msg_id = $1";
-
-const RESPONSE: &str = "\"ok\"";
-/// Keys completed before the replay measurements; replay `n` asks for key `n % REPLAY_KEYS`.
-const REPLAY_KEYS: u64 = 256;
 
 async fn raw_claim_complete(pool: Pool, key: String) {
     let client = pool.get().await.expect("a raw connection");
@@ -91,32 +89,6 @@ async fn raw_replay(pool: Pool, key: String) {
     let row = client.query_one(&select, &[&key]).await.expect("select");
     let (status, response): (String, Option<String>) = (row.get(0), row.get(1));
     assert!(status == "done" && response.as_deref() == Some(RESPONSE));
-}
-
-fn request(key: &str) -> ClaimRequest<'_> {
-    ClaimRequest {
-        key,
-        biz_key: key,
-        fingerprint: None,
-        lease: Duration::from_secs(30),
-        retention: Duration::from_secs(86_400),
-    }
-}
-
-async fn store_claim_complete(store: Arc<PgStore>, key: String) {
-    let outcome = store.claim(&request(&key)).await.expect("store claim");
-    let ClaimOutcome::Claimed(claim) = outcome else {
-        panic!("store claim of a new key {key}: {outcome:?}");
-    };
-    store
-        .complete(&claim, RESPONSE)
-        .await
-        .expect("store complete");
-}
-
-async fn store_replay(store: Arc<PgStore>, key: String) {
-    let outcome = store.claim(&request(&key)).await.expect("store claim");
-    assert_eq!(outcome, ClaimOutcome::Done(RESPONSE.to_owned()));
 }
 
 fn main() {

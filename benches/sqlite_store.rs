@@ -17,9 +17,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, SqliteStore};
+use retry_core::idempotency::SqliteStore;
 use rusqlite::{Connection, OptionalExtension, params};
-use support::store::{Config, compare, print_table};
+use support::store::{
+    Config, REPLAY_KEYS, RESPONSE, compare, print_table, store_claim_complete, store_replay,
+};
 use tokio::sync::Semaphore;
 
 /// The store's table, as `SqliteStore` creates it.
@@ -46,9 +48,6 @@ const SELECT_ROW: &str =
     "SELECT status, response, fingerprint, token, lease_until FROM inbox_log WHERE msg_id = ?1";
 
 const CONNECTIONS: usize = 4;
-const RESPONSE: &str = "\"ok\"";
-/// Keys completed before the replay measurements; replay `n` asks for key `n % REPLAY_KEYS`.
-const REPLAY_KEYS: u64 = 256;
 
 /// The raw floor: 4 connections behind a semaphore, every operation on the blocking pool.
 struct RawPool {
@@ -157,32 +156,6 @@ impl RawPool {
             .await;
         assert!(status == "done" && response.as_deref() == Some(RESPONSE));
     }
-}
-
-fn request(key: &str) -> ClaimRequest<'_> {
-    ClaimRequest {
-        key,
-        biz_key: key,
-        fingerprint: None,
-        lease: Duration::from_secs(30),
-        retention: Duration::from_secs(86_400),
-    }
-}
-
-async fn store_claim_complete(store: Arc<SqliteStore>, key: String) {
-    let outcome = store.claim(&request(&key)).await.expect("store claim");
-    let ClaimOutcome::Claimed(claim) = outcome else {
-        panic!("store claim of a new key {key}: {outcome:?}");
-    };
-    store
-        .complete(&claim, RESPONSE)
-        .await
-        .expect("store complete");
-}
-
-async fn store_replay(store: Arc<SqliteStore>, key: String) {
-    let outcome = store.claim(&request(&key)).await.expect("store claim");
-    assert_eq!(outcome, ClaimOutcome::Done(RESPONSE.to_owned()));
 }
 
 /// A directory of its own under the temp dir, removed when dropped.

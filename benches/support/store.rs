@@ -1,9 +1,46 @@
 //! What the idempotency-store benches share: `callers` concurrent tasks sharing a fixed number
 //! of operations, raw SQL and the store measured in alternation, medians over rounds, and the
-//! markdown table with the store ÷ raw ratio.
+//! markdown table with the store ÷ raw ratio; and the store side's operations, the same for
+//! every store.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore};
+
+/// The response every completion stores and every replay expects.
+pub const RESPONSE: &str = "\"ok\"";
+/// Keys completed before the replay measurements; replay `n` asks for key `n % REPLAY_KEYS`.
+pub const REPLAY_KEYS: u64 = 256;
+
+fn request(key: &str) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        biz_key: key,
+        fingerprint: None,
+        lease: Duration::from_secs(30),
+        retention: Duration::from_secs(86_400),
+    }
+}
+
+/// The store's claim of a new key, then its completion.
+pub async fn store_claim_complete<S: IdempotencyStore>(store: Arc<S>, key: String) {
+    let outcome = store.claim(&request(&key)).await.expect("store claim");
+    let ClaimOutcome::Claimed(claim) = outcome else {
+        panic!("store claim of a new key {key}: {outcome:?}");
+    };
+    store
+        .complete(&claim, RESPONSE)
+        .await
+        .expect("store complete");
+}
+
+/// The store's claim of a key that is done: a replay of [`RESPONSE`].
+pub async fn store_replay<S: IdempotencyStore>(store: Arc<S>, key: String) {
+    let outcome = store.claim(&request(&key)).await.expect("store claim");
+    assert_eq!(outcome, ClaimOutcome::Done(RESPONSE.to_owned()));
+}
 
 /// Concurrent callers measured, as BENCHMARKS.md reports them.
 pub const CALLERS: [usize; 3] = [1, 8, 64];
