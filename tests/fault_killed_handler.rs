@@ -12,13 +12,15 @@
 //! kill a process holding a bare claim.
 #![cfg(any(feature = "sqlite", feature = "postgres"))]
 
-use std::io::{BufRead as _, BufReader, Write as _};
-use std::process::{Command, Stdio};
+use std::io::Write as _;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use retry_core::idempotency::{IdempotencyError, StoreError};
 
 #[cfg(feature = "sqlite")]
+#[path = "common/child.rs"]
+mod child;
 #[path = "common/tempdir.rs"]
 mod tempdir;
 
@@ -64,29 +66,8 @@ fn inside(deposit_no: u64) {
 /// Runs `test` again as a child with `CHILD_ENV=store` and kills it (SIGKILL) as soon as it says
 /// it is inside the handler of [`KILLED`].
 fn kill_inside_handler(test: &str, store: &str) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--nocapture"])
-        .env(CHILD_ENV, store)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let marker = format!("INSIDE {KILLED}");
-    let reached = loop {
-        match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(line) if line.ends_with(&marker) => break Ok(()),
-            Ok(_) => continue,
-            Err(e) => break Err(e),
-        }
-    };
+    let (mut child, lines) = child::rerun(test, CHILD_ENV, store, Stdio::null());
+    let reached = child::wait_for_line(&lines, &format!("INSIDE {KILLED}"));
     child.kill().unwrap();
     let status = child.wait().unwrap();
     if let Err(e) = reached {

@@ -9,9 +9,9 @@
 //! the parent writes a line (or closes the pipe).
 #![cfg(feature = "sqlite")]
 
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,8 @@ use retry_core::idempotency::{
 };
 use retry_core::{Classify, Decision, retryable};
 
+#[path = "common/child.rs"]
+mod child;
 #[path = "common/tempdir.rs"]
 mod tempdir;
 
@@ -58,33 +60,14 @@ struct LockHolder {
 impl LockHolder {
     /// Runs `test` again as a child holding the write lock of `path`; returns once it holds it.
     fn start(test: &str, path: &Path) -> Self {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", test, "--nocapture"])
-            .env(CHILD_ENV, path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
+        let (mut child, lines) = child::rerun(test, CHILD_ENV, path, Stdio::piped());
         let stdin = child.stdin.take();
         let mut holder = LockHolder { child, stdin };
-        loop {
-            match rx.recv_timeout(Duration::from_secs(30)) {
-                Ok(line) if line.ends_with("LOCKED") => return holder,
-                Ok(_) => continue,
-                Err(e) => {
-                    let _ = holder.child.kill();
-                    panic!("the child never took the lock on {}: {e}", path.display());
-                }
-            }
+        if let Err(e) = child::wait_for_line(&lines, "LOCKED") {
+            let _ = holder.child.kill();
+            panic!("the child never took the lock on {}: {e}", path.display());
         }
+        holder
     }
 
     /// Lets the lock go and waits for the child to end.
