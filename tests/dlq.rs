@@ -239,7 +239,7 @@ impl From<retry_core::IdempotencyError> for Declined {
 }
 
 #[retryable(max = 2, base = "10ms", dlq(sink = letters, id = msg_no, original = msg_no))]
-#[retry_core::idempotent(key = ("bank-a", msg_no), store = inbox)]
+#[retry_core::idempotent(key = ("bank-a", msg_no), store = inbox, on_err = "release")]
 async fn charge(
     inbox: &retry_core::idempotency::MemoryStore,
     letters: &MemoryDeadLetters,
@@ -256,5 +256,9 @@ async fn a_letter_carries_the_idempotency_key_of_the_call() {
     );
     assert!(charge(&inbox, &letters, 9).await.is_err());
     let letter = letters.get("9").await.unwrap().expect("parked");
-    assert_eq!(letter.idempotency_key.as_deref(), Some("s6:bank-a,n9"));
+    // Namespaced by the function: (namespace, key).
+    assert_eq!(
+        letter.idempotency_key.as_deref(),
+        Some("~s6:charges6:bank-a,n9")
+    );
 }

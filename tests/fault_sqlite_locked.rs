@@ -142,7 +142,7 @@ impl Ledger {
 }
 
 #[retryable(max = 2, base = "20ms")]
-#[idempotent(key = deposit_no, store = inbox)]
+#[idempotent(key = deposit_no, store = inbox, on_err = "release")]
 async fn deposit(inbox: &SqliteStore, ledger: &Ledger, deposit_no: u64) -> Result<u64, Failed> {
     ledger.0.lock().unwrap().push(deposit_no);
     Ok(deposit_no)

@@ -140,9 +140,13 @@ impl IdempotencyStore for HangingStore {
         self.enter("release").await;
         self.inner.release(claim).await
     }
-    async fn mark_failed(&self, claim: &Claim) -> Result<(), StoreError> {
+    async fn mark_failed(&self, claim: &Claim, failure: &str) -> Result<(), StoreError> {
         self.enter("mark_failed").await;
-        self.inner.mark_failed(claim).await
+        self.inner.mark_failed(claim, failure).await
+    }
+    async fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
+        self.enter("renew").await;
+        self.inner.renew(claim, lease).await
     }
     async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {
         self.inner.purge_older_than(age).await
@@ -224,7 +228,7 @@ fn assert_no_answer(error: &Failed, operation: &str) {
 const HUNG: Duration = Duration::from_secs(3_600);
 
 #[retryable(max = 3, base = "1s", cap = "1s", jitter = "none")]
-#[idempotent(key = deposit_no, store = inbox)]
+#[idempotent(key = deposit_no, store = inbox, on_err = "release")]
 async fn deposit(inbox: &HangingStore, ledger: &Ledger, deposit_no: u64) -> Result<u64, Failed> {
     ledger.record(deposit_no);
     Ok(deposit_no)

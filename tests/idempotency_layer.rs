@@ -623,7 +623,10 @@ impl IdempotencyStore for Down {
     async fn release(&self, _: &Claim) -> Result<(), StoreError> {
         Err(StoreError::Unavailable("connection refused".into()))
     }
-    async fn mark_failed(&self, _: &Claim) -> Result<(), StoreError> {
+    async fn mark_failed(&self, _: &Claim, _: &str) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn renew(&self, _: &Claim, _: Duration) -> Result<(), StoreError> {
         Err(StoreError::Unavailable("connection refused".into()))
     }
     async fn purge_older_than(&self, _: Duration) -> Result<u64, StoreError> {

@@ -229,7 +229,10 @@ async fn a_failed_call_releases_its_key_unless_told_to_keep_it() {
     ));
     let err = fails_and_keeps(&inbox, 1, &ledger).await.unwrap_err();
     assert!(
-        matches!(err.idempotency(), Some(IdempotencyError::PreviouslyFailed)),
+        matches!(
+            err.idempotency(),
+            Some(IdempotencyError::PreviouslyFailed(_))
+        ),
         "{err:?}"
     );
     assert_eq!(ledger.effects.load(Ordering::SeqCst), 1);
@@ -248,7 +251,10 @@ impl IdempotencyStore for Down {
     async fn release(&self, _: &Claim) -> Result<(), StoreError> {
         Err(StoreError::Unavailable("connection refused".into()))
     }
-    async fn mark_failed(&self, _: &Claim) -> Result<(), StoreError> {
+    async fn mark_failed(&self, _: &Claim, _: &str) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn renew(&self, _: &Claim, _: Duration) -> Result<(), StoreError> {
         Err(StoreError::Unavailable("connection refused".into()))
     }
     async fn purge_older_than(&self, _: Duration) -> Result<u64, StoreError> {
@@ -441,7 +447,7 @@ async fn idempotent_above_retryable_claims_once_and_retries_inside() {
 }
 
 #[retryable(max = 4, base = "10ms")]
-#[idempotent(key = msg_no, store = inbox)]
+#[idempotent(key = msg_no, store = inbox, on_err = "release")]
 async fn claim_per_attempt(
     inbox: &MemoryStore,
     msg_no: u64,

@@ -164,10 +164,10 @@ async fn mark_failed_answers_failed() {
     let schema = Schema::new("failed").await;
     let store = schema.store().await;
     let claim = claimed(store.claim(&request("m-3")).await);
-    store.mark_failed(&claim).await.unwrap();
+    store.mark_failed(&claim, "declined").await.unwrap();
     assert_eq!(
         store.claim(&request("m-3")).await.unwrap(),
-        ClaimOutcome::Failed
+        ClaimOutcome::Failed("declined".into())
     );
     assert!(matches!(
         store.complete(&claim, "\"late\"").await,
@@ -255,7 +255,7 @@ async fn a_takeover_after_the_lease_fences_the_old_holder() {
         Err(StoreError::Fenced)
     ));
     assert!(matches!(
-        store.mark_failed(&first).await,
+        store.mark_failed(&first, "declined").await,
         Err(StoreError::Fenced)
     ));
     assert_eq!(
@@ -336,7 +336,7 @@ async fn every_answer_matches_the_memory_store() {
                     ClaimOutcome::Claimed(_) => 0,
                     ClaimOutcome::Done(_) => 1,
                     ClaimOutcome::InProgress => 2,
-                    ClaimOutcome::Failed => 3,
+                    ClaimOutcome::Failed(_) => 3,
                     ClaimOutcome::KeyReused => 4,
                 }] += 1;
                 if let ClaimOutcome::Claimed(claim) = p {
@@ -357,8 +357,8 @@ async fn every_answer_matches_the_memory_store() {
                     }
                     1 => (pg.release(&claim).await, memory.release(&claim).await),
                     _ => (
-                        pg.mark_failed(&claim).await,
-                        memory.mark_failed(&claim).await,
+                        pg.mark_failed(&claim, "declined").await,
+                        memory.mark_failed(&claim, "declined").await,
                     ),
                 };
                 assert!(

@@ -11,6 +11,7 @@
 //! | `retry_core_idempotency_fenced_total` | counter | `function` | late completions refused after a takeover |
 //! | `retry_core_idempotency_not_stored_total` | counter | `function` | responses of finished calls that could not be stored |
 //! | `retry_core_idempotency_abandoned_total` | counter | `function`, `released` | calls dropped while holding a claim |
+//! | `retry_core_idempotency_renewal_failures_total` | counter | `function`, `reason` (`fenced`, `unavailable`) | lease renewals that failed while a body ran |
 //! | `retry_core_dlq_pending` | gauge | `queue` | dead letters waiting (set by `dlq::pending`) |
 //! | `retry_core_dlq_oldest_age_seconds` | gauge | `queue` | age of the oldest waiting letter's first failure |
 
@@ -34,6 +35,9 @@ pub mod names {
     pub const NOT_STORED: &str = "retry_core_idempotency_not_stored_total";
     /// Calls dropped while holding a claim; `released` says whether the claim was released.
     pub const ABANDONED: &str = "retry_core_idempotency_abandoned_total";
+    /// Lease renewals that failed while a body ran; `reason` is `fenced` (the claim was taken
+    /// over) or `unavailable` (the store did not answer).
+    pub const RENEWAL_FAILURES: &str = "retry_core_idempotency_renewal_failures_total";
     /// Dead letters waiting.
     pub const DLQ_PENDING: &str = "retry_core_dlq_pending";
     /// Age in seconds of the oldest waiting dead letter's first failure.
@@ -152,5 +156,11 @@ pub(crate) fn response_not_stored(function: &'static str) {
 pub(crate) fn abandoned(function: &'static str, released: bool) {
     let released = if released { "true" } else { "false" };
     ::metrics::counter!(names::ABANDONED, "function" => function, "released" => released)
+        .increment(1);
+}
+
+pub(crate) fn renewal_failed(function: &'static str, fenced: bool) {
+    let reason = if fenced { "fenced" } else { "unavailable" };
+    ::metrics::counter!(names::RENEWAL_FAILURES, "function" => function, "reason" => reason)
         .increment(1);
 }

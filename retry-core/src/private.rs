@@ -215,7 +215,7 @@ impl<T> Operand for Nested<T> {
 
 pub use crate::idempotency::flow::Settings as IdempotentCall;
 use crate::idempotency::{IdempotencyError, IdempotencyStore, Idempotent, KeyPart};
-pub use crate::idempotency::{Once, Retries, encode_key, encode_scoped_key};
+pub use crate::idempotency::{OnErr, Once, Retries, encode_key, encode_namespaced_key};
 
 /// The flow of an `#[idempotent]` function, in its named future type.
 #[inline]
@@ -251,15 +251,38 @@ where
     claim_transactional_impl(store, call).await
 }
 
+/// `on_err = "keep"` (the default): every failure is kept.
+#[inline]
+pub fn keep_failures<E>(_: &E) -> OnErr {
+    OnErr::Keep
+}
+
+/// `on_err = "release"`: every failure frees the key.
+#[inline]
+pub fn release_failures<E>(_: &E) -> OnErr {
+    OnErr::Release
+}
+
+/// `on_err = path`, checked to be a `fn(&E) -> OnErr` where the user wrote it.
+#[inline]
+pub fn on_err<E>(decide: fn(&E) -> OnErr) -> fn(&E) -> OnErr {
+    decide
+}
+
 /// Claims, runs `body` and stores its response; see `retry_core::idempotency`.
-pub async fn run_idempotent<S, B, T, E>(store: &S, call: IdempotentCall, body: B) -> Result<T, E>
+pub async fn run_idempotent<S, B, T, E>(
+    store: &S,
+    call: IdempotentCall,
+    on_err: fn(&E) -> OnErr,
+    body: B,
+) -> Result<T, E>
 where
     S: IdempotencyStore + ?Sized,
     B: Future<Output = Result<T, E>>,
     T: serde::Serialize + serde::de::DeserializeOwned,
-    E: From<IdempotencyError>,
+    E: From<IdempotencyError> + core::fmt::Debug,
 {
-    crate::idempotency::flow::run(store, call, body).await
+    crate::idempotency::flow::run(store, call, on_err, body).await
 }
 
 impl<F> Probe<Idempotent<F, Retries>> {

@@ -28,6 +28,7 @@ const ARGUMENTS: &[&str] = &[
     "lease",
     "retention",
     "on_err",
+    "namespace",
     "transaction",
     "crate",
 ];
@@ -35,6 +36,23 @@ const ARGUMENTS: &[&str] = &[
 // The defaults of `retry_core::idempotency::{DEFAULT_LEASE, DEFAULT_RETENTION}`.
 const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+
+/// What a failed body's claim becomes.
+enum OnErrArg {
+    Keep(Span),
+    Release(Span),
+    /// A `fn(&E) -> OnErr`.
+    Path(Path),
+}
+
+impl OnErrArg {
+    fn span(&self) -> Span {
+        match self {
+            OnErrArg::Keep(span) | OnErrArg::Release(span) => *span,
+            OnErrArg::Path(path) => path.span(),
+        }
+    }
+}
 
 #[derive(Default)]
 pub(crate) struct IdempotentArgs {
@@ -45,7 +63,10 @@ pub(crate) struct IdempotentArgs {
     scope: Option<Expr>,
     lease: Option<Spanned<Duration>>,
     retention: Option<Spanned<Duration>>,
-    keep_failed: bool,
+    /// `on_err = ...`, when written.
+    on_err: Option<OnErrArg>,
+    /// `namespace = "..."`, when written; the function's name otherwise.
+    namespace: Option<LitStr>,
     /// `transaction = tx`: the parameter that receives the store's transaction.
     transaction: Option<Ident>,
     /// Its declared type, once taken out of the signature.
@@ -125,15 +146,26 @@ impl IdempotentArgs {
             }
             "transaction" => self.transaction = Some(value.parse()?),
             "on_err" => {
-                let lit: LitStr = value.parse()?;
-                match lit.value().as_str() {
-                    "release" => self.keep_failed = false,
-                    "keep" => self.keep_failed = true,
-                    other => errors.at(
-                        lit.span(),
-                        format!("unknown `on_err` \"{other}\"; write \"release\" (a failed call frees the key for a resend) or \"keep\" (a failed call marks the key failed)"),
-                    ),
+                if value.peek(LitStr) {
+                    let lit: LitStr = value.parse()?;
+                    match lit.value().as_str() {
+                        "release" => self.on_err = Some(OnErrArg::Release(lit.span())),
+                        "keep" => self.on_err = Some(OnErrArg::Keep(lit.span())),
+                        other => errors.at(
+                            lit.span(),
+                            format!("unknown `on_err` \"{other}\"; write \"keep\" (a failed call keeps its failure for resends: its effect may have happened), \"release\" (the body fails before any effect, so a resend may run it again) or the path of a `fn(&E) -> retry_core::idempotency::OnErr` that decides per error"),
+                        ),
+                    }
+                } else {
+                    self.on_err = Some(OnErrArg::Path(value.call(Path::parse_mod_style)?));
                 }
+            }
+            "namespace" => {
+                let lit: LitStr = value.parse()?;
+                if lit.value().is_empty() {
+                    errors.at(lit.span(), "`namespace` must not be empty; write a stable name such as `namespace = \"charge.v1\"`, or leave it out to use the function's name");
+                }
+                self.namespace = Some(lit);
             }
             _ => self.krate = Some(value.call(Path::parse_mod_style)?),
         }
@@ -162,6 +194,25 @@ impl IdempotentArgs {
     fn lease(&self) -> Duration {
         self.lease.as_ref().map_or(DEFAULT_LEASE, |l| l.value)
     }
+
+    /// `on_err` only decides in non-transactional mode: a transactional `Err` rolls back.
+    fn check_on_err(&self, errors: &mut Errors) {
+        if let (Some(on_err), Some(_)) = (&self.on_err, &self.transaction) {
+            errors.at(on_err.span(), "`on_err` has no effect with `transaction`: an `Err` rolls the transaction back, so nothing happened and the key is always released; remove `on_err`");
+        }
+    }
+}
+
+/// `#[retryable]` above a non-transactional `#[idempotent]`: every attempt is a resend of the
+/// same key, so whether a failure is kept decides whether the retries can run at all. The
+/// choice must be written.
+pub(crate) fn check_below_retry(args: &IdempotentArgs, attr: &syn::Attribute, errors: &mut Errors) {
+    if args.on_err.is_none() && args.transaction.is_none() {
+        errors.at(
+            attr.path().span(),
+            "`#[retryable]` above `#[idempotent]` retries by resending the same key, so say what a failed attempt leaves: `on_err = \"release\"` if the body fails before any effect (the next attempt runs it again), `on_err = \"keep\"` if it may fail after its effect (the next attempts get the kept failure, so nothing is retried), or `on_err = path` to decide per error; or use `transaction = tx`, which rolls failures back",
+        );
+    }
 }
 
 /// Takes the `transaction = tx` parameter out of the signature: the caller does not pass it, the
@@ -171,6 +222,7 @@ pub(crate) fn take_transaction_param(
     sig: &mut syn::Signature,
     errors: &mut Errors,
 ) {
+    args.check_on_err(errors);
     let Some(name) = args.transaction.clone() else {
         return;
     };
@@ -350,19 +402,25 @@ fn rewrite(args: &IdempotentArgs, function: ItemFn, retry: Option<&RetryArgs>) -
     }
 }
 
-/// The encoded key (scope included) as a `String` expression.
-fn key_expr(args: &IdempotentArgs, key: &Expr) -> TokenStream {
+/// The stored key, (namespace, scope, key), as a `String` expression; `function` is the
+/// namespace unless `namespace = "..."` pins it.
+fn key_expr(args: &IdempotentArgs, key: &Expr, function: &str) -> TokenStream {
     let krate = retryable::crate_path(args.krate.as_ref());
     let private = respan(quote!(#krate::__private), key.span());
-    match &args.scope {
-        Some(scope) => quote_spanned!(key.span()=> #private::encode_scoped_key(&(#scope), &(#key))),
-        None => quote_spanned!(key.span()=> #private::encode_key(&(#key))),
-    }
+    let namespace = match &args.namespace {
+        Some(pinned) => pinned.value(),
+        None => function.to_owned(),
+    };
+    let scope = match &args.scope {
+        Some(scope) => quote_spanned!(scope.span()=> ::core::option::Option::Some(&(#scope))),
+        None => quote!(::core::option::Option::None::<&str>),
+    };
+    quote_spanned!(key.span()=> #private::encode_namespaced_key(#namespace, #scope, &(#key)))
 }
 
 /// The call's encoded idempotency key, for its dead letter.
-pub(crate) fn letter_key(args: &IdempotentArgs) -> Option<TokenStream> {
-    args.key.as_ref().map(|key| key_expr(args, key))
+pub(crate) fn letter_key(args: &IdempotentArgs, function: &str) -> Option<TokenStream> {
+    args.key.as_ref().map(|key| key_expr(args, key, function))
 }
 
 /// The idempotent flow around `body` (a future of the function's output), as an expression of
@@ -383,7 +441,7 @@ pub(crate) fn flow_expr(
             "`#[idempotent]` needs `key` and `store`"
         ));
     };
-    let key = key_expr(args, key);
+    let key = key_expr(args, key, function);
     let biz_key = match &args.biz_key {
         Some(biz) => {
             quote_spanned!(biz.span()=> ::core::option::Option::Some(::std::string::ToString::to_string(&(#biz))))
@@ -403,7 +461,14 @@ pub(crate) fn flow_expr(
             .as_ref()
             .map_or(DEFAULT_RETENTION, |r| r.value),
     );
-    let keep_failed = args.keep_failed;
+    let on_err = match &args.on_err {
+        None | Some(OnErrArg::Keep(_)) => quote!(#private::keep_failures),
+        Some(OnErrArg::Release(_)) => quote!(#private::release_failures),
+        Some(OnErrArg::Path(path)) => {
+            let private = respan(private.clone(), path.span());
+            quote_spanned!(path.span()=> #private::on_err(#path))
+        }
+    };
     let kind = if retries {
         quote!(#private::Retries)
     } else {
@@ -417,7 +482,6 @@ pub(crate) fn flow_expr(
             fingerprint: #fingerprint,
             lease: #lease,
             retention: #retention,
-            keep_failed: #keep_failed,
             function: #function,
         };
     };
@@ -442,13 +506,13 @@ pub(crate) fn flow_expr(
                 };
                 let #outcome = {
                     let #tx: #tx_ty = &mut #transaction;
-                    #body.await
+                    #held.hold(#body).await
                 };
                 #finish(#held, #transaction, &#call, #outcome).await
             })
         }};
     }
-    let run_call = quote_spanned!(output.span()=> #run(#store, #call, #body));
+    let run_call = quote_spanned!(output.span()=> #run(#store, #call, #on_err, #body));
     // The settings are evaluated when the function is called, so the returned future knows its
     // key before it is polled (a redrive checks it against the dead letter's).
     quote! {{

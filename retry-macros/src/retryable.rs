@@ -50,6 +50,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let idempotent = take_attr(&mut function, "idempotent").map(|attr| {
         let mut idempotent = crate::idempotent::parse_attr(&attr, &mut errors);
         crate::idempotent::take_transaction_param(&mut idempotent, &mut function.sig, &mut errors);
+        crate::idempotent::check_below_retry(&idempotent, &attr, &mut errors);
         idempotent
     });
     if !errors.is_empty() {
@@ -215,7 +216,7 @@ fn rewrite(
                 items: TokenStream::new(),
                 stmts: quote!(#flow.await),
                 args_used_elsewhere: false,
-                idempotency_key: crate::idempotent::letter_key(idempotent),
+                idempotency_key: crate::idempotent::letter_key(idempotent, &name),
             }
         }
     };

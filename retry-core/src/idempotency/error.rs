@@ -50,8 +50,12 @@ pub enum IdempotencyError {
     InProgress,
     /// The key was used before with another payload.
     KeyReused,
-    /// A call with this key failed and was kept failed (`on_err = "keep"`).
-    PreviouslyFailed,
+    /// A call with this key failed after it may have had its effect, and its failure was kept
+    /// (`on_err = "keep"`, the default in non-transactional mode): the resend is answered with
+    /// the first call's failure instead of running a second time. Holds that failure's text
+    /// (empty when the store kept none). Whether the effect happened is for a person to find out
+    /// (dead letter, support), never a silent second run.
+    PreviouslyFailed(String),
     /// The encoded key is longer than the store's limit.
     KeyTooLong {
         /// Its length in bytes.
@@ -81,8 +85,14 @@ impl fmt::Display for IdempotencyError {
             IdempotencyError::KeyReused => {
                 f.write_str("the idempotency key was used before with another payload")
             }
-            IdempotencyError::PreviouslyFailed => {
+            IdempotencyError::PreviouslyFailed(first) if first.is_empty() => {
                 f.write_str("a call with the same idempotency key failed before")
+            }
+            IdempotencyError::PreviouslyFailed(first) => {
+                write!(
+                    f,
+                    "a call with the same idempotency key failed before: {first}"
+                )
             }
             IdempotencyError::KeyTooLong { len, max } => write!(
                 f,

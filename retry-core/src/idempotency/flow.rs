@@ -10,6 +10,7 @@ use pin_project_lite::pin_project;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::held::HeldClaim;
 use super::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, StoreError,
     TransactionalStore,
@@ -154,8 +155,6 @@ pub struct Settings {
     pub lease: Duration,
     /// See [`ClaimRequest::retention`].
     pub retention: Duration,
-    /// `on_err = "keep"`: a failed call marks the key failed instead of releasing it.
-    pub keep_failed: bool,
     /// The function, for events and metrics.
     pub function: &'static str,
 }
@@ -170,7 +169,6 @@ impl Settings {
             fingerprint: None,
             lease: super::DEFAULT_LEASE,
             retention: super::DEFAULT_RETENTION,
-            keep_failed: false,
             function,
         }
     }
@@ -184,7 +182,7 @@ const COMPLETE_RETRY_PAUSES: [Duration; 2] =
 /// Stores `response` for `claim`, trying again after a failure that may pass; not after a
 /// timeout (the store hangs: another wait would only add to it) nor after fencing (the claim is
 /// someone else's now).
-async fn store_response<S: IdempotencyStore + ?Sized>(
+pub(super) async fn store_response<S: IdempotencyStore + ?Sized>(
     store: &S,
     claim: &Claim,
     response: &str,
@@ -211,7 +209,7 @@ async fn store_response<S: IdempotencyStore + ?Sized>(
 /// call, nor a retry loop around it. Giving up drops the operation; whatever of it still lands
 /// later is what a crash at that point would leave (a claim is freed by its lease, a commit is
 /// found by the next duplicate).
-async fn bounded<S, T>(
+pub(super) async fn bounded<S, T>(
     store: &S,
     operation: &'static str,
     future: impl Future<Output = Result<T, StoreError>>,
@@ -293,68 +291,24 @@ pub async fn begin_call<'s, S: IdempotencyStore + ?Sized>(
         retention: call.retention,
     };
     match bounded(store, "claim", store.claim(&request)).await {
-        Ok(ClaimOutcome::Claimed(claim)) => Ok(Begun::Claimed(HeldClaim {
+        Ok(ClaimOutcome::Claimed(claim)) => Ok(Begun::Claimed(HeldClaim::new(
             store,
-            claim: Some(claim),
-            function: call.function,
-        })),
+            claim,
+            call.function,
+            call.lease,
+        ))),
         Ok(ClaimOutcome::Done(stored)) => {
             metrics::duplicate_answered(call.function);
             Ok(Begun::Stored(stored))
         }
         Ok(ClaimOutcome::InProgress) => Err(IdempotencyError::InProgress),
-        Ok(ClaimOutcome::Failed) => Err(IdempotencyError::PreviouslyFailed),
+        Ok(ClaimOutcome::Failed(failure)) => {
+            metrics::duplicate_answered(call.function);
+            Err(IdempotencyError::PreviouslyFailed(failure))
+        }
         Ok(ClaimOutcome::KeyReused) => Err(IdempotencyError::KeyReused),
         // Fail closed: without a claim the body must not run.
         Err(e) => Err(IdempotencyError::Store(e)),
-    }
-}
-
-/// A claim held while the body runs. Dropped before it is finished (a client went away, the
-/// process is shutting down), it hands the claim back to the store to release, and counts it.
-#[derive(Debug)]
-pub struct HeldClaim<'s, S: IdempotencyStore + ?Sized> {
-    store: &'s S,
-    claim: Option<Claim>,
-    function: &'static str,
-}
-
-impl<S: IdempotencyStore + ?Sized> HeldClaim<'_, S> {
-    /// The claim.
-    pub fn claim(&self) -> Option<&Claim> {
-        self.claim.as_ref()
-    }
-
-    /// Takes the claim out, so dropping the holder no longer releases it.
-    fn take(&mut self) -> Option<Claim> {
-        self.claim.take()
-    }
-
-    /// Stores the response (non-transactional mode): up to three tries, each waiting at most the
-    /// store's [`operation_timeout`](IdempotencyStore::operation_timeout).
-    pub async fn complete(mut self, response: &str) -> Result<(), StoreError> {
-        match self.take() {
-            Some(claim) => store_response(self.store, &claim, response, self.function).await,
-            None => Err(StoreError::Fenced),
-        }
-    }
-
-    /// Gives the claim up after a failed body: released, or marked failed with `keep_failed`,
-    /// waiting at most the store's [`operation_timeout`](IdempotencyStore::operation_timeout).
-    pub async fn fail(mut self, keep_failed: bool) -> Result<(), StoreError> {
-        match self.take() {
-            Some(claim) => undo(self.store, &claim, keep_failed).await,
-            None => Ok(()),
-        }
-    }
-}
-
-impl<S: IdempotencyStore + ?Sized> Drop for HeldClaim<'_, S> {
-    fn drop(&mut self) {
-        if let Some(claim) = self.claim.take() {
-            let released = self.store.abandon(claim);
-            metrics::abandoned(self.function, released);
-        }
     }
 }
 
@@ -368,19 +322,25 @@ fn decode<T: DeserializeOwned, E: From<IdempotencyError>>(
     })
 }
 
-/// Runs `body` at most once per key in `store`; see the [module docs](super).
-pub(crate) async fn run<S, B, T, E>(store: &S, call: Settings, body: B) -> Result<T, E>
+/// Runs `body` at most once per key in `store`; see the [module docs](super). A failed body
+/// settles its claim as `on_err` decides for its error.
+pub(crate) async fn run<S, B, T, E>(
+    store: &S,
+    call: Settings,
+    on_err: impl FnOnce(&E) -> OnErr,
+    body: B,
+) -> Result<T, E>
 where
     S: IdempotencyStore + ?Sized,
     B: Future<Output = Result<T, E>>,
     T: Serialize + DeserializeOwned,
-    E: From<IdempotencyError>,
+    E: From<IdempotencyError> + std::fmt::Debug,
 {
     let mut held = match begin_call(store, &call).await? {
         Begun::Stored(stored) => return decode(&call, &stored),
         Begun::Claimed(held) => held,
     };
-    let outcome = body.await;
+    let outcome = held.hold(body).await;
     let Some(claim) = held.take() else {
         return outcome;
     };
@@ -397,32 +357,90 @@ where
             Ok(value)
         }
         Err(error) => {
-            give_up(store, &claim, &call).await;
+            let choice = on_err(&error);
+            give_up(store, &claim, &call, choice, &format!("{error:?}")).await;
             Err(error)
         }
     }
 }
 
-/// Releases `claim` after a failed body, or marks it failed with `keep_failed`, waiting at most
+/// What a failed body's claim becomes.
+///
+/// A non-transactional body that returns `Err` may have had its effect first (charged the card,
+/// then failed to write its row), so by default its failure is kept: duplicates get
+/// [`IdempotencyError::PreviouslyFailed`] with the first failure, never a second run, and a
+/// person decides. Release only errors that are known to come before any effect.
+///
+/// ```
+/// use retry_core::idempotency::{IdempotencyError, MemoryStore, OnErr};
+/// use retry_core::idempotent;
+///
+/// #[derive(Debug)]
+/// enum ChargeError { CardDeclined, GatewayTimeout, Idempotency(IdempotencyError) }
+/// impl From<IdempotencyError> for ChargeError {
+///     fn from(e: IdempotencyError) -> Self { ChargeError::Idempotency(e) }
+/// }
+///
+/// /// A declined card charged nothing: a resend may try again. A gateway timeout may have
+/// /// charged: keep it, a person looks.
+/// fn settle(e: &ChargeError) -> OnErr {
+///     match e {
+///         ChargeError::CardDeclined => OnErr::Release,
+///         _ => OnErr::Keep,
+///     }
+/// }
+///
+/// #[idempotent(key = order, store = inbox, on_err = settle)]
+/// async fn charge(inbox: &MemoryStore, order: u64, declined: bool) -> Result<u64, ChargeError> {
+///     if declined { Err(ChargeError::CardDeclined) } else { Err(ChargeError::GatewayTimeout) }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let inbox = MemoryStore::new();
+/// assert!(matches!(charge(&inbox, 1, true).await, Err(ChargeError::CardDeclined)));
+/// // Released: the resend runs again.
+/// assert!(matches!(charge(&inbox, 1, false).await, Err(ChargeError::GatewayTimeout)));
+/// // Kept: the resend gets the first failure, the body does not run.
+/// let Err(ChargeError::Idempotency(IdempotencyError::PreviouslyFailed(first))) =
+///     charge(&inbox, 1, true).await else { panic!() };
+/// assert_eq!(first, "GatewayTimeout");
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnErr {
+    /// Keep the failure: duplicates get it, the body never runs again for this key.
+    Keep,
+    /// Free the key: the failure came before any effect, so a resend may run the body again.
+    Release,
+}
+
+/// Releases `claim` after a failed body, or marks it failed keeping `failure`, waiting at most
 /// the store's [`operation_timeout`](IdempotencyStore::operation_timeout).
-async fn undo<S: IdempotencyStore + ?Sized>(
+pub(super) async fn undo<S: IdempotencyStore + ?Sized>(
     store: &S,
     claim: &Claim,
-    keep_failed: bool,
+    on_err: OnErr,
+    failure: &str,
 ) -> Result<(), StoreError> {
-    if keep_failed {
-        bounded(store, "mark_failed", store.mark_failed(claim)).await
-    } else {
-        bounded(store, "release", store.release(claim)).await
+    match on_err {
+        OnErr::Keep => bounded(store, "mark_failed", store.mark_failed(claim, failure)).await,
+        OnErr::Release => bounded(store, "release", store.release(claim)).await,
     }
 }
 
 /// Gives up the claim of a failed call (see [`undo`]); a failure is logged, and the lease frees
 /// the claim later.
-async fn give_up<S: IdempotencyStore + ?Sized>(store: &S, claim: &Claim, call: &Settings) {
-    if let Err(e) = undo(store, claim, call.keep_failed).await {
+async fn give_up<S: IdempotencyStore + ?Sized>(
+    store: &S,
+    claim: &Claim,
+    call: &Settings,
+    on_err: OnErr,
+    failure: &str,
+) {
+    if let Err(e) = undo(store, claim, on_err, failure).await {
         // The lease frees the claim later; a resend meanwhile gets `InProgress`.
-        tracing::warn!(function = call.function, key = %call.key, error = %e, "could not release the claim of a failed call");
+        tracing::warn!(function = call.function, key = %call.key, error = %e, "could not settle the claim of a failed call");
     }
 }
 
@@ -443,9 +461,15 @@ where
         Err(e) => return Err(Err(e.into())),
     };
     match bounded(store, "begin", store.begin()).await {
-        Ok(transaction) => Ok((held, transaction)),
+        Ok(transaction) => {
+            let mut held = held;
+            held.transactional = true;
+            held.renews = !store.transaction_holds_claim();
+            Ok((held, transaction))
+        }
         Err(e) => {
-            if let Err(release) = held.fail(false).await {
+            // Nothing ran: the key is free for the resend.
+            if let Err(release) = held.fail(OnErr::Release, "").await {
                 tracing::warn!(function = call.function, key = %call.key, error = %release, "could not release a claim after failing to begin");
             }
             Err(Err(IdempotencyError::Store(e).into()))
@@ -496,7 +520,8 @@ where
             if let Err(e) = bounded(store, "rollback", store.rollback(transaction)).await {
                 tracing::warn!(function = call.function, key = %call.key, error = %e, "rollback failed; the store rolls back when the connection closes");
             }
-            give_up(store, &claim, call).await;
+            // Rolled back: nothing of the body's writes happened, so the key is free again.
+            give_up(store, &claim, call, OnErr::Release, "").await;
             return Err(error);
         }
     };

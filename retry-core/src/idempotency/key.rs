@@ -56,6 +56,37 @@ pub fn encode_scoped_key<S: KeyPart + ?Sized, K: KeyPart + ?Sized>(scope: &S, ke
     out
 }
 
+/// The stored form of `key` in `namespace` (the function, or a pinned name such as
+/// `"charge.v1"`), optionally within `scope`: `~` and the namespace as a string part, then the
+/// scoped or plain key. Every part is self-delimiting, so no namespace, scope or key can forge
+/// another's, and two functions sharing a store never answer for each other.
+///
+/// ```
+/// use retry_core::idempotency::encode_namespaced_key;
+///
+/// assert_eq!(encode_namespaced_key("charge", None::<&str>, &42u32), "~s6:chargen42");
+/// assert_eq!(encode_namespaced_key("charge", Some("t1"), &42u32), "~s6:charge@s2:t1/n42");
+/// assert_ne!(
+///     encode_namespaced_key("charge", None::<&str>, &42u32),
+///     encode_namespaced_key("ship", None::<&str>, &42u32)
+/// );
+/// ```
+pub fn encode_namespaced_key<S: KeyPart + ?Sized, K: KeyPart + ?Sized>(
+    namespace: &str,
+    scope: Option<&S>,
+    key: &K,
+) -> String {
+    let mut out = String::from("~");
+    namespace.encode_into(&mut out);
+    if let Some(scope) = scope {
+        out.push('@');
+        scope.encode_into(&mut out);
+        out.push('/');
+    }
+    key.encode_into(&mut out);
+    out
+}
+
 impl KeyPart for str {
     fn encode_into(&self, out: &mut String) {
         out.push('s');

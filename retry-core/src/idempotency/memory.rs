@@ -52,7 +52,8 @@ enum Status {
         lease_until: SystemTime,
     },
     Done(String),
-    Failed,
+    /// Failed with its effect unknown: the failure's text, answered to every duplicate.
+    Failed(String),
     /// Released after a failed call: kept so its token keeps growing (no ABA for fenced holders).
     Released,
 }
@@ -134,14 +135,17 @@ impl MemoryStore {
         }
         match &row.status {
             Status::Done(response) => ClaimOutcome::Done(response.clone()),
-            Status::Failed => ClaimOutcome::Failed,
+            Status::Failed(failure) => ClaimOutcome::Failed(failure.clone()),
             Status::InProgress { lease_until } if *lease_until > now => ClaimOutcome::InProgress,
             Status::Released => ClaimOutcome::InProgress, // handled above
             Status::InProgress { .. } => {
+                // The holder died: the taker-over gets a new token, a new lease and the row a
+                // retention counted from now, so it cannot be purged under the new holder.
                 row.token += 1;
                 row.status = Status::InProgress {
                     lease_until: now + request.lease,
                 };
+                row.expires_at = row.expires_at.max(now + request.retention);
                 ClaimOutcome::Claimed(Claim {
                     key: request.key.to_owned(),
                     token: row.token,
@@ -151,27 +155,22 @@ impl MemoryStore {
     }
 
     fn release_now(&self, claim: &Claim) -> Result<(), StoreError> {
-        self.with_claim(claim, |rows| {
-            if let Some(row) = rows.get_mut(&claim.key) {
-                row.status = Status::Released;
-            }
-        })
+        self.settle(claim, Status::Released)
     }
 
-    /// Applies `change` to the claim's row if the claim still holds it.
-    fn with_claim(
-        &self,
-        claim: &Claim,
-        change: impl FnOnce(&mut HashMap<String, Row>),
-    ) -> Result<(), StoreError> {
+    /// Moves the claim's row from in progress to `to`, if the claim still holds it. A row already
+    /// in `to`'s state under the claim's token is a retried call whose first try landed: `Ok`.
+    fn settle(&self, claim: &Claim, to: Status) -> Result<(), StoreError> {
         let mut rows = self.rows();
-        match rows.get(&claim.key) {
-            Some(row)
-                if row.token == claim.token && matches!(row.status, Status::InProgress { .. }) =>
-            {
-                change(&mut rows);
-                Ok(())
-            }
+        match rows.get_mut(&claim.key) {
+            Some(row) if row.token == claim.token => match row.status {
+                Status::InProgress { .. } => {
+                    row.status = to;
+                    Ok(())
+                }
+                _ if std::mem::discriminant(&row.status) == std::mem::discriminant(&to) => Ok(()),
+                _ => Err(StoreError::Fenced),
+            },
             _ => Err(StoreError::Fenced),
         }
     }
@@ -183,23 +182,31 @@ impl IdempotencyStore for MemoryStore {
     }
 
     async fn complete(&self, claim: &Claim, response: &str) -> Result<(), StoreError> {
-        self.with_claim(claim, |rows| {
-            if let Some(row) = rows.get_mut(&claim.key) {
-                row.status = Status::Done(response.to_owned());
-            }
-        })
+        self.settle(claim, Status::Done(response.to_owned()))
     }
 
     async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
         self.release_now(claim)
     }
 
-    async fn mark_failed(&self, claim: &Claim) -> Result<(), StoreError> {
-        self.with_claim(claim, |rows| {
-            if let Some(row) = rows.get_mut(&claim.key) {
-                row.status = Status::Failed;
+    async fn mark_failed(&self, claim: &Claim, failure: &str) -> Result<(), StoreError> {
+        self.settle(claim, Status::Failed(failure.to_owned()))
+    }
+
+    async fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        let mut rows = self.rows();
+        match rows.get_mut(&claim.key) {
+            Some(Row {
+                status: Status::InProgress { lease_until },
+                token,
+                ..
+            }) if *token == claim.token => {
+                *lease_until = now + lease;
+                Ok(())
             }
-        })
+            _ => Err(StoreError::Fenced),
+        }
     }
 
     fn abandon(&self, claim: Claim) -> bool {
@@ -211,7 +218,12 @@ impl IdempotencyStore for MemoryStore {
         let cutoff = now.checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH);
         let mut rows = self.rows();
         let before = rows.len();
-        rows.retain(|_, row| !(row.created_at < cutoff && row.expires_at <= now));
+        // A row whose lease is live has a holder at work: never purged under it.
+        rows.retain(|_, row| {
+            let live =
+                matches!(row.status, Status::InProgress { lease_until } if lease_until > now);
+            live || !(row.created_at < cutoff && row.expires_at <= now)
+        });
         Ok((before - rows.len()) as u64)
     }
 }

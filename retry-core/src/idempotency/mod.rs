@@ -7,8 +7,30 @@
 //! 2. if the key is done, returns the stored first response without running the body; if another
 //!    call holds it, fails with [`IdempotencyError::InProgress`]; if the same key came with another
 //!    fingerprint, fails with [`IdempotencyError::KeyReused`];
-//! 3. runs the body; on `Ok` stores the response, on `Err` releases the claim (or, with
-//!    `on_err = "keep"`, marks it failed).
+//! 3. runs the body, renewing its lease every `lease / 3` while it runs; on `Ok` stores the
+//!    response; on `Err` keeps the failure for duplicates (the default `on_err = "keep"`) or, for
+//!    errors known to come before any effect, releases the key (`on_err = "release"`, or per
+//!    error with `on_err = path`, see [`OnErr`]).
+//!
+//! # The rule under uncertainty
+//!
+//! **A key is freed for a second run only when the library knows the first run's effect did not
+//! happen.** When it cannot know, a person decides (a dead letter, support), never a silent
+//! second run.
+//!
+//! | what happened to the first call                      | non-transactional            | transactional (`transaction = tx`) |
+//! |------------------------------------------------------|------------------------------|------------------------------------|
+//! | `Ok`                                                 | done: duplicates get the response | done, committed with the body's writes |
+//! | `Err`, `on_err = "keep"` (the default)               | failed: duplicates get the failure | rolled back: **key freed** |
+//! | `Err`, `on_err = "release"` / `OnErr::Release`       | **key freed**                | rolled back: **key freed** |
+//! | refused before the body ran (store down, `InProgress`, key too long) | nothing claimed | nothing claimed |
+//! | dropped mid-body (timeout, cancelled task, shut-down) | in progress until the lease runs out | rolled back: **key freed** |
+//! | process died mid-body                                | in progress until the lease runs out | rolled back by the database; the lease frees it |
+//! | body slower than its lease                           | lease renewed every `lease / 3`: never taken over while the process lives | the same |
+//!
+//! Keys are namespaced: the stored key is (namespace, scope, key), the namespace being the
+//! function's name unless `namespace = "charge.v1"` pins it, so two functions on one store never
+//! answer for each other (see [`encode_namespaced_key`]).
 //!
 //! If the store cannot be reached, or does not answer within its
 //! [`operation_timeout`](IdempotencyStore::operation_timeout), the body does not run (fail
@@ -16,8 +38,12 @@
 //! abandoned (a crash) and is taken over with a new token, after which the old holder can
 //! neither complete nor release it.
 
+#[cfg(feature = "test-suite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-suite")))]
+pub mod conformance;
 mod error;
 pub(crate) mod flow;
+mod held;
 mod key;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -32,10 +58,11 @@ use std::time::Duration;
 
 pub use error::{IdempotencyError, StoreError};
 pub use flow::{
-    Begun, HeldClaim, Idempotent, Once, Retries, Settings, begin_call, finish_transactional,
+    Begun, Idempotent, OnErr, Once, Retries, Settings, begin_call, finish_transactional,
 };
+pub use held::{HeldClaim, current};
 pub(crate) use key::digest;
-pub use key::{KeyPart, encode_key, encode_scoped_key};
+pub use key::{KeyPart, encode_key, encode_namespaced_key, encode_scoped_key};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -71,6 +98,43 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// A stable idempotency key for the downstream call `label` made by this claim's body: the
+    /// same on every run of this key (whatever the fencing token), different for every label and
+    /// every key. Send it as the `Idempotency-Key` of the request, so the service you call
+    /// dedups your resends as you dedup yours.
+    ///
+    /// ```
+    /// use retry_core::idempotency::Claim;
+    ///
+    /// let claim = Claim { key: "s7:deposit/n42".into(), token: 1 };
+    /// let taken_over = Claim { token: 2, ..claim.clone() };
+    /// assert_eq!(claim.derive("ledger"), taken_over.derive("ledger"));
+    /// assert_ne!(claim.derive("ledger"), claim.derive("email"));
+    /// assert_eq!(claim.derive("ledger").as_str().len(), 32);
+    /// ```
+    ///
+    /// With the reqwest integration (feature `reqwest`), inside an `#[idempotent]` body:
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "reqwest")]
+    /// # async fn post(client: reqwest::Client) -> Result<reqwest::Response, reqwest::Error> {
+    /// use retry_core::idempotency::current;
+    /// use retry_core::reqwest::RequestBuilderExt as _;
+    ///
+    /// let claim = current().expect("called from an #[idempotent] body");
+    /// client
+    ///     .post("http://ledger.internal/entries")
+    ///     .idempotency_key(&claim.derive("ledger-entry"))
+    ///     .send()
+    ///     .await
+    /// # }
+    /// ```
+    #[cfg(feature = "http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+    pub fn derive(&self, label: &str) -> crate::http::IdempotencyKey {
+        crate::http::IdempotencyKey::derived(&encode_key(&(self.key.as_str(), label)))
+    }
+
     /// The first claim of `key`, which had no row: fencing token 1, as every store numbers it.
     pub(crate) fn first(key: &str) -> Claim {
         Claim {
@@ -89,8 +153,10 @@ pub enum ClaimOutcome {
     Done(String),
     /// Another call holds the key and its lease has not expired.
     InProgress,
-    /// A call with this key failed and was kept failed (`on_err = "keep"`).
-    Failed,
+    /// A call with this key failed and its failure was kept (`on_err = "keep"`, the default in
+    /// non-transactional mode): the failure as the first call stored it (empty for rows written
+    /// before failures were stored).
+    Failed(String),
     /// The key is known with another fingerprint.
     KeyReused,
 }
@@ -136,9 +202,14 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 /// stores with transactions, PostgreSQL included.
 ///
 /// Every method is atomic on its own. Implementations claim by inserting under the primary key
-/// and decide about an existing row in the same transaction; `complete`, `release` and
-/// `mark_failed` only touch the row if its token is the claim's (otherwise
-/// [`StoreError::Fenced`]).
+/// and decide about an existing row in the same transaction; `complete`, `release`,
+/// `mark_failed` and `renew` only touch the row if its token is the claim's and it is in
+/// progress (otherwise [`StoreError::Fenced`]). A `complete`, `release` or `mark_failed` that
+/// finds the row already in the state it writes, under the claim's own token, answers `Ok`: it
+/// is a retry of a call whose first try committed but whose answer was lost, not a takeover.
+/// Purging never deletes a row whose lease is live.
+///
+/// [`conformance`] (feature `test-suite`) checks all of this against any store.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an idempotency store",
     label = "`store = ...` must name an `IdempotencyStore`",
@@ -162,12 +233,30 @@ pub trait IdempotencyStore: Send + Sync {
     /// so the key's next claim gets a larger token than any before it.
     fn release(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Marks the key failed: duplicates get [`IdempotencyError::PreviouslyFailed`].
-    fn mark_failed(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Marks the key failed and keeps `failure` (the error's text) in the row's `response`:
+    /// duplicates get [`ClaimOutcome::Failed`] with it, never a second run.
+    fn mark_failed(
+        &self,
+        claim: &Claim,
+        failure: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Called when a claimed call is dropped before it finished (a client disconnected): release
-    /// the claim in the background if the store can; otherwise the lease frees it. Returns
-    /// whether a release was started.
+    /// Extends the claim's lease to `lease` from now (the store's clock), if the claim still
+    /// holds the key; otherwise [`StoreError::Fenced`]. The flow calls it every `lease / 3` while
+    /// the body runs, so a slow body is never taken over while its process lives: the lease only
+    /// frees the keys of dead holders.
+    fn renew(
+        &self,
+        claim: &Claim,
+        lease: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Called when a *transactional* call is dropped before its commit (a cancelled task, a
+    /// client that went away): its transaction rolled back, so nothing of the body's writes
+    /// happened and the claim may be released, in the background if the store can (otherwise its
+    /// lease frees it). Returns whether a release was started. Never called for a
+    /// non-transactional call: whether its effect happened is unknown, so its key stays in
+    /// progress until the lease runs out.
     fn abandon(&self, claim: Claim) -> bool {
         let _ = claim;
         false
@@ -217,8 +306,11 @@ pub trait IdempotencyStore: Send + Sync {
     ///     async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
     ///         self.0.release(claim).await
     ///     }
-    ///     async fn mark_failed(&self, claim: &Claim) -> Result<(), StoreError> {
-    ///         self.0.mark_failed(claim).await
+    ///     async fn mark_failed(&self, claim: &Claim, failure: &str) -> Result<(), StoreError> {
+    ///         self.0.mark_failed(claim, failure).await
+    ///     }
+    ///     async fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
+    ///         self.0.renew(claim, lease).await
     ///     }
     ///     async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {
     ///         self.0.purge_older_than(age).await
@@ -267,6 +359,14 @@ pub trait TransactionalStore: IdempotencyStore {
         &self,
         transaction: Self::Transaction,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Whether an open transaction by itself keeps the claim from being taken over, so the flow
+    /// need not [`renew`](IdempotencyStore::renew) the lease while the body runs. `true` for
+    /// SQLite, where a takeover is a write and the transaction holds the file's write lock (a
+    /// renewal would only wait for that lock); `false` by default.
+    fn transaction_holds_claim(&self) -> bool {
+        false
+    }
 }
 
 impl<S: IdempotencyStore + ?Sized> IdempotencyStore for &S {
@@ -286,8 +386,19 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for &S {
     fn release(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).release(claim)
     }
-    fn mark_failed(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).mark_failed(claim)
+    fn mark_failed(
+        &self,
+        claim: &Claim,
+        failure: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).mark_failed(claim, failure)
+    }
+    fn renew(
+        &self,
+        claim: &Claim,
+        lease: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).renew(claim, lease)
     }
     fn abandon(&self, claim: Claim) -> bool {
         (**self).abandon(claim)
@@ -323,8 +434,19 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
     fn release(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).release(claim)
     }
-    fn mark_failed(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).mark_failed(claim)
+    fn mark_failed(
+        &self,
+        claim: &Claim,
+        failure: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).mark_failed(claim, failure)
+    }
+    fn renew(
+        &self,
+        claim: &Claim,
+        lease: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).renew(claim, lease)
     }
     fn abandon(&self, claim: Claim) -> bool {
         (**self).abandon(claim)
@@ -362,6 +484,9 @@ impl<S: TransactionalStore + ?Sized> TransactionalStore for &S {
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).rollback(transaction)
     }
+    fn transaction_holds_claim(&self) -> bool {
+        (**self).transaction_holds_claim()
+    }
 }
 
 impl<S: TransactionalStore + ?Sized> TransactionalStore for std::sync::Arc<S> {
@@ -382,5 +507,8 @@ impl<S: TransactionalStore + ?Sized> TransactionalStore for std::sync::Arc<S> {
         transaction: Self::Transaction,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).rollback(transaction)
+    }
+    fn transaction_holds_claim(&self) -> bool {
+        (**self).transaction_holds_claim()
     }
 }

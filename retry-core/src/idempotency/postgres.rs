@@ -118,7 +118,9 @@ const RELEASE: &str = "UPDATE inbox_log SET status = 'released' \
 const RECLAIM: &str = "UPDATE inbox_log SET status = 'in_progress', token = token + 1, \
      biz_key = $1, created_at = $2, fingerprint = $3, lease_until = $4, expires_at = $5 \
      WHERE msg_id = $6 AND token = $7 AND status = 'released'";
-const MARK_FAILED: &str = "UPDATE inbox_log SET status = 'failed' \
+const RENEW: &str = "UPDATE inbox_log SET lease_until = $1 \
+     WHERE msg_id = $2 AND token = $3 AND status = 'in_progress'";
+const MARK_FAILED: &str = "UPDATE inbox_log SET status = 'failed', response = $3 \
      WHERE msg_id = $1 AND token = $2 AND status = 'in_progress'";
 // The conditions are repeated outside the sub-select on purpose: under READ COMMITTED a row
 // updated meanwhile (a released key claimed again) is re-checked against the outer conditions
@@ -440,11 +442,19 @@ impl IdempotencyStore for PgStore {
         guarded(&self.db, RELEASE, &[&claim.key, &token]).await
     }
 
-    async fn mark_failed(&self, claim: &Claim) -> Result<(), StoreError> {
+    async fn mark_failed(&self, claim: &Claim, failure: &str) -> Result<(), StoreError> {
         let Ok(token) = i64::try_from(claim.token) else {
             return Err(StoreError::Fenced);
         };
-        guarded(&self.db, MARK_FAILED, &[&claim.key, &token]).await
+        guarded(&self.db, MARK_FAILED, &[&claim.key, &token, &failure]).await
+    }
+
+    async fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
+        let Ok(token) = i64::try_from(claim.token) else {
+            return Err(StoreError::Fenced);
+        };
+        let lease_until = format_utc(later(self.clock.now(), lease));
+        guarded(&self.db, RENEW, &[&lease_until, &claim.key, &token]).await
     }
 
     /// Starts the release as a Tokio task when called inside a runtime; returns whether it was
@@ -1015,7 +1025,9 @@ fn settled(row: &Stored, request: &ClaimRequest<'_>) -> Result<Option<ClaimOutco
     match (row.status.as_str(), &row.response) {
         ("done", Some(response)) => Ok(Some(ClaimOutcome::Done(response.clone()))),
         ("done", None) => Err(corrupt(request.key, "done without a text response (NULL)")),
-        _ => Ok(Some(ClaimOutcome::Failed)),
+        (_, failure) => Ok(Some(ClaimOutcome::Failed(
+            failure.clone().unwrap_or_default(),
+        ))),
     }
 }
 

@@ -107,7 +107,9 @@ const RELEASE: &str = "UPDATE inbox_log SET status = 'released' \
 const RECLAIM: &str = "UPDATE inbox_log SET status = 'in_progress', token = token + 1, \
      biz_key = ?1, created_at = ?2, fingerprint = ?3, lease_until = ?4, expires_at = ?5 \
      WHERE msg_id = ?6 AND token = ?7 AND status = 'released'";
-const MARK_FAILED: &str = "UPDATE inbox_log SET status = 'failed' \
+const RENEW: &str = "UPDATE inbox_log SET lease_until = ?1 \
+     WHERE msg_id = ?2 AND token = ?3 AND status = 'in_progress'";
+const MARK_FAILED: &str = "UPDATE inbox_log SET status = 'failed', response = ?3 \
      WHERE msg_id = ?1 AND token = ?2 AND status = 'in_progress'";
 const PURGE: &str = "DELETE FROM inbox_log WHERE rowid IN \
      (SELECT rowid FROM inbox_log WHERE created_at < ?1 AND expires_at <= ?2 LIMIT ?3)";
@@ -453,13 +455,25 @@ impl IdempotencyStore for SqliteStore {
             .await
     }
 
-    async fn mark_failed(&self, claim: &Claim) -> Result<(), StoreError> {
+    async fn mark_failed(&self, claim: &Claim, failure: &str) -> Result<(), StoreError> {
+        let (key, failure) = (claim.key.clone(), failure.to_owned());
+        let Ok(token) = i64::try_from(claim.token) else {
+            return Err(StoreError::Fenced);
+        };
+        self.run(move |conn, _| guarded(conn, MARK_FAILED, params![key, token, failure]))
+            .await
+    }
+
+    async fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
         let key = claim.key.clone();
         let Ok(token) = i64::try_from(claim.token) else {
             return Err(StoreError::Fenced);
         };
-        self.run(move |conn, _| guarded(conn, MARK_FAILED, params![key, token]))
-            .await
+        self.run(move |conn, clock| {
+            let lease_until = format_utc(later(clock.now(), lease));
+            guarded(conn, RENEW, params![lease_until, key, token])
+        })
+        .await
     }
 
     /// Starts the release on Tokio's blocking pool when called inside a runtime; returns whether
@@ -1133,7 +1147,8 @@ fn settled(row: &Row, request: &OwnedRequest) -> Result<Option<ClaimOutcome>, Fa
             &request.key,
             format_args!("done without a text response ({other:?})"),
         )),
-        _ => Ok(Some(ClaimOutcome::Failed)),
+        (_, Value::Text(failure)) => Ok(Some(ClaimOutcome::Failed(failure.clone()))),
+        _ => Ok(Some(ClaimOutcome::Failed(String::new()))),
     }
 }
 

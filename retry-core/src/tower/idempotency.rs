@@ -130,7 +130,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::http::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, parse_key_header};
 use crate::idempotency::{
-    Begun, DEFAULT_LEASE, DEFAULT_RETENTION, HeldClaim, IdempotencyError, IdempotencyStore,
+    Begun, DEFAULT_LEASE, DEFAULT_RETENTION, HeldClaim, IdempotencyError, IdempotencyStore, OnErr,
     Settings, StoreError, begin_call, digest, encode_key, encode_scoped_key,
 };
 use crate::metrics;
@@ -791,7 +791,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
             "response too large to store: it is sent once, and resends of its key are refused with 409"
         );
         metrics::response_not_stored(self.name);
-        if let Err(e) = held.fail(true).await {
+        if let Err(e) = held.fail(OnErr::Keep, "response too large to store").await {
             tracing::warn!(function = self.name, error = %e, "could not mark the key failed; the lease frees it");
         }
     }
@@ -799,7 +799,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
     /// Gives the claim up so a resend runs the handler again.
     async fn release(&self, held: HeldClaim<'_, St>, why: &'static str) {
         tracing::debug!(function = self.name, why, "idempotency claim released");
-        if let Err(e) = held.fail(false).await {
+        if let Err(e) = held.fail(OnErr::Release, "").await {
             tracing::warn!(function = self.name, error = %e, "could not release the claim; resends get 409 until the lease ends");
         }
     }
@@ -832,7 +832,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
         let problem = match error {
             IdempotencyError::InProgress => Problem::InProgress,
             IdempotencyError::KeyReused => Problem::KeyReused,
-            IdempotencyError::PreviouslyFailed => Problem::NotKept,
+            IdempotencyError::PreviouslyFailed(_) => Problem::NotKept,
             IdempotencyError::KeyTooLong { len, max } => Problem::KeyTooLong { len, max },
             IdempotencyError::Store(e) => {
                 tracing::warn!(function = self.name, method = %parts.method, path = parts.uri.path(), error = %e, "idempotency store unavailable: request refused (fail closed)");

@@ -1,0 +1,1 @@
+//! The conformance suite every [`IdempotencyStore`](super::IdempotencyStore) passes.
