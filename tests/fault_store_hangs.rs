@@ -11,7 +11,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use retry_core::idempotency::{
     Claim, ClaimOutcome, ClaimRequest, DEFAULT_OPERATION_TIMEOUT, IdempotencyError,
-    IdempotencyStore, MemoryStore, StoreError, TransactionalStore, encode_key,
+    IdempotencyStore, MemoryStore, StoreError, TransactionalStore, encode_namespaced_key,
 };
 use retry_core::time::ManualClock;
 use retry_core::{Classify, Decision, idempotent, retryable};
@@ -114,8 +114,9 @@ impl HangingStore {
 
     /// What a resend of `deposit_no` finds in the store now (a probe: it changes nothing unless
     /// the key is free, which no check below expects).
-    async fn row(&self, deposit_no: u64) -> ClaimOutcome {
-        let key = encode_key(&deposit_no);
+    /// The row `function` keeps for `deposit_no`.
+    async fn row(&self, function: &str, deposit_no: u64) -> ClaimOutcome {
+        let key = encode_namespaced_key(function, None::<&str>, &deposit_no);
         let request = ClaimRequest {
             key: &key,
             biz_key: &key,
@@ -265,14 +266,14 @@ async fn a_claim_that_never_answers_fails_closed_and_the_retry_loop_gives_up() {
     assert_once_each(&ledger.effects(), &[1, 2, 3]);
     for deposit_no in [1, 2, 3] {
         assert_eq!(
-            inbox.row(deposit_no).await,
+            inbox.row("deposit", deposit_no).await,
             ClaimOutcome::Done(deposit_no.to_string()),
             "no inbox row lost"
         );
     }
 }
 
-#[idempotent(key = deposit_no, store = inbox, lease = "30s")]
+#[idempotent(key = deposit_no, store = inbox, lease = "30s", on_err = "release")]
 async fn deposit_once(
     inbox: &HangingStore,
     ledger: &Ledger,
@@ -368,7 +369,7 @@ async fn a_commit_that_never_answers_fails_the_call_and_its_writes_roll_back() {
     assert_once_each(&inbox.committed(), &[5, 6]);
     for deposit_no in [5, 6] {
         assert_eq!(
-            inbox.row(deposit_no).await,
+            inbox.row("deposit_tx", deposit_no).await,
             ClaimOutcome::Done(deposit_no.to_string()),
             "no inbox row lost"
         );
@@ -399,5 +400,8 @@ async fn a_release_that_never_answers_still_returns_the_handlers_error() {
     assert_eq!(deposit_once(&inbox, &ledger, 9, false).await.unwrap(), 9);
     assert_eq!(deposit_once(&inbox, &ledger, 9, false).await.unwrap(), 9);
     assert_once_each(&ledger.effects(), &[9]);
-    assert_eq!(inbox.row(9).await, ClaimOutcome::Done("9".into()));
+    assert_eq!(
+        inbox.row("deposit_once", 9).await,
+        ClaimOutcome::Done("9".into())
+    );
 }

@@ -182,7 +182,7 @@ async fn a_key_in_another_scope_runs_for_that_scope_only() {
     assert_eq!(ledger.effects.load(Ordering::SeqCst), 2);
 }
 
-#[idempotent(key = msg_no, store = inbox)]
+#[idempotent(key = msg_no, store = inbox, on_err = "release")]
 async fn fails_then_succeeds(
     inbox: &MemoryStore,
     msg_no: u64,
@@ -194,8 +194,9 @@ async fn fails_then_succeeds(
     }
 }
 
-#[idempotent(key = msg_no, store = inbox, on_err = "keep")]
-async fn fails_and_keeps(
+/// The default `on_err`: the effect happened, then the call failed.
+#[idempotent(key = msg_no, store = inbox)]
+async fn fails_after_its_effect(
     inbox: &MemoryStore,
     msg_no: u64,
     ledger: &Ledger,
@@ -205,7 +206,37 @@ async fn fails_and_keeps(
 }
 
 #[tokio::test]
-async fn a_failed_call_releases_its_key_unless_told_to_keep_it() {
+async fn a_failed_call_keeps_its_failure_for_resends_by_default() {
+    let (inbox, ledger) = (MemoryStore::new(), Ledger::default());
+    assert!(matches!(
+        fails_after_its_effect(&inbox, 1, &ledger).await,
+        Err(DepositError::Declined)
+    ));
+    for _ in 0..3 {
+        let err = fails_after_its_effect(&inbox, 1, &ledger)
+            .await
+            .unwrap_err();
+        let Some(IdempotencyError::PreviouslyFailed(first)) = err.idempotency() else {
+            panic!("a resend must get the stored failure, got {err:?}");
+        };
+        assert_eq!(
+            first, "Declined",
+            "the first call's failure, as it was kept"
+        );
+        assert_eq!(
+            err.idempotency().unwrap().to_string(),
+            "a call with the same idempotency key failed before: Declined"
+        );
+    }
+    assert_eq!(
+        ledger.effects.load(Ordering::SeqCst),
+        1,
+        "effects exactly once"
+    );
+}
+
+#[tokio::test]
+async fn on_err_release_frees_the_key_of_a_failure_that_came_before_any_effect() {
     let (inbox, ledger) = (MemoryStore::new(), Ledger::default());
     assert!(matches!(
         fails_then_succeeds(&inbox, 1, &ledger).await,
@@ -221,21 +252,6 @@ async fn a_failed_call_releases_its_key_unless_told_to_keep_it() {
         1,
         "then it is done"
     );
-
-    let (inbox, ledger) = (MemoryStore::new(), Ledger::default());
-    assert!(matches!(
-        fails_and_keeps(&inbox, 1, &ledger).await,
-        Err(DepositError::Declined)
-    ));
-    let err = fails_and_keeps(&inbox, 1, &ledger).await.unwrap_err();
-    assert!(
-        matches!(
-            err.idempotency(),
-            Some(IdempotencyError::PreviouslyFailed(_))
-        ),
-        "{err:?}"
-    );
-    assert_eq!(ledger.effects.load(Ordering::SeqCst), 1);
 }
 
 /// A store whose server is down.
@@ -344,19 +360,31 @@ async fn futures_poll_once<F: std::future::Future + Unpin>(mut f: F) -> Option<F
     .await
 }
 
+/// A dropped call (a timeout, a cancelled task) may have had its effect: its key is not freed
+/// at once, only by the lease, as after a crash.
 #[tokio::test]
-async fn a_dropped_call_releases_its_claim() {
-    let (inbox, gate) = (MemoryStore::new(), tokio::sync::Notify::new());
+async fn a_dropped_call_leaves_its_key_in_progress_until_the_lease_runs_out() {
+    let clock = Arc::new(ManualClock::new(SystemTime::now()));
+    let inbox = MemoryStore::with_clock(clock.clone());
+    let gate = tokio::sync::Notify::new();
     {
         let call = slow_holder(&inbox, 3, &gate, "dropped");
         tokio::pin!(call);
         assert!(futures_poll_once(call.as_mut()).await.is_none());
     }
-    // Released on drop, not left for the lease: a resend claims at once.
+    gate.notify_one();
+    let err = slow_holder(&inbox, 3, &gate, "too soon").await.unwrap_err();
+    assert!(
+        matches!(err.idempotency(), Some(IdempotencyError::InProgress)),
+        "a resend right after the drop must not run: {err:?}"
+    );
+    clock.advance(Duration::from_secs(11));
     gate.notify_one();
     assert_eq!(
-        slow_holder(&inbox, 3, &gate, "resend").await.unwrap(),
-        "resend"
+        slow_holder(&inbox, 3, &gate, "after the lease")
+            .await
+            .unwrap(),
+        "after the lease"
     );
 }
 
@@ -376,10 +404,13 @@ async fn an_oversized_key_is_rejected_before_the_store_is_touched() {
         .idempotency()
         .map(ToString::to_string)
         .unwrap_or_default();
+    let stored =
+        retry_core::idempotency::encode_namespaced_key("with_key", None::<&str>, &"k".repeat(600));
     assert_eq!(
         message,
         format!(
-            "idempotency key is 605 bytes, more than the {} allowed",
+            "idempotency key is {} bytes, more than the {} allowed",
+            stored.len(),
             Limits::default().max_key_bytes
         )
     );

@@ -224,9 +224,11 @@ async fn in_sqlite(inbox: &SqliteStore, id: String, runs: &AtomicU32) -> Result<
 /// The default limit on an encoded key.
 const MAX_KEY: usize = 512;
 
-/// The encoded length of a string key: `s<len>:` and the text.
-fn encoded_len(id: &str) -> usize {
-    id.len() + id.len().to_string().len() + 2
+/// The stored length of a string key of `function`: `~`, the namespace as a string part, then
+/// `s<len>:` and the text.
+fn encoded_len(function: &str, id: &str) -> usize {
+    let namespace = 1 + function.len().to_string().len() + 2 + function.len();
+    namespace + id.len() + id.len().to_string().len() + 2
 }
 
 /// What a key that is too long must give: `KeyTooLong` naming both sizes, in a message.
@@ -266,7 +268,7 @@ proptest! {
     ) {
         let inbox = MemoryStore::new();
         let runs = AtomicU32::new(0);
-        let len = encoded_len(&id);
+        let len = encoded_len("in_memory", &id);
         let result = RUNTIME.block_on(in_memory(&inbox, id, &runs));
         if len <= MAX_KEY {
             prop_assert!(result.is_ok(), "a {}-byte key gave {:?}", len, result);
@@ -289,7 +291,7 @@ fn oversize_keys_are_refused_before_anything_runs_in_sqlite() {
     runner
         .run(&prop_oneof!["[a-z]{495,515}", "[a-z]{4000,5000}"], |id| {
             let (runs_before, rows_before) = (runs.load(Ordering::SeqCst), rows(&path));
-            let len = encoded_len(&id);
+            let len = encoded_len("in_sqlite", &id);
             let result = RUNTIME.block_on(in_sqlite(&inbox, id, &runs));
             let (ran, stored) = (
                 runs.load(Ordering::SeqCst) - runs_before,
@@ -317,7 +319,7 @@ fn a_megabyte_key_is_refused_with_its_length() {
     let inbox = MemoryStore::new();
     let runs = AtomicU32::new(0);
     let id = "k".repeat(1 << 20);
-    let len = encoded_len(&id);
+    let len = encoded_len("in_memory", &id);
     let result = RUNTIME.block_on(in_memory(&inbox, id, &runs));
     assert_too_long(result, len).unwrap();
     assert_eq!((runs.load(Ordering::SeqCst), inbox.len()), (0, 0));

@@ -47,6 +47,7 @@ use rand::{RngExt, SeedableRng};
 use retry_core::dlq::{DeadLetterStore, DlqFailed, FailureClass, Redrive, SqliteDeadLetters};
 use retry_core::idempotency::{
     IdempotencyError, SqliteStore, SqliteTransaction, StoreError, TransactionalStore, encode_key,
+    encode_namespaced_key,
 };
 use retry_core::{Classify, Decision, idempotent, retryable};
 use serde::{Deserialize, Serialize};
@@ -637,7 +638,7 @@ impl Run {
         // No inbox row lost: every key done, and no other row.
         let not_done: Vec<_> = (1..=unique)
             .filter_map(|op| {
-                let key = encode_key(&op);
+                let key = encode_namespaced_key("receive", None::<&str>, &op);
                 match tables.inbox.get(&key).map(String::as_str) {
                     Some("done") => None,
                     other => Some((op, other.map(str::to_owned))),
