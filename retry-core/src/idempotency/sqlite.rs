@@ -8,6 +8,10 @@
 //!   the busy timeout. A single write (the claim of a new key, `complete`, `release`,
 //!   `mark_failed`) runs alone in autocommit: SQLite takes the write lock at the statement's
 //!   start, with the same busy handler, so a transaction around it only added two statements.
+//! - `synchronous=FULL` by default: the contract frees a key for a second run only when the
+//!   first run's effect is known not to have happened, and a claim or `done` row lost to a power
+//!   cut would let a resend run the body again. `NORMAL` (WAL synced only at checkpoints) is an
+//!   opt-in for receivers that can afford that ([`SqliteStore::with_synchronous_full`]).
 //! - The claim is an `INSERT .. ON CONFLICT(msg_id) DO NOTHING` under the primary key, never a
 //!   check-then-insert; an existing row is then read and decided on in one transaction, exactly
 //!   as [`MemoryStore`](super::MemoryStore) decides under its lock.
@@ -48,10 +52,10 @@ const SCHEMA_VERSION: i64 = 1;
 const DEFAULT_MAX_CONNECTIONS: usize = 4;
 
 /// A store's settings until the `with_*` methods change them: a 5 s busy timeout,
-/// `synchronous=NORMAL`, up to 4 connections.
+/// `synchronous=FULL` (see [`SqliteStore::with_synchronous_full`] for why), up to 4 connections.
 const DEFAULT_SETTINGS: Settings = Settings {
     busy_timeout: DEFAULT_BUSY_TIMEOUT,
-    synchronous_full: false,
+    synchronous_full: true,
     max_connections: DEFAULT_MAX_CONNECTIONS,
 };
 
@@ -119,12 +123,12 @@ const PURGE: &str = "DELETE FROM inbox_log WHERE rowid IN \
 ///
 /// - `journal_mode=WAL`: readers never block the writer, and the file is safe for several
 ///   processes on one machine (not on a network file system: WAL needs shared memory).
-/// - `synchronous=NORMAL` by default: in WAL mode a commit is durable once the transaction is in
-///   the WAL file, so a crash of the process (kill, abort, panic) loses nothing; a power loss or
-///   OS crash may lose the last commits, because the WAL is only synced at checkpoints. For a
-///   receiver that must not forget a response over a power cut, use
-///   [`with_synchronous_full(true)`](Self::with_synchronous_full): every commit is synced, at the
-///   cost of one `fsync` per operation.
+/// - `synchronous=FULL` by default: every commit is synced to disk before the operation
+///   returns, so a claim, a kept failure or a stored response survives a power loss or an OS
+///   crash, not only a crash of the process. A forgotten claim or response would let a resend
+///   run the body a second time, which the store's contract forbids; the price is one `fsync`
+///   per write. [`with_synchronous_full(false)`](Self::with_synchronous_full) opts into
+///   `synchronous=NORMAL` where that risk is acceptable.
 /// - Every operation is one `BEGIN IMMEDIATE` transaction, waiting at most the busy timeout
 ///   (default 5 s) for another writer; after that it fails with
 ///   [`StoreError::Unavailable`] saying which file is locked.
@@ -187,7 +191,7 @@ impl SqliteStore {
     /// the table `inbox_log` if it is missing. Safe to call from several processes at once, and
     /// on a file created by an earlier version of this store.
     ///
-    /// The store starts on the system clock, with a 5 s busy timeout, `synchronous=NORMAL`, up
+    /// The store starts on the system clock, with a 5 s busy timeout, `synchronous=FULL`, up
     /// to 4 connections and the default [`Limits`]; the `with_*` methods change that. Opening
     /// waits up to 5 s for a lock another process holds on the file.
     ///
@@ -276,17 +280,22 @@ impl SqliteStore {
         self.reconfigure(|settings| settings.busy_timeout = timeout)
     }
 
-    /// `true`: `synchronous=FULL`, every commit is synced to disk and survives a power loss.
-    /// `false` (the default): `synchronous=NORMAL`, which in WAL mode survives any crash of the
-    /// process but may lose the last commits on power loss or an OS crash, and is much faster
-    /// (no `fsync` per operation).
+    /// `true` (the default): `synchronous=FULL`, every commit is synced to disk before the
+    /// operation returns and survives a power loss or an OS crash.
+    /// `false`: `synchronous=NORMAL`, which in WAL mode survives any crash of the process but
+    /// may lose the last commits on a power loss or an OS crash (the WAL is only synced at
+    /// checkpoints), and is much faster (no `fsync` per write). A lost claim or response lets a
+    /// resend run the body a second time, so opt out only where that is acceptable (tests,
+    /// caches of work that is safe to repeat).
     ///
     /// ```
     /// use retry_core::idempotency::SqliteStore;
     ///
     /// let path = std::env::temp_dir().join(format!("retry-core-doc-sync-{}.sqlite3", std::process::id()));
-    /// let store = SqliteStore::open(&path)?.with_synchronous_full(true);
-    /// assert!(format!("{store:?}").contains("synchronous_full: true"));
+    /// let store = SqliteStore::open(&path)?;
+    /// assert!(format!("{store:?}").contains("synchronous_full: true"), "FULL by default");
+    /// let store = store.with_synchronous_full(false);
+    /// assert!(format!("{store:?}").contains("synchronous_full: false"));
     /// # drop(store);
     /// # for suffix in ["", "-wal", "-shm"] {
     /// #     let mut file = path.clone().into_os_string();
@@ -1450,9 +1459,11 @@ mod tests {
                 .unwrap()
         };
         let store = SqliteStore::open(dir.db()).unwrap();
-        assert_eq!(synchronous(&store), 1, "NORMAL");
+        assert_eq!(synchronous(&store), 2, "FULL by default");
+        let store = store.with_synchronous_full(false);
+        assert_eq!(synchronous(&store), 1, "NORMAL when asked");
         let store = store.with_synchronous_full(true);
-        assert_eq!(synchronous(&store), 2, "FULL");
+        assert_eq!(synchronous(&store), 2, "FULL again");
     }
 
     #[test]
