@@ -514,7 +514,8 @@ struct Tally {
 /// 50 accounts, 1,000 deposits, every deposit delivered 2 or 3 times in a shuffled order to 4
 /// concurrent workers. A worker claims; on `Claimed` it begins, writes the deposit, and then
 /// either "crashes" (5 %, seeded) — drops the transaction uncommitted and either abandons the
-/// claim (as a dropped `#[idempotent]` future does: released in the background) or leaves it
+/// claim (as a dropped transactional `#[idempotent]` future does: its transaction rolled back,
+/// so the claim is released in the background) or leaves it
 /// for its lease to expire — or commits the response with `done`. `Done` is acked; `InProgress`
 /// and crashes are redelivered later. Each `InProgress` moves the manual clock by a second, so
 /// claims left by crashes expire (and, now and then, a slow holder is fenced: it rolls back and
@@ -680,7 +681,8 @@ async fn deliver(
                 // A crash after the business write: the transaction goes uncommitted.
                 drop(tx);
                 if roll < 3 {
-                    // As a dropped `#[idempotent]` future does: released in the background.
+                    // As a dropped transactional `#[idempotent]` future does: rolled back,
+                    // so released in the background.
                     assert!(store.abandon(claim));
                     tally.crashed_abandoned.fetch_add(1, Ordering::SeqCst);
                 } else {
