@@ -9,11 +9,14 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use retry_core::idempotency::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, MemoryStore, SqliteStore, StoreError,
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, MemoryStore,
+    SqliteStore, StoreError, encode_namespaced_key,
 };
+use retry_core::idempotent;
 use retry_core::time::{Clock as _, ManualClock};
 
 /// Set in a child process: the database file to work on.
@@ -550,6 +553,95 @@ async fn purge_never_deletes_a_row_whose_lease_is_live() {
     clock.advance(Duration::from_secs(1));
     assert_eq!(store.purge_older_than(Duration::ZERO).await.unwrap(), 1);
     assert_eq!(claimed(store.claim(&long_lease).await).token, 1, "gone");
+}
+
+// ---- through `#[idempotent]` (real time) ----
+
+#[idempotent(key = n, store = inbox, lease = "1s")]
+async fn slow_deposit(
+    inbox: &SqliteStore,
+    runs: &AtomicUsize,
+    n: u64,
+    hold: Duration,
+) -> Result<u64, IdempotencyError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(hold).await;
+    Ok(n)
+}
+
+/// A body three times slower than its lease: the flow renews the lease on the file while it
+/// runs, so duplicates past the first lease still get `InProgress`, and the body runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_slower_than_its_lease_is_renewed_not_taken_over() {
+    let dir = TempDir::new("slow-body");
+    let inbox = SqliteStore::open(dir.db()).unwrap();
+    let runs = AtomicUsize::new(0);
+    let (first, duplicates) = tokio::join!(
+        slow_deposit(&inbox, &runs, 1, Duration::from_secs(3)),
+        async {
+            // 1.5 s and 2.5 s after the claim: past its first lease, and past a second one.
+            let started = Instant::now();
+            let mut answers = Vec::new();
+            for at in [1_500, 2_500] {
+                tokio::time::sleep_until((started + Duration::from_millis(at)).into()).await;
+                answers.push(slow_deposit(&inbox, &runs, 1, Duration::ZERO).await);
+            }
+            answers
+        }
+    );
+    assert_eq!(first.unwrap(), 1);
+    for answer in duplicates {
+        assert!(
+            matches!(answer, Err(IdempotencyError::InProgress)),
+            "{answer:?}"
+        );
+    }
+    assert_eq!(
+        slow_deposit(&inbox, &runs, 1, Duration::ZERO)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
+}
+
+/// A non-transactional call dropped mid-body (a timeout) may have had its effect: its key is
+/// not freed, duplicates get `InProgress` until its lease runs out (nothing renews it any
+/// more), and only then may a resend run the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_call_keeps_its_key_in_progress_until_the_lease_ends() {
+    let dir = TempDir::new("dropped-call");
+    let inbox = SqliteStore::open(dir.db()).unwrap();
+    let runs = AtomicUsize::new(0);
+    let started = Instant::now();
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(200),
+        slow_deposit(&inbox, &runs, 2, Duration::from_secs(60)),
+    )
+    .await;
+    assert!(dropped.is_err(), "timed out");
+    assert!(matches!(
+        slow_deposit(&inbox, &runs, 2, Duration::ZERO).await,
+        Err(IdempotencyError::InProgress)
+    ));
+    let key = encode_namespaced_key("slow_deposit", None::<&str>, &2u64);
+    let status: String = rusqlite::Connection::open(dir.db())
+        .unwrap()
+        .query_row(
+            "SELECT status FROM inbox_log WHERE msg_id = ?1",
+            [&key],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(status, "in_progress", "not released");
+    tokio::time::sleep_until((started + Duration::from_millis(1_300)).into()).await;
+    assert_eq!(
+        slow_deposit(&inbox, &runs, 2, Duration::ZERO)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
 /// A small deterministic generator (xorshift64*): the same script on every run.
