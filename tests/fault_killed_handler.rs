@@ -114,7 +114,7 @@ fn amount(deposit_no: u64) -> i64 {
 mod sqlite {
     use super::*;
 
-    use retry_core::idempotency::{SqliteStore, SqliteTransaction, encode_key};
+    use retry_core::idempotency::{SqliteStore, SqliteTransaction, encode_namespaced_key};
     use retry_core::idempotent;
 
     use super::tempdir::TempDir;
@@ -165,9 +165,10 @@ mod sqlite {
 
     fn status(db: &std::path::Path, deposit_no: u64) -> Option<String> {
         let conn = rusqlite::Connection::open(db).unwrap();
+        // `#[idempotent]` stores the key in the function's namespace.
         conn.query_row(
             "SELECT status FROM inbox_log WHERE msg_id = ?1",
-            [encode_key(&deposit_no)],
+            [encode_namespaced_key("deposit", None::<&str>, &deposit_no)],
             |row| row.get(0),
         )
         .ok()
@@ -232,7 +233,7 @@ mod sqlite {
 mod postgres {
     use super::*;
 
-    use retry_core::idempotency::{PgStore, PgTransaction, encode_key};
+    use retry_core::idempotency::{PgStore, PgTransaction, encode_namespaced_key};
     use retry_core::idempotent;
 
     use super::pg::Schema;
@@ -281,7 +282,8 @@ mod postgres {
         client
             .query_opt(
                 "SELECT status FROM inbox_log WHERE msg_id = $1",
-                &[&encode_key(&deposit_no)],
+                // `#[idempotent]` stores the key in the function's namespace.
+                &[&encode_namespaced_key("deposit", None::<&str>, &deposit_no)],
             )
             .await
             .unwrap()

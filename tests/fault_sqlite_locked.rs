@@ -20,7 +20,8 @@ use retry_core::dlq::{
     SqliteDeadLetters,
 };
 use retry_core::idempotency::{
-    ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, SqliteStore, encode_key,
+    ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, SqliteStore,
+    encode_namespaced_key,
 };
 use retry_core::{Classify, Decision, retryable};
 
@@ -148,9 +149,10 @@ async fn deposit(inbox: &SqliteStore, ledger: &Ledger, deposit_no: u64) -> Resul
     Ok(deposit_no)
 }
 
-/// What the inbox holds for `deposit_no` (a probe: the key is expected to be done).
+/// What the inbox holds for `deposit_no` (a probe: the key is expected to be done), under the
+/// key `#[idempotent]` stores: namespaced by the function's name.
 async fn row(inbox: &SqliteStore, deposit_no: u64) -> ClaimOutcome {
-    let key = encode_key(&deposit_no);
+    let key = encode_namespaced_key("deposit", None::<&str>, &deposit_no);
     let request = ClaimRequest {
         key: &key,
         biz_key: &key,

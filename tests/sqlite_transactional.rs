@@ -11,9 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use retry_core::idempotency::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, SqliteStore, StoreError,
-    TransactionalStore,
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, SqliteStore,
+    SqliteTransaction, StoreError, TransactionalStore,
 };
+use retry_core::idempotent;
 use retry_core::time::ManualClock;
 
 const DAY: Duration = Duration::from_secs(86_400);
@@ -454,6 +455,78 @@ async fn a_transaction_of_another_file_cannot_commit_here() {
     store.commit_done(tx, &claim, "null").await.unwrap();
 }
 
+// ---- the claim while the transaction is open ----
+
+/// On SQLite an open transaction keeps its claim by itself (`transaction_holds_claim`): a
+/// takeover is a write and waits for the transaction's write lock, so a body that outlives its
+/// lease inside its transaction is not taken over, without renewing.
+#[tokio::test]
+async fn an_open_transaction_keeps_its_claim_past_the_lease() {
+    let dir = TempDir::new("holds-claim");
+    let clock = manual_clock();
+    let store = open_with_balances(&dir, 1).with_clock(clock.clone());
+    assert!(store.transaction_holds_claim());
+    let other = SqliteStore::open(dir.db())
+        .unwrap()
+        .with_clock(clock.clone())
+        .with_busy_timeout(Duration::from_millis(100));
+
+    let claim = claimed(store.claim(&request("dep-13")).await);
+    let mut tx = store.begin().await.unwrap();
+    tx.run(deposit_sql(13, "a".into(), 10)).await.unwrap();
+    clock.advance(Duration::from_secs(11)); // past the 10 s lease
+    let error = other.claim(&request("dep-13")).await.unwrap_err();
+    assert!(error.to_string().contains("is locked"), "{error}");
+    store.commit_done(tx, &claim, "13").await.unwrap();
+
+    assert_eq!(
+        other.claim(&request("dep-13")).await.unwrap(),
+        ClaimOutcome::Done("13".into())
+    );
+    assert_eq!(balance(&dir, "a"), 10);
+}
+
+#[idempotent(key = deposit_no, store = inbox, transaction = tx, lease = "30s")]
+async fn held_deposit(
+    inbox: &SqliteStore,
+    tx: &mut SqliteTransaction,
+    deposit_no: u64,
+    hold: Duration,
+) -> Result<u64, IdempotencyError> {
+    tx.run(deposit_sql(deposit_no, "a".into(), 10)).await?;
+    tokio::time::sleep(hold).await;
+    Ok(deposit_no)
+}
+
+/// A transactional call dropped mid-body (a timeout) rolled back: nothing happened, so its
+/// key is released at once (in the background), long before its 30 s lease, and a resend runs
+/// the body, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_transactional_call_rolls_back_and_frees_its_key() {
+    let dir = TempDir::new("dropped-tx-call");
+    let store = open_with_balances(&dir, 1);
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(200),
+        held_deposit(&store, 14, Duration::from_secs(60)),
+    )
+    .await;
+    assert!(dropped.is_err(), "timed out");
+    assert_eq!(balance(&dir, "a"), 0, "rolled back");
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let answer = loop {
+        match held_deposit(&store, 14, Duration::ZERO).await {
+            Err(IdempotencyError::InProgress) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            other => break other,
+        }
+    };
+    assert_eq!(answer.unwrap(), 14);
+    assert_eq!(balance(&dir, "a"), 10, "the deposit once");
+    assert_eq!(count(&dir, "SELECT count(*) FROM ledger"), 1);
+}
+
 // ---- the acceptance scenario ----
 
 /// A small deterministic generator (xorshift64*).
@@ -514,7 +587,8 @@ struct Tally {
 /// 50 accounts, 1,000 deposits, every deposit delivered 2 or 3 times in a shuffled order to 4
 /// concurrent workers. A worker claims; on `Claimed` it begins, writes the deposit, and then
 /// either "crashes" (5 %, seeded) — drops the transaction uncommitted and either abandons the
-/// claim (as a dropped `#[idempotent]` future does: released in the background) or leaves it
+/// claim (as a dropped transactional `#[idempotent]` future does: its transaction rolled back,
+/// so the claim is released in the background) or leaves it
 /// for its lease to expire — or commits the response with `done`. `Done` is acked; `InProgress`
 /// and crashes are redelivered later. Each `InProgress` moves the manual clock by a second, so
 /// claims left by crashes expire (and, now and then, a slow holder is fenced: it rolls back and
@@ -680,7 +754,8 @@ async fn deliver(
                 // A crash after the business write: the transaction goes uncommitted.
                 drop(tx);
                 if roll < 3 {
-                    // As a dropped `#[idempotent]` future does: released in the background.
+                    // As a dropped transactional `#[idempotent]` future does: rolled back,
+                    // so released in the background.
                     assert!(store.abandon(claim));
                     tally.crashed_abandoned.fetch_add(1, Ordering::SeqCst);
                 } else {
@@ -728,8 +803,11 @@ async fn a_batch_rerun_after_a_crash_half_way_repeats_no_side_effect() {
     const MESSAGES: usize = 10_000;
     let dir = TempDir::new("rerun");
     let clock = manual_clock();
+    // NORMAL: 15,000 transactions with an `fsync` each take a shared CI machine most of a
+    // minute, and surviving a power cut is not what this test checks.
     let store = SqliteStore::open(dir.db())
         .unwrap()
+        .with_synchronous_full(false)
         .with_clock(clock.clone());
     dir.raw()
         .execute_batch("CREATE TABLE effects (msg INTEGER NOT NULL)")

@@ -6,8 +6,19 @@
 //!   over) is one write transaction opened with `BEGIN IMMEDIATE`: the write lock is taken up
 //!   front, so it can never fail with `SQLITE_BUSY` half-way; waiting for the lock is bounded by
 //!   the busy timeout. A single write (the claim of a new key, `complete`, `release`,
-//!   `mark_failed`) runs alone in autocommit: SQLite takes the write lock at the statement's
-//!   start, with the same busy handler, so a transaction around it only added two statements.
+//!   `mark_failed`, `renew`) runs alone in autocommit: SQLite takes the write lock at the
+//!   statement's start, with the same busy handler, so a transaction around it only added two
+//!   statements.
+//! - `synchronous=FULL` by default: the contract frees a key for a second run only when the
+//!   first run's effect is known not to have happened, and a claim or `done` row lost to a power
+//!   cut would let a resend run the body again. `NORMAL` (WAL synced only at checkpoints) is an
+//!   opt-in for receivers that can afford that ([`SqliteStore::with_synchronous_full`]).
+//! - A guarded write (`complete`, `release`, `mark_failed`) that changes no row looks once more:
+//!   a row already in the state it writes, under the claim's own token, is a retried call whose
+//!   first try committed, so it answers `Ok`, not [`StoreError::Fenced`]. The extra read is on
+//!   that path only; the hot path stays one statement.
+//! - A takeover refreshes the row's `expires_at` to at least now + retention, and purging never
+//!   deletes a row whose lease is live: a row is never purged under a holder at work.
 //! - The claim is an `INSERT .. ON CONFLICT(msg_id) DO NOTHING` under the primary key, never a
 //!   check-then-insert; an existing row is then read and decided on in one transaction, exactly
 //!   as [`MemoryStore`](super::MemoryStore) decides under its lock.
@@ -22,7 +33,10 @@
 //!   the guarded `done` update and its `COMMIT`; nothing in between can fail with `SQLITE_BUSY`.
 //!   The connection moves to the blocking thread with each piece of work and comes back with
 //!   its result; wherever it is dropped before the commit, it is rolled back in place (cheap in
-//!   WAL mode) and a connection still inside a transaction is closed, never pooled.
+//!   WAL mode) and a connection still inside a transaction is closed, never pooled. Because a
+//!   takeover is a write, an open transaction keeps its claim by itself
+//!   ([`TransactionalStore::transaction_holds_claim`] is `true`): no lease renewal is needed,
+//!   and one would only wait for the lock the transaction holds.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -48,10 +62,10 @@ const SCHEMA_VERSION: i64 = 1;
 const DEFAULT_MAX_CONNECTIONS: usize = 4;
 
 /// A store's settings until the `with_*` methods change them: a 5 s busy timeout,
-/// `synchronous=NORMAL`, up to 4 connections.
+/// `synchronous=FULL` (see [`SqliteStore::with_synchronous_full`] for why), up to 4 connections.
 const DEFAULT_SETTINGS: Settings = Settings {
     busy_timeout: DEFAULT_BUSY_TIMEOUT,
-    synchronous_full: false,
+    synchronous_full: true,
     max_connections: DEFAULT_MAX_CONNECTIONS,
 };
 
@@ -96,7 +110,10 @@ const INSERT_CLAIM: &str = "INSERT INTO inbox_log \
      ON CONFLICT(msg_id) DO NOTHING";
 const SELECT_ROW: &str =
     "SELECT status, response, fingerprint, token, lease_until FROM inbox_log WHERE msg_id = ?1";
-const TAKE_OVER: &str = "UPDATE inbox_log SET token = token + 1, lease_until = ?1 \
+// The taker-over's row keeps its retention counted from now at least (`max` of two
+// `format_utc` texts is the later time), so it cannot be purged under its new holder.
+const TAKE_OVER: &str = "UPDATE inbox_log SET token = token + 1, lease_until = ?1, \
+     expires_at = max(expires_at, ?4) \
      WHERE msg_id = ?2 AND token = ?3 AND status = 'in_progress'";
 const COMPLETE: &str = "UPDATE inbox_log SET status = 'done', response = ?1 \
      WHERE msg_id = ?2 AND token = ?3 AND status = 'in_progress'";
@@ -107,33 +124,45 @@ const RELEASE: &str = "UPDATE inbox_log SET status = 'released' \
 const RECLAIM: &str = "UPDATE inbox_log SET status = 'in_progress', token = token + 1, \
      biz_key = ?1, created_at = ?2, fingerprint = ?3, lease_until = ?4, expires_at = ?5 \
      WHERE msg_id = ?6 AND token = ?7 AND status = 'released'";
+// Only the holder (its token) of a row still in progress extends the lease; whether the old
+// lease already ran out does not matter: until another call took the key, it is still the
+// holder's (as in `MemoryStore::renew`).
 const RENEW: &str = "UPDATE inbox_log SET lease_until = ?1 \
      WHERE msg_id = ?2 AND token = ?3 AND status = 'in_progress'";
 const MARK_FAILED: &str = "UPDATE inbox_log SET status = 'failed', response = ?3 \
      WHERE msg_id = ?1 AND token = ?2 AND status = 'in_progress'";
+// A row whose lease is live has a holder at work: never purged under it, whatever its age
+// (`lease_until` and `?2` are both `format_utc` text, so `>` compares the times).
 const PURGE: &str = "DELETE FROM inbox_log WHERE rowid IN \
-     (SELECT rowid FROM inbox_log WHERE created_at < ?1 AND expires_at <= ?2 LIMIT ?3)";
+     (SELECT rowid FROM inbox_log WHERE created_at < ?1 AND expires_at <= ?2 \
+      AND NOT (status = 'in_progress' AND lease_until > ?2) LIMIT ?3)";
+// What a guarded write that changed no row finds: a retried call whose first try committed
+// finds the row in the state it writes under its own token.
+const SELECT_SETTLED: &str = "SELECT status, token FROM inbox_log WHERE msg_id = ?1";
 
 /// Keeps claims and responses in the table `inbox_log` of one SQLite file: the embedded default
 /// store. Any number of threads and processes may use the same file at once.
 ///
 /// - `journal_mode=WAL`: readers never block the writer, and the file is safe for several
 ///   processes on one machine (not on a network file system: WAL needs shared memory).
-/// - `synchronous=NORMAL` by default: in WAL mode a commit is durable once the transaction is in
-///   the WAL file, so a crash of the process (kill, abort, panic) loses nothing; a power loss or
-///   OS crash may lose the last commits, because the WAL is only synced at checkpoints. For a
-///   receiver that must not forget a response over a power cut, use
-///   [`with_synchronous_full(true)`](Self::with_synchronous_full): every commit is synced, at the
-///   cost of one `fsync` per operation.
-/// - Every operation is one `BEGIN IMMEDIATE` transaction, waiting at most the busy timeout
-///   (default 5 s) for another writer; after that it fails with
-///   [`StoreError::Unavailable`] saying which file is locked.
+/// - `synchronous=FULL` by default: every commit is synced to disk before the operation
+///   returns, so a claim, a kept failure or a stored response survives a power loss or an OS
+///   crash, not only a crash of the process. A forgotten claim or response would let a resend
+///   run the body a second time, which the store's contract forbids; the price is one `fsync`
+///   per write. [`with_synchronous_full(false)`](Self::with_synchronous_full) opts into
+///   `synchronous=NORMAL` where that risk is acceptable.
+/// - Every write is one statement in autocommit or one `BEGIN IMMEDIATE` transaction (a claim
+///   that meets an existing row), waiting at most the busy timeout (default 5 s) for another
+///   writer; after that it fails with [`StoreError::Unavailable`] saying which file is locked.
 /// - Timestamps (from the store's [`Clock`]) are stored as fixed-width UTC text with
 ///   microsecond precision.
 ///
-/// The operations have exactly [`MemoryStore`](super::MemoryStore)'s semantics. One thing the
-/// memory store cannot show: an operation whose future is dropped still finishes in the
-/// background (a claim made that way is freed by its lease, as after a crash).
+/// The operations have exactly [`MemoryStore`](super::MemoryStore)'s semantics: fenced writes,
+/// a retried `complete` / `release` / `mark_failed` whose first try committed answers `Ok`,
+/// [`renew`](IdempotencyStore::renew) extends a live holder's lease, a takeover refreshes the
+/// row's retention, and purging never deletes a row whose lease is live. One thing the memory
+/// store cannot show: an operation whose future is dropped still finishes in the background (a
+/// claim made that way is freed by its lease, as after a crash).
 ///
 /// ```
 /// use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, SqliteStore};
@@ -187,7 +216,7 @@ impl SqliteStore {
     /// the table `inbox_log` if it is missing. Safe to call from several processes at once, and
     /// on a file created by an earlier version of this store.
     ///
-    /// The store starts on the system clock, with a 5 s busy timeout, `synchronous=NORMAL`, up
+    /// The store starts on the system clock, with a 5 s busy timeout, `synchronous=FULL`, up
     /// to 4 connections and the default [`Limits`]; the `with_*` methods change that. Opening
     /// waits up to 5 s for a lock another process holds on the file.
     ///
@@ -276,17 +305,22 @@ impl SqliteStore {
         self.reconfigure(|settings| settings.busy_timeout = timeout)
     }
 
-    /// `true`: `synchronous=FULL`, every commit is synced to disk and survives a power loss.
-    /// `false` (the default): `synchronous=NORMAL`, which in WAL mode survives any crash of the
-    /// process but may lose the last commits on power loss or an OS crash, and is much faster
-    /// (no `fsync` per operation).
+    /// `true` (the default): `synchronous=FULL`, every commit is synced to disk before the
+    /// operation returns and survives a power loss or an OS crash.
+    /// `false`: `synchronous=NORMAL`, which in WAL mode survives any crash of the process but
+    /// may lose the last commits on a power loss or an OS crash (the WAL is only synced at
+    /// checkpoints), and is much faster (no `fsync` per write). A lost claim or response lets a
+    /// resend run the body a second time, so opt out only where that is acceptable (tests,
+    /// caches of work that is safe to repeat).
     ///
     /// ```
     /// use retry_core::idempotency::SqliteStore;
     ///
     /// let path = std::env::temp_dir().join(format!("retry-core-doc-sync-{}.sqlite3", std::process::id()));
-    /// let store = SqliteStore::open(&path)?.with_synchronous_full(true);
-    /// assert!(format!("{store:?}").contains("synchronous_full: true"));
+    /// let store = SqliteStore::open(&path)?;
+    /// assert!(format!("{store:?}").contains("synchronous_full: true"), "FULL by default");
+    /// let store = store.with_synchronous_full(false);
+    /// assert!(format!("{store:?}").contains("synchronous_full: false"));
     /// # drop(store);
     /// # for suffix in ["", "-wal", "-shm"] {
     /// #     let mut file = path.clone().into_os_string();
@@ -442,8 +476,17 @@ impl IdempotencyStore for SqliteStore {
         let Ok(token) = i64::try_from(claim.token) else {
             return Err(StoreError::Fenced);
         };
-        self.run(move |conn, _| guarded(conn, COMPLETE, params![response, key, token]))
-            .await
+        self.run(move |conn, _| {
+            settle(
+                conn,
+                COMPLETE,
+                params![response, key, token],
+                &key,
+                token,
+                "done",
+            )
+        })
+        .await
     }
 
     async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
@@ -451,7 +494,7 @@ impl IdempotencyStore for SqliteStore {
         let Ok(token) = i64::try_from(claim.token) else {
             return Err(StoreError::Fenced);
         };
-        self.run(move |conn, _| guarded(conn, RELEASE, params![key, token]))
+        self.run(move |conn, _| settle(conn, RELEASE, params![key, token], &key, token, "released"))
             .await
     }
 
@@ -460,10 +503,60 @@ impl IdempotencyStore for SqliteStore {
         let Ok(token) = i64::try_from(claim.token) else {
             return Err(StoreError::Fenced);
         };
-        self.run(move |conn, _| guarded(conn, MARK_FAILED, params![key, token, failure]))
-            .await
+        self.run(move |conn, _| {
+            settle(
+                conn,
+                MARK_FAILED,
+                params![key, token, failure],
+                &key,
+                token,
+                "failed",
+            )
+        })
+        .await
     }
 
+    /// `UPDATE inbox_log SET lease_until = now + lease` for the claim's key, only while its
+    /// token is the claim's and it is still `in_progress` (otherwise [`StoreError::Fenced`]):
+    /// one statement in autocommit, `now` from the store's clock. A holder whose lease ran out
+    /// but whose key nobody took over yet may still renew: the key is still its own.
+    ///
+    /// ```
+    /// use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, SqliteStore, StoreError};
+    /// use retry_core::time::ManualClock;
+    /// use std::sync::Arc;
+    /// use std::time::{Duration, UNIX_EPOCH};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-renew-{}.sqlite3", std::process::id()));
+    /// let clock = Arc::new(ManualClock::new(UNIX_EPOCH + Duration::from_secs(1_750_000_000)));
+    /// let store = SqliteStore::open(&path)?.with_clock(clock.clone());
+    /// let request = ClaimRequest {
+    ///     key: "m-1",
+    ///     biz_key: "m-1",
+    ///     fingerprint: None,
+    ///     lease: Duration::from_secs(10),
+    ///     retention: Duration::from_secs(86_400),
+    /// };
+    /// let ClaimOutcome::Claimed(claim) = store.claim(&request).await? else { panic!() };
+    /// clock.advance(Duration::from_secs(8));
+    /// store.renew(&claim, Duration::from_secs(10)).await?;
+    /// // Past the first lease, but the renewed one holds: no takeover.
+    /// clock.advance(Duration::from_secs(8));
+    /// assert_eq!(store.claim(&request).await?, ClaimOutcome::InProgress);
+    /// store.complete(&claim, "\"ok\"").await?;
+    /// // A finished claim has nothing left to renew.
+    /// assert!(matches!(store.renew(&claim, Duration::from_secs(10)).await, Err(StoreError::Fenced)));
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
         let key = claim.key.clone();
         let Ok(token) = i64::try_from(claim.token) else {
@@ -476,9 +569,17 @@ impl IdempotencyStore for SqliteStore {
         .await
     }
 
+    /// Releases the claim of a *transactional* call that was dropped before its commit (the
+    /// flow calls it for nothing else): the call's [`SqliteTransaction`] rolled back when it was
+    /// dropped, so none of the body's writes happened and the key may be freed. A dropped
+    /// non-transactional call is never abandoned: its effect is unknown, so its key stays in
+    /// progress until the lease runs out.
+    ///
     /// Starts the release on Tokio's blocking pool when called inside a runtime; returns whether
     /// it was started (outside a runtime nothing happens and the lease frees the claim). The
-    /// outcome is logged: a claim taken over meanwhile is left alone.
+    /// release waits for the write lock like any write, so it lands after the dropped
+    /// transaction's rollback. The outcome is logged: a claim taken over meanwhile is left
+    /// alone.
     fn abandon(&self, claim: Claim) -> bool {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return false;
@@ -533,16 +634,19 @@ impl IdempotencyStore for SqliteStore {
 /// - So **do not call the store's other operations from inside the body** (`claim`,
 ///   `complete`, a nested `begin`): they need the same lock and fail after the busy timeout.
 /// - Because a takeover is itself a write, no claim can be taken over while its holder's
-///   transaction is open: on SQLite a holder is fenced only when its lease ran out and another
-///   call took the key over *before* this `begin`; `commit_done` then finds another token, rolls
-///   everything back and returns [`StoreError::Fenced`].
+///   transaction is open (so the flow does not renew its lease meanwhile:
+///   [`transaction_holds_claim`](TransactionalStore::transaction_holds_claim) is `true`): on
+///   SQLite a holder is fenced only when its lease ran out and another call took the key over
+///   *before* this `begin`; `commit_done` then finds another token, rolls everything back and
+///   returns [`StoreError::Fenced`].
 /// - **Dropped without `commit_done` or `rollback`** (a crash of the handler, a dropped future,
 ///   a panic), it rolls back synchronously in `Drop`, on the dropping thread: a `ROLLBACK` of a
 ///   WAL transaction discards its pages and releases the lock, with no disk write and no wait.
 ///   If that `ROLLBACK` fails, the connection is closed instead (SQLite rolls back on close): a
 ///   connection with an open transaction never goes back to the pool. A dropped transaction
 ///   does not release the claim; that is the claim's holder's business (the `#[idempotent]`
-///   flow releases it, otherwise its lease frees it).
+///   flow [abandons](IdempotencyStore::abandon) it, which releases it in the background since
+///   nothing of the body's writes happened; otherwise its lease frees it).
 /// - It holds one of the store's [connections](SqliteStore::with_max_connections) until it
 ///   ends.
 ///
@@ -943,6 +1047,32 @@ impl TransactionalStore for SqliteStore {
         }
         Ok(())
     }
+
+    /// `true`: on SQLite an open transaction keeps its claim by itself. A takeover is a write,
+    /// and the transaction holds the file's write lock from its `BEGIN IMMEDIATE` until it
+    /// ends, so no other call (of this process or another) can take the key over meanwhile; it
+    /// waits for the lock, at most its busy timeout. A lease renewal is a write too: it would
+    /// only wait for the same lock, and fail after the busy timeout under a long body. So the
+    /// flow does not renew while a transactional body runs. (A takeover before `begin` is still
+    /// possible; `commit_done` then answers [`StoreError::Fenced`] and rolls back.)
+    ///
+    /// ```
+    /// use retry_core::idempotency::{SqliteStore, TransactionalStore};
+    ///
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-tx-holds-{}.sqlite3", std::process::id()));
+    /// let store = SqliteStore::open(&path)?;
+    /// assert!(store.transaction_holds_claim());
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok::<(), retry_core::idempotency::StoreError>(())
+    /// ```
+    fn transaction_holds_claim(&self) -> bool {
+        true
+    }
 }
 
 /// The `done` update and the commit of the handler's transaction.
@@ -1212,9 +1342,13 @@ fn decide(
                 return Err(corrupt(key, "token cannot grow any more"));
             };
             let lease_until = format_utc(later(*now, request.lease));
-            let taken = tx
-                .prepare_cached(TAKE_OVER)?
-                .execute(params![lease_until, key, token])?;
+            let expires_at = format_utc(later(*now, request.retention));
+            let taken = tx.prepare_cached(TAKE_OVER)?.execute(params![
+                lease_until,
+                key,
+                token,
+                expires_at
+            ])?;
             if taken != 1 {
                 return Err(corrupt(key, "the expired claim could not be taken over"));
             }
@@ -1229,8 +1363,8 @@ fn decide(
     }
 }
 
-/// One statement guarded by the claim's token, in a `BEGIN IMMEDIATE` transaction: no row
-/// touched means the claim was taken over (or finished): [`StoreError::Fenced`].
+/// One statement guarded by the claim's token, in autocommit: no row touched means the claim
+/// was taken over (or finished): [`StoreError::Fenced`].
 fn guarded(conn: &mut Connection, sql: &str, params: impl rusqlite::Params) -> Result<(), Fail> {
     // One statement: atomic in autocommit, with the write lock taken at its start.
     let changed = conn.prepare_cached(sql)?.execute(params)?;
@@ -1238,6 +1372,44 @@ fn guarded(conn: &mut Connection, sql: &str, params: impl rusqlite::Params) -> R
         Err(Fail::Store(StoreError::Fenced))
     } else {
         Ok(())
+    }
+}
+
+/// [`guarded`] for a write that settles the claim (`complete`, `release`, `mark_failed`) into
+/// `status`: when it changes no row but the row is already in `status` under the claim's own
+/// token, it is a retry of a call whose first try committed and whose answer was lost (a
+/// timeout, a dropped connection): `Ok`, as [`MemoryStore`](super::MemoryStore) answers.
+///
+/// The extra read is on the zero-rows path only: the hot path stays one statement. It need not
+/// be in the update's transaction: a row in a settled state under a token leaves it only by
+/// being purged or, once released, claimed again with a larger token, and either is a
+/// [`StoreError::Fenced`] for this claim at the moment of the read.
+fn settle(
+    conn: &mut Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    key: &str,
+    token: i64,
+    status: &str,
+) -> Result<(), Fail> {
+    match guarded(conn, sql, params) {
+        Err(Fail::Store(StoreError::Fenced)) => {
+            let row = conn
+                .prepare_cached(SELECT_SETTLED)?
+                .query_row([key], |row| {
+                    Ok((row.get::<_, Value>(0)?, row.get::<_, Value>(1)?))
+                })
+                .optional()?;
+            match row {
+                Some((Value::Text(found), Value::Integer(found_token)))
+                    if found == status && found_token == token =>
+                {
+                    Ok(())
+                }
+                _ => Err(Fail::Store(StoreError::Fenced)),
+            }
+        }
+        other => other,
     }
 }
 
@@ -1450,9 +1622,11 @@ mod tests {
                 .unwrap()
         };
         let store = SqliteStore::open(dir.db()).unwrap();
-        assert_eq!(synchronous(&store), 1, "NORMAL");
+        assert_eq!(synchronous(&store), 2, "FULL by default");
+        let store = store.with_synchronous_full(false);
+        assert_eq!(synchronous(&store), 1, "NORMAL when asked");
         let store = store.with_synchronous_full(true);
-        assert_eq!(synchronous(&store), 2, "FULL");
+        assert_eq!(synchronous(&store), 2, "FULL again");
     }
 
     #[test]
