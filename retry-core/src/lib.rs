@@ -144,13 +144,17 @@ pub use retry_macros::retryable;
 /// anything implementing [`idempotency::IdempotencyStore`], taken by reference),
 /// `biz_key = expr` (shown to people, any `Display`), `fingerprint = expr` (same key, other
 /// fingerprint → `KeyReused`), `scope = expr` (the tenant: a response is only returned within
-/// its scope), `lease = "30s"`, `retention = "30d"`, `on_err = "release" | "keep"` and
-/// `crate = path`. The function needs `T: Serialize + DeserializeOwned` and
-/// `E: From<IdempotencyError>`.
+/// its scope), `lease = "30s"` (renewed every third of it while the body runs),
+/// `retention = "30d"`, `on_err = "keep" | "release" | path` (what a failed body leaves: by
+/// default its failure is kept for resends, see [`idempotency::OnErr`]),
+/// `namespace = "charge.v1"` (default: the function's name; two functions never share keys),
+/// `transaction = tx` (transactional mode) and `crate = path`. The function needs
+/// `T: Serialize + DeserializeOwned` and `E: From<IdempotencyError> + Debug`.
 ///
 /// Above `#[retryable]` it claims once and retries inside the claim (then `#[retryable]` needs
 /// `deadline` and `attempt_timeout`, and `lease` must be longer than both together); below it,
-/// every attempt claims anew.
+/// every attempt claims anew, and `on_err` must be written (a kept failure makes the retries
+/// replay it; see the README's table of what frees a key).
 pub use retry_macros::idempotent;
 
 /// Derives [`Classify`](trait@Classify) for an error enum, one decision per variant.
