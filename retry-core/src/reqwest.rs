@@ -57,6 +57,40 @@ pub trait RequestBuilderExt {
     ///     .unwrap();
     /// assert_eq!(request.headers()["idempotency-key"], key.header_value());
     /// ```
+    ///
+    /// Inside an `#[idempotent]` body, derive the downstream key from the body's own claim
+    /// ([`Claim::derive`](crate::idempotency::Claim::derive)): every run of the same incoming key
+    /// (a resend after a lease ran out, a redrive) then sends the same downstream key, so the
+    /// service called dedups it too.
+    ///
+    /// ```
+    /// use retry_core::idempotency::{current, IdempotencyError, MemoryStore};
+    /// use retry_core::idempotent;
+    /// use retry_core::reqwest::RequestBuilderExt;
+    ///
+    /// #[derive(Debug)]
+    /// struct Failed;
+    /// impl From<IdempotencyError> for Failed { fn from(_: IdempotencyError) -> Self { Failed } }
+    ///
+    /// #[idempotent(key = order, store = inbox)]
+    /// async fn book(inbox: &MemoryStore, order: u64) -> Result<String, Failed> {
+    ///     let client = retry_core::reqwest::client_builder().build().map_err(|_| Failed)?;
+    ///     let claim = current().ok_or(Failed)?;
+    ///     let request = client
+    ///         .post("http://127.0.0.1:9/ledger/entries")
+    ///         .idempotency_key(&claim.derive("ledger-entry"))
+    ///         .build()
+    ///         .map_err(|_| Failed)?;
+    ///     // client.execute(request).await ...
+    ///     Ok(request.headers()["idempotency-key"].to_str().map_err(|_| Failed)?.to_owned())
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (first, again) = (MemoryStore::new(), MemoryStore::new());
+    /// assert_eq!(book(&first, 7).await.unwrap(), book(&again, 7).await.unwrap());
+    /// # }
+    /// ```
     fn idempotency_key(self, key: &IdempotencyKey) -> Self;
 
     /// Sends the request and turns a transport failure or a non-success status into an

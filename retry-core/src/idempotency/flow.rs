@@ -89,7 +89,11 @@ impl<F, K> Idempotent<F, K> {
     ///
     /// let inbox = MemoryStore::new();
     /// let call = deposit(&inbox, 7);
-    /// assert_eq!(call.idempotency_key(), retry_core::idempotency::encode_key(&("acme", 7u64)));
+    /// // Namespaced by the function: (namespace, scope, key).
+    /// assert_eq!(
+    ///     call.idempotency_key(),
+    ///     retry_core::idempotency::encode_namespaced_key("deposit", None::<&str>, &("acme", 7u64))
+    /// );
     /// ```
     pub fn idempotency_key(&self) -> &str {
         &self.key

@@ -46,7 +46,7 @@ async fn above(inbox: &MemoryStore, msg_no: u64) -> Result<u64, DepositError> {
 }
 
 #[retryable(crate = renamed, max = 3, base = "1ms")]
-#[idempotent(crate = renamed, key = msg_no, store = inbox)]
+#[idempotent(crate = renamed, key = msg_no, store = inbox, on_err = "release")]
 async fn below(inbox: &MemoryStore, msg_no: u64) -> Result<u64, DepositError> {
     Ok(msg_no)
 }

@@ -1,6 +1,6 @@
 //! `on_err` as a path deciding per error, and a pinned `namespace`, under `#[retryable]`.
 use retry_core::idempotency::{IdempotencyError, MemoryStore, OnErr};
-use retry_core::{Classify, Decision, Elapsed, idempotent, retryable};
+use retry_core::{Classify, Decision, Elapsed, retryable};
 
 #[derive(Debug)]
 enum ChargeError {
@@ -38,12 +38,20 @@ fn settle(e: &ChargeError) -> OnErr {
 }
 
 #[retryable(max = 3, base = "10ms")]
-#[idempotent(key = order, store = inbox, on_err = settle, namespace = "charge.v1")]
+#[retry_core::idempotent(key = order, store = inbox, on_err = settle, namespace = "charge.v1")]
 async fn charge(inbox: &MemoryStore, order: u64) -> Result<u64, ChargeError> {
+    if order == 0 {
+        return Err(ChargeError::Declined);
+    }
     Ok(order)
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    assert_eq!(charge(&MemoryStore::new(), 7).await.unwrap(), 7);
+    let inbox = MemoryStore::new();
+    assert_eq!(charge(&inbox, 7).await.unwrap(), 7);
+    assert!(matches!(charge(&inbox, 0).await, Err(ChargeError::Declined)));
+    if let Err(ChargeError::Idempotency(e)) = charge(&inbox, 7).await {
+        panic!("{e}");
+    }
 }
