@@ -16,9 +16,11 @@
 //! | body larger than `max_body_bytes`                  | `413`                               |
 //! | the store cannot be reached                        | `503`, nothing runs (fail closed)   |
 //! | first use of the key                               | the handler runs; its response      |
-//! | same key while the first request is still running  | `409`                               |
+//! | same key while the first request is still running  | `409` with `Retry-After: 1`         |
 //! | same key, another request (fingerprint differs)    | `422`                               |
-//! | same key, same request, first one finished         | the stored response, replayed       |
+//! | same key, same request, first one answered         | the stored response, replayed (`5xx` included) |
+//! | same key, first one failed with its outcome unknown | `500`, never run again             |
+//! | same key, first one's response too large to keep   | `409`, never run again              |
 //!
 //! Error answers are small `application/problem+json` bodies (RFC 9457) whose `title` names the
 //! problem and whose `detail` says what to do. Problems the draft defines (missing, malformed or
@@ -51,6 +53,32 @@
 //! key alone finds the response, so it must be unguessable (as
 //! [`IdempotencyKey`](crate::http::IdempotencyKey) makes it).
 //!
+//! The scope must be a **stable principal id** (the user, tenant or API client id your
+//! authentication established), **never a raw bearer token**: the scope is part of the stored
+//! key, so a token would sit in plain text in the store (a leaked table would hand out
+//! credentials), and a client whose token was refreshed between two sends of one operation
+//! would be another scope, so its resend would run a second time. If all you have is a token,
+//! return a cryptographic hash of it (this keeps the secret out of the store, not the refresh
+//! problem), e.g. with the `sha2` crate:
+//!
+//! ```ignore
+//! use sha2::{Digest, Sha256};
+//!
+//! let layer = IdempotencyLayer::new(store, |parts: &http::request::Parts| {
+//!     let token = parts.headers.get("authorization")?.to_str().ok()?.strip_prefix("Bearer ")?;
+//!     let hash = Sha256::digest(token.as_bytes());
+//!     Some(hash.iter().map(|byte| format!("{byte:02x}")).collect())
+//! });
+//! ```
+//!
+//! # Namespace
+//!
+//! The stored key is (namespace, scope, key) (see
+//! [`encode_namespaced_key`](crate::idempotency::encode_namespaced_key)). The namespace is
+//! [`DEFAULT_NAMESPACE`] (`"http"`) unless [`namespace`](IdempotencyLayer::namespace) pins
+//! another: two layers on one store with different namespaces never answer for each other,
+//! nor does a layer for an `#[idempotent]` function (whose namespace is its name).
+//!
 //! # Fingerprint
 //!
 //! The same key with another request is a client bug (`422`), told apart by a fingerprint of the
@@ -59,15 +87,51 @@
 //!
 //! # Which responses are stored
 //!
-//! The draft asks for the final response to be stored. A response that says "not processed, try
-//! again" would turn a transient refusal into a permanent one, so, as Stripe does, the layer
-//! releases the claim for every `5xx` and for `408` and `429`, and stores everything else
-//! (`2xx`, `3xx`, the other `4xx`). A released key runs the handler again when it is resent. A
-//! handler that fails (the inner service returns `Err`, or its body fails while it is read) is
-//! released the same way. A client that disconnects while the handler runs drops the claim,
-//! which the store releases (or its lease frees).
+//! **A key is freed for a second run only when the layer knows the first run's effect did not
+//! happen.** Once the handler started, every response it gives is stored and replayed, `5xx`,
+//! `408` and `429` included (Stripe: "Subsequent requests with the same key return the same
+//! result, including 500 errors"): a `500` may come after the payment was booked, and only the
+//! handler knows. A handler that knows nothing happened says so with [`NotApplied`].
+//!
+//! | what happened                                           | the key                  | a resend gets |
+//! |---------------------------------------------------------|--------------------------|---------------|
+//! | the layer refused (`400`, `401`, `409`, `413`, `422`, `503`) | nothing claimed     | judged anew   |
+//! | the handler answered, any status                        | done: response stored    | the stored response |
+//! | the handler answered with [`NotApplied`] in its extensions | **freed** (not stored) | a new run  |
+//! | the inner service returned `Err`                        | failed: outcome unknown  | `500` problem |
+//! | the response body failed while it was read              | failed: outcome unknown  | `500` problem |
+//! | the handler panicked (its client gets the `500` problem) | failed: outcome unknown | `500` problem |
+//! | the response is larger than the store keeps (sent in full once) | failed: not kept | `409` problem |
+//! | the client disconnected while the handler ran           | the handler runs on; its response is stored | the stored response |
+//! | the process died while the handler ran                  | in progress until the lease runs out | `409` until then, then a new run |
+//! | the store failed to take the response                   | in progress until the lease runs out | `409` until then, then a new run |
+//!
+//! A key kept failed is never run again: whether the first run had its effect is for a person
+//! to find out, and the problem's `detail` says so; a new operation needs a new key. The
+//! failure's text (the panic message, the body's error) is kept in the store for operators and
+//! never sent.
 //!
 //! The response is stored before it is sent, so a resend that follows it always finds it.
+//!
+//! # A client that goes away
+//!
+//! Once the request body is read, the claim, the handler and the storing of its response run on
+//! a Tokio task of their own ([`tokio::spawn`]) that the response future only waits for: a
+//! client that disconnects, or a timeout above this layer, drops the wait, not the handler. The
+//! handler runs to its end and its response is stored for the resend. While it runs its claim's
+//! lease is renewed every `lease / 3`, and
+//! [`idempotency::current()`](crate::idempotency::current) returns the claim, so the handler can
+//! derive keys for its own downstream calls. Outside a Tokio runtime the handler runs in place.
+//!
+//! This is why the inner service, its future, its error and its response body must be
+//! `Send + 'static`. The store needs nothing more than [`IdempotencyStore`] (`Send + Sync`) and
+//! `'static`: the layer keeps it in an [`Arc`] shared with the task.
+//!
+//! # A request still running
+//!
+//! A resend while the first request still runs gets `409` with `Retry-After: 1` (seconds). The
+//! layer cannot tell how long the first one will take (the lease bounds only a dead holder), and
+//! one second is short for a quick handler and cheap to answer again: one claim attempt.
 //!
 //! # Replay
 //!
@@ -90,14 +154,14 @@
 //! buffered), but it cannot be kept: its effect happened, so the key is marked failed, never
 //! released — a resend gets `409` "Response for this Idempotency-Key was not kept" instead of
 //! repeating the operation. This is logged as a warning and counted in
-//! [`metrics::names::NOT_STORED`].
+//! [`metrics::names::NOT_STORED`](crate::metrics::names::NOT_STORED).
 //!
 //! # Store, lease, retention
 //!
 //! Claims follow the same flow as `#[idempotent]` (see [`crate::idempotency`]): an `INSERT`
 //! under the primary key, a fencing token, a lease ([`lease`](IdempotencyLayer::lease), default
-//! 30 s: set it longer than your slowest handler, or a resend may take the key over while the
-//! first request still runs) and a retention ([`retention`](IdempotencyLayer::retention),
+//! 30 s, renewed every `lease / 3` while the handler runs: it only frees the keys of a process
+//! that died) and a retention ([`retention`](IdempotencyLayer::retention),
 //! default 30 days: longer than any client retries; the draft asks servers to publish it).
 //!
 //! # Body types
@@ -113,6 +177,7 @@ mod fingerprint;
 mod key;
 mod problem;
 mod replay;
+mod run;
 mod settle;
 mod stored;
 
@@ -134,17 +199,19 @@ use ::tower_service::Service;
 
 pub use body::{BoxError, IdempotencyBody};
 pub use replay::RefusedHeader;
+pub use settle::NotApplied;
 
 use crate::idempotency::{
     Begun, DEFAULT_LEASE, DEFAULT_RETENTION, IdempotencyError, IdempotencyStore, Settings,
-    begin_call, encode_key, encode_scoped_key,
+    begin_call, encode_namespaced_key,
 };
 use body::read_request;
 use fingerprint::fingerprint;
 use key::KeyField;
 use problem::Problem;
 use replay::{ReplayHeaders, replay};
-use settle::{keep, release};
+use run::{detached, run_handler};
+use settle::settle;
 
 /// Longest `Idempotency-Key` accepted by default, in bytes: 255, as Stripe allows; a UUID or an
 /// [`IdempotencyKey`](crate::http::IdempotencyKey) is 32 to 36.
@@ -153,6 +220,15 @@ use settle::{keep, release};
 /// assert_eq!(retry_core::tower::DEFAULT_MAX_KEY_BYTES, 255);
 /// ```
 pub const DEFAULT_MAX_KEY_BYTES: usize = 255;
+
+/// The namespace of an [`IdempotencyLayer`]'s keys unless
+/// [`namespace`](IdempotencyLayer::namespace) says otherwise. Fixed rather than taken from
+/// [`name`](IdempotencyLayer::name), so renaming a metric label never forgets stored keys.
+///
+/// ```
+/// assert_eq!(retry_core::tower::DEFAULT_NAMESPACE, "http");
+/// ```
+pub const DEFAULT_NAMESPACE: &str = "http";
 
 /// Largest request body buffered by default to fingerprint it, in bytes: 1 MiB.
 ///
@@ -175,10 +251,12 @@ type ScopeFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 /// use tower_service::Service;
 /// use std::sync::atomic::{AtomicU32, Ordering};
 ///
-/// /// The client the authentication in front of this layer accepted: here, the bearer token.
+/// /// The account the authentication in front of this layer put into the request.
+/// #[derive(Clone)]
+/// struct Account(String);
+///
 /// fn client(parts: &Parts) -> Option<String> {
-///     let token = parts.headers.get("authorization")?.to_str().ok()?;
-///     token.strip_prefix("Bearer ").map(str::to_owned)
+///     parts.extensions.get::<Account>().map(|account| account.0.clone())
 /// }
 ///
 /// static CHARGES: AtomicU32 = AtomicU32::new(0);
@@ -194,7 +272,7 @@ type ScopeFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 ///
 /// let pay = || {
 ///     Request::post("/payments")
-///         .header("authorization", "Bearer alice")
+///         .extension(Account("alice".into()))
 ///         .header("idempotency-key", "\"order-1234\"")
 ///         .body(Body::from("{\"amount\":10}"))
 ///         .unwrap()
@@ -206,7 +284,7 @@ type ScopeFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 /// assert_eq!(again.headers()["idempotent-replayed"], "?1");
 ///
 /// let unkeyed = Request::post("/payments")
-///     .header("authorization", "Bearer alice")
+///     .extension(Account("alice".into()))
 ///     .body(Body::empty())
 ///     .unwrap();
 /// assert_eq!(app.call(unkeyed).await.unwrap().status(), 400);
@@ -223,12 +301,15 @@ pub struct IdempotencyLayer<St> {
     retention: Duration,
     replay_headers: ReplayHeaders,
     name: &'static str,
+    namespace: Arc<str>,
 }
 
 impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
-    /// A layer whose keys belong to the client `scope` finds in each request's head (the user id
-    /// or API key your authentication established, e.g. from a header or a request extension).
-    /// A request for which it returns `None` gets `401`.
+    /// A layer whose keys belong to the client `scope` finds in each request's head: a stable
+    /// principal id (the user, tenant or API client id your authentication established, e.g.
+    /// from a request extension), never a raw bearer token (see the
+    /// [module docs](crate::tower::idempotency#scope-whose-key-it-is)). A request for which it
+    /// returns `None` gets `401`.
     ///
     /// ```
     /// use http::request::Parts;
@@ -278,6 +359,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
             retention: DEFAULT_RETENTION,
             replay_headers: ReplayHeaders::default(),
             name: "idempotency_layer",
+            namespace: Arc::from(DEFAULT_NAMESPACE),
         }
     }
 
@@ -329,8 +411,10 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
         self
     }
 
-    /// How long a claim holds while its handler runs (default 30 s): after it, a resend may take
-    /// the key over, as after a crash. Set it longer than the slowest handler.
+    /// How long a claim holds without renewal (default 30 s). While the handler runs, the layer
+    /// renews it every `lease / 3`, so a slow handler is never taken over while its process
+    /// lives; after a crash, a resend takes the key over once the lease ran out. Shorter leases
+    /// free a dead process's keys sooner, at the cost of more renewals.
     ///
     /// ```
     /// use retry_core::idempotency::MemoryStore;
@@ -409,6 +493,31 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
         self.name = name;
         self
     }
+
+    /// The namespace of this layer's keys (default [`DEFAULT_NAMESPACE`], `"http"`): the stored
+    /// key is (namespace, client scope, key), see
+    /// [`encode_namespaced_key`](crate::idempotency::encode_namespaced_key). Within one
+    /// namespace a key is the client's across all routes, as Stripe's keys are per account: the
+    /// same key on another route is the same key with another fingerprint (`422`). Layers with
+    /// different namespaces never answer for each other, even on one store: give each service
+    /// or API version sharing a store its own (`"payments.v2"`). Changing it later forgets the
+    /// keys stored under the old one, so resends still in flight would run again.
+    ///
+    /// ```
+    /// use retry_core::idempotency::MemoryStore;
+    /// use retry_core::tower::IdempotencyLayer;
+    /// use std::sync::Arc;
+    ///
+    /// let store = Arc::new(MemoryStore::new());
+    /// let payments = IdempotencyLayer::unauthenticated(Arc::clone(&store)).namespace("payments.v1");
+    /// let refunds = IdempotencyLayer::unauthenticated(store).namespace("refunds.v1");
+    /// # drop((payments, refunds));
+    /// ```
+    #[must_use]
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Arc::from(namespace.into());
+        self
+    }
 }
 
 impl<St> Clone for IdempotencyLayer<St> {
@@ -423,6 +532,7 @@ impl<St> Clone for IdempotencyLayer<St> {
             retention: self.retention,
             replay_headers: self.replay_headers.clone(),
             name: self.name,
+            namespace: Arc::clone(&self.namespace),
         }
     }
 }
@@ -431,6 +541,7 @@ impl<St> fmt::Debug for IdempotencyLayer<St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IdempotencyLayer")
             .field("name", &self.name)
+            .field("namespace", &self.namespace)
             .field("authenticated", &self.scope.is_some())
             .field("required", &self.required)
             .field("max_key_bytes", &self.max_key_bytes)
@@ -523,7 +634,9 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
         request: Request<B>,
     ) -> Result<Response<IdempotencyBody>, S::Error>
     where
-        S: Service<Request<IdempotencyBody>, Response = Response<RB>>,
+        S: Service<Request<IdempotencyBody>, Response = Response<RB>> + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Send + 'static,
         RB: Body<Data = Bytes> + Send + 'static,
         RB::Error: Into<BoxError>,
         B: Body<Data = Bytes> + Send + 'static,
@@ -555,16 +668,40 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
         };
 
         let mut call = Settings::new(
-            match &scope {
-                Some(client) => encode_scoped_key(client.as_str(), key.as_str()),
-                None => encode_key(key.as_str()),
-            },
+            encode_namespaced_key(&self.namespace, scope.as_deref(), key.as_str()),
             self.name,
         );
         call.fingerprint = Some(fingerprint(&parts, &body));
         call.biz_key = Some(key);
         call.lease = self.lease;
         call.retention = self.retention;
+        // The request is whole: from here on it runs to its end on a task of its own, whether
+        // or not its client is still there to read the answer, so a resend finds the stored
+        // response instead of a claim dropped mid-way.
+        let function = self.name;
+        match detached(self.claim_and_run(inner, call, parts, body)).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::error!(function, error = %e, "the task running an idempotent request was interrupted; its key stays in progress until its lease ends");
+                Ok(Problem::Interrupted.response())
+            }
+        }
+    }
+
+    /// Claims the key, then replays what is stored, refuses, or runs the handler and settles
+    /// the claim with its outcome.
+    async fn claim_and_run<S, RB>(
+        self,
+        inner: S,
+        call: Settings,
+        parts: Parts,
+        body: Bytes,
+    ) -> Result<Response<IdempotencyBody>, S::Error>
+    where
+        S: Service<Request<IdempotencyBody>, Response = Response<RB>>,
+        RB: Body<Data = Bytes> + Send + 'static,
+        RB::Error: Into<BoxError>,
+    {
         let held = match begin_call(&*self.store, &call).await {
             Ok(Begun::Claimed(held)) => held,
             Ok(Begun::Stored(stored)) => {
@@ -572,16 +709,10 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
             }
             Err(e) => return Ok(self.refuse(&parts, e)),
         };
-
         let request = Request::from_parts(parts, IdempotencyBody::new(Full::new(body)));
         let max = self.store.limits().max_response_bytes;
-        match call_ready(inner, request).await {
-            Ok(response) => Ok(keep(held, response, max, &self.replay_headers, self.name).await),
-            Err(e) => {
-                release(held, "the inner service failed", self.name).await;
-                Err(e)
-            }
-        }
+        let ran = run_handler(&held, call_ready(inner, request), max).await;
+        settle(held, ran, max, &self.replay_headers, self.name).await
     }
 
     /// The answer to a request whose key could not be claimed.
@@ -589,7 +720,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
         let problem = match error {
             IdempotencyError::InProgress => Problem::InProgress,
             IdempotencyError::KeyReused => Problem::KeyReused,
-            IdempotencyError::PreviouslyFailed(_) => Problem::NotKept,
+            IdempotencyError::PreviouslyFailed(failure) => Problem::kept_failure(&failure),
             IdempotencyError::KeyTooLong { len, max } => Problem::KeyTooLong { len, max },
             IdempotencyError::Store(e) => {
                 tracing::warn!(function = self.name, method = %parts.method, path = parts.uri.path(), error = %e, "idempotency store unavailable: request refused (fail closed)");
@@ -630,4 +761,66 @@ fn is_safe(method: &Method) -> bool {
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use ::http_body_util::BodyExt;
+
+    use super::*;
+    use crate::idempotency::MemoryStore;
+
+    /// Fails with `Err` after counting its effect, as a hyper service can.
+    #[derive(Clone)]
+    struct Broken(Arc<AtomicU32>);
+
+    impl Service<Request<IdempotencyBody>> for Broken {
+        type Response = Response<Full<Bytes>>;
+        type Error = std::io::Error;
+        type Future = std::future::Ready<Result<Self::Response, std::io::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<IdempotencyBody>) -> Self::Future {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Err(std::io::Error::other("connection to the ledger reset")))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_inner_error_keeps_the_key_failed() {
+        let runs = Arc::new(AtomicU32::new(0));
+        let mut service =
+            IdempotencyLayer::unauthenticated(MemoryStore::new()).layer(Broken(Arc::clone(&runs)));
+        let send = || {
+            Request::post("/pay")
+                .header("idempotency-key", "\"k-err\"")
+                .body(Full::new(Bytes::from_static(b"{}")))
+                .unwrap()
+        };
+        let first = service.call(send()).await;
+        assert!(
+            first.is_err(),
+            "the first caller gets the service's own error"
+        );
+
+        let resent = service.call(send()).await.unwrap();
+        assert_eq!(resent.status(), 500);
+        let body = resent.into_body().collect().await.unwrap().to_bytes();
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("failed after it may have had its effect"),
+            "{detail}"
+        );
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "an unknown outcome never runs again"
+        );
+    }
 }

@@ -2,11 +2,21 @@
 //! wrong and what to do.
 
 use ::bytes::Bytes;
+use ::http::header::RETRY_AFTER;
 use ::http::header::{self, HeaderValue};
 use ::http::{Response, StatusCode};
 use ::http_body_util::Full;
 
 use super::body::IdempotencyBody;
+
+/// The failure kept for a key whose response was too large to store (the first client got it
+/// in full). Any other kept failure means the first run's outcome is unknown.
+pub(super) const NOT_KEPT: &str = "response too large to store";
+
+/// `Retry-After` on the `409` for a request still in progress, in seconds. The layer cannot know
+/// how long the first request still runs (its lease only bounds a dead holder); a second is
+/// short enough for a quick handler and cheap to answer again (one claim attempt).
+pub(super) const IN_PROGRESS_RETRY_AFTER: HeaderValue = HeaderValue::from_static("1");
 
 /// The `type` of the problems the draft defines: its page.
 const DRAFT: &str = "https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/";
@@ -16,17 +26,39 @@ pub(super) enum Problem {
     Unauthenticated,
     MissingKey,
     MalformedKey(&'static str),
-    KeyTooLong { len: usize, max: usize },
-    BodyTooLarge { max: usize },
+    KeyTooLong {
+        len: usize,
+        max: usize,
+    },
+    BodyTooLarge {
+        max: usize,
+    },
     BodyUnreadable,
     InProgress,
     KeyReused,
     NotKept,
+    /// The first request with the key failed (`Err`, a failed body, a panic) after it may have
+    /// had its effect.
+    OutcomeUnknown,
+    /// The task running the request was cancelled (the runtime shut down) or failed outside the
+    /// handler: the claim stays in progress until its lease.
+    Interrupted,
     StoreUnavailable,
     StoredUnreadable,
 }
 
 impl Problem {
+    /// The answer to a resend of a key whose first run was kept failed with `failure`: empty for
+    /// rows kept before failures were stored, which this layer only kept for responses too
+    /// large to store.
+    pub(super) fn kept_failure(failure: &str) -> Problem {
+        if failure.is_empty() || failure == NOT_KEPT {
+            Problem::NotKept
+        } else {
+            Problem::OutcomeUnknown
+        }
+    }
+
     /// Status, title (for the draft's problems; otherwise the status phrase) and detail.
     fn describe(&self) -> (StatusCode, Option<&'static str>, String) {
         match self {
@@ -65,7 +97,7 @@ impl Problem {
             Problem::InProgress => (
                 StatusCode::CONFLICT,
                 Some("A request is outstanding for this Idempotency-Key"),
-                "a request with this key is still being processed; send it again after it finished to get its response".into(),
+                "a request with this key is still being processed; send it again after the seconds in Retry-After to get its response".into(),
             ),
             Problem::KeyReused => (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -76,6 +108,16 @@ impl Problem {
                 StatusCode::CONFLICT,
                 Some("Response for this Idempotency-Key was not kept"),
                 "a request with this key was processed, but its response was too large to keep; it will not be processed again".into(),
+            ),
+            Problem::OutcomeUnknown => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                None,
+                "the first request with this Idempotency-Key failed after it may have had its effect, so it will not be processed again; find out whether the operation happened before you send it again with a new key".into(),
+            ),
+            Problem::Interrupted => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                None,
+                "processing of this request was interrupted (the server may be shutting down) and its outcome is unknown".into(),
             ),
             Problem::StoreUnavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -110,6 +152,11 @@ impl Problem {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
+        if let Problem::InProgress = self {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, IN_PROGRESS_RETRY_AFTER);
+        }
         response
     }
 }

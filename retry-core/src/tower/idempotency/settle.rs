@@ -1,59 +1,128 @@
-//! What becomes of a claim once its handler answered: the response stored, the key kept failed,
-//! or the claim given up.
+//! What becomes of a claim once its handler started: every answer stored, a run whose outcome is
+//! unknown kept failed, and the key freed only when the handler says its effect did not happen.
 
-use ::bytes::Bytes;
-use ::http::{Response, StatusCode};
-use ::http_body::Body;
+use ::http::Response;
 
-use super::body::{BoxError, Buffered, IdempotencyBody, Resumed, Tail, buffer};
+use super::body::{Buffered, IdempotencyBody, Resumed, Tail};
+use super::problem::{NOT_KEPT, Problem};
 use super::replay::ReplayHeaders;
+use super::run::Ran;
 use super::stored::stored_form;
 use crate::idempotency::{HeldClaim, IdempotencyStore, OnErr, StoreError};
 use crate::metrics;
-use crate::{Classify, Decision};
 
-/// Stores the handler's response (or gives the claim up), then returns it. `max`: the store's
-/// largest stored response.
-pub(super) async fn keep<St, RB>(
+/// Put into a response's extensions by a handler whose effect did not happen (it refused
+/// before acting, or its transaction rolled back): [`IdempotencyLayer`](super::IdempotencyLayer)
+/// then frees the key instead of storing the response, so a resend runs the handler again.
+///
+/// Every other response of a handler that started is stored and replayed, `5xx` included: the
+/// layer cannot tell "failed before any effect" from "failed after it", only the handler can.
+/// Insert the marker only when you know nothing happened; a wrong marker lets a resend repeat
+/// an effect. The marker never leaves the layer: it is taken out of the response before it is
+/// sent, and never stored.
+///
+/// With axum, return it as a response part (after the status, which comes first in axum's
+/// tuples: `(StatusCode::SERVICE_UNAVAILABLE, Extension(NotApplied))`):
+///
+/// ```
+/// use axum::{Extension, Router, body::Body, http::{Request, StatusCode}, routing::post};
+/// use retry_core::idempotency::MemoryStore;
+/// use retry_core::tower::{IdempotencyLayer, NotApplied};
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use tower_service::Service;
+///
+/// static RUNS: AtomicU32 = AtomicU32::new(0);
+///
+/// /// The ledger is down on the first run: nothing was booked, so the key may run again.
+/// async fn book() -> axum::response::Response {
+///     use axum::response::IntoResponse;
+///     if RUNS.fetch_add(1, Ordering::SeqCst) == 0 {
+///         return (StatusCode::SERVICE_UNAVAILABLE, Extension(NotApplied), "ledger down").into_response();
+///     }
+///     (StatusCode::CREATED, "booked").into_response()
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mut app = Router::new()
+///     .route("/bookings", post(book))
+///     .layer(IdempotencyLayer::unauthenticated(MemoryStore::new()));
+/// let send = || Request::post("/bookings").header("idempotency-key", "\"b-1\"").body(Body::empty()).unwrap();
+///
+/// let refused = app.call(send()).await.unwrap();
+/// assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+/// assert!(refused.extensions().get::<NotApplied>().is_none(), "the marker is not sent on");
+/// assert_eq!(app.call(send()).await.unwrap().status(), StatusCode::CREATED, "ran again");
+/// assert_eq!(app.call(send()).await.unwrap().status(), StatusCode::CREATED, "then replayed");
+/// assert_eq!(RUNS.load(Ordering::SeqCst), 2);
+/// # }
+/// ```
+///
+/// On any `http` response:
+///
+/// ```
+/// use http::{Response, StatusCode};
+/// use retry_core::tower::NotApplied;
+///
+/// let mut response = Response::new("rate limited before anything was done");
+/// *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+/// response.extensions_mut().insert(NotApplied);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct NotApplied;
+
+/// Settles the claim as the handler's run ended, and gives the first client its answer.
+/// `max`: the store's largest stored response.
+pub(super) async fn settle<St, E>(
     held: HeldClaim<'_, St>,
-    response: Response<RB>,
+    ran: Ran<E>,
     max: usize,
     replayed: &ReplayHeaders,
     function: &'static str,
-) -> Response<IdempotencyBody>
+) -> Result<Response<IdempotencyBody>, E>
 where
     St: IdempotencyStore + ?Sized,
-    RB: Body<Data = Bytes> + Send + 'static,
-    RB::Error: Into<BoxError>,
 {
-    let (parts, body) = response.into_parts();
-    let body = IdempotencyBody::new(body);
-    if !is_final(parts.status) {
-        release(held, "the response asks for a retry", function).await;
-        return Response::from_parts(parts, body);
-    }
-    let body = match buffer(body, max).await {
-        Buffered::Complete { data, trailers } => {
-            match stored_form(&parts, &data, replayed, function) {
-                Ok(json) if json.len() <= max => complete(held, &json, function).await,
-                Ok(json) => spend(held, json.len(), max, function).await,
-                Err(e) => {
-                    tracing::error!(function, error = %e, "response cannot be serialised");
-                    spend(held, data.len(), max, function).await;
+    match ran {
+        Ran::NotApplied(response) => {
+            release(held, function).await;
+            Ok(response)
+        }
+        Ran::Answered { parts, body } => {
+            let body = match body {
+                Buffered::Complete { data, trailers } => {
+                    match stored_form(&parts, &data, replayed, function) {
+                        Ok(json) if json.len() <= max => complete(held, &json, function).await,
+                        Ok(json) => not_kept(held, json.len(), max, function).await,
+                        Err(e) => {
+                            tracing::error!(function, error = %e, "response cannot be serialised");
+                            not_kept(held, data.len(), max, function).await;
+                        }
+                    }
+                    Resumed::new(data, None, trailers.map(Tail::Trailers))
                 }
-            }
-            Resumed::new(data, None, trailers.map(Tail::Trailers))
+                Buffered::TooLarge { prefix, rest } => {
+                    not_kept(held, prefix.len(), max, function).await;
+                    Resumed::new(prefix, Some(rest), None)
+                }
+                Buffered::Failed { prefix, error } => {
+                    let failure = format!("the response body failed while it was read: {error}");
+                    keep_failed(held, &failure, function).await;
+                    Resumed::new(prefix, None, Some(Tail::Error(error)))
+                }
+            };
+            Ok(Response::from_parts(parts, IdempotencyBody::new(body)))
         }
-        Buffered::TooLarge { prefix, rest } => {
-            spend(held, prefix.len(), max, function).await;
-            Resumed::new(prefix, Some(rest), None)
+        Ran::Failed(e) => {
+            keep_failed(held, "the inner service returned an error", function).await;
+            Err(e)
         }
-        Buffered::Failed { prefix, error } => {
-            release(held, "the response body failed", function).await;
-            Resumed::new(prefix, None, Some(Tail::Error(error)))
+        Ran::Panicked(message) => {
+            tracing::error!(function, panic = %message, "the handler panicked");
+            keep_failed(held, &format!("the handler panicked: {message}"), function).await;
+            Ok(Problem::OutcomeUnknown.response())
         }
-    };
-    Response::from_parts(parts, IdempotencyBody::new(body))
+    }
 }
 
 async fn complete<St: IdempotencyStore + ?Sized>(
@@ -79,7 +148,7 @@ async fn complete<St: IdempotencyStore + ?Sized>(
 
 /// The response cannot be kept, but its effect happened: mark the key failed so a resend
 /// is refused instead of repeating the effect.
-async fn spend<St: IdempotencyStore + ?Sized>(
+async fn not_kept<St: IdempotencyStore + ?Sized>(
     held: HeldClaim<'_, St>,
     len: usize,
     max: usize,
@@ -92,41 +161,34 @@ async fn spend<St: IdempotencyStore + ?Sized>(
         "response too large to store: it is sent once, and resends of its key are refused with 409"
     );
     metrics::response_not_stored(function);
-    if let Err(e) = held.fail(OnErr::Keep, "response too large to store").await {
-        tracing::warn!(function, error = %e, "could not mark the key failed; the lease frees it");
-    }
+    keep_failed(held, NOT_KEPT, function).await;
 }
 
-/// Gives the claim up so a resend runs the handler again.
-pub(super) async fn release<St: IdempotencyStore + ?Sized>(
+/// The run may have had its effect but has no response to keep (an `Err`, a failed body, a
+/// panic): the key is marked failed with `failure` (for operators; clients get a fixed problem),
+/// so a resend is refused instead of running a second time.
+async fn keep_failed<St: IdempotencyStore + ?Sized>(
     held: HeldClaim<'_, St>,
-    why: &'static str,
+    failure: &str,
     function: &'static str,
 ) {
-    tracing::debug!(function, why, "idempotency claim released");
-    if let Err(e) = held.fail(OnErr::Release, "").await {
-        tracing::warn!(function, error = %e, "could not release the claim; resends get 409 until the lease ends");
+    tracing::warn!(
+        function,
+        failure,
+        "idempotency key kept failed: resends are refused, never run again"
+    );
+    if let Err(e) = held.fail(OnErr::Keep, failure).await {
+        tracing::warn!(function, error = %e, "could not mark the key failed; resends get 409 until the lease ends, then run again");
     }
 }
 
-/// Whether a response is the operation's final answer: everything a client would not retry.
-/// `5xx`, `408` and `429` say "not processed, or not known to be": storing them would make a
-/// transient refusal permanent.
-fn is_final(status: StatusCode) -> bool {
-    !status.is_server_error() && status.classify() == Decision::Stop
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_final_answers_are_stored() {
-        for code in [200, 201, 204, 303, 400, 404, 409, 422] {
-            assert!(is_final(StatusCode::from_u16(code).unwrap()), "{code}");
-        }
-        for code in [408, 429, 500, 501, 502, 503, 504] {
-            assert!(!is_final(StatusCode::from_u16(code).unwrap()), "{code}");
-        }
+/// The handler said its effect did not happen: the claim is given up so a resend runs again.
+async fn release<St: IdempotencyStore + ?Sized>(held: HeldClaim<'_, St>, function: &'static str) {
+    tracing::debug!(
+        function,
+        "idempotency claim released: the handler marked its response NotApplied"
+    );
+    if let Err(e) = held.fail(OnErr::Release, "").await {
+        tracing::warn!(function, error = %e, "could not release the claim; resends get 409 until the lease ends");
     }
 }
