@@ -22,8 +22,8 @@ use super::problem::Problem;
 /// ```
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The body [`Idempotency`] hands to its inner service and answers with: any body of
-/// [`Bytes`], boxed. axum, hyper and tonic take it as it is.
+/// The body [`Idempotency`](super::Idempotency) hands to its inner service and answers with:
+/// any body of [`Bytes`], boxed. axum, hyper and tonic take it as it is.
 ///
 /// ```
 /// use http_body::Body as _;

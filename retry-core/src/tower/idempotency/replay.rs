@@ -116,7 +116,9 @@ const DEFAULT_REPLAY_HEADERS: [HeaderName; 6] = [
     header::LAST_MODIFIED,
 ];
 
-/// A header that [`IdempotencyLayer::replay_headers`] will not store and replay.
+/// A header that
+/// [`IdempotencyLayer::replay_headers`](super::IdempotencyLayer::replay_headers) will not store
+/// and replay.
 ///
 /// ```
 /// use http::header::AUTHORIZATION;

@@ -37,7 +37,9 @@ use crate::metrics;
 /// async fn book() -> axum::response::Response {
 ///     use axum::response::IntoResponse;
 ///     if RUNS.fetch_add(1, Ordering::SeqCst) == 0 {
-///         return (StatusCode::SERVICE_UNAVAILABLE, Extension(NotApplied), "ledger down").into_response();
+///         let nothing_done =
+///             (StatusCode::SERVICE_UNAVAILABLE, Extension(NotApplied), "ledger down");
+///         return nothing_done.into_response();
 ///     }
 ///     (StatusCode::CREATED, "booked").into_response()
 /// }
@@ -47,7 +49,10 @@ use crate::metrics;
 /// let mut app = Router::new()
 ///     .route("/bookings", post(book))
 ///     .layer(IdempotencyLayer::unauthenticated(MemoryStore::new()));
-/// let send = || Request::post("/bookings").header("idempotency-key", "\"b-1\"").body(Body::empty()).unwrap();
+/// let send = || {
+///     let request = Request::post("/bookings").header("idempotency-key", "\"b-1\"");
+///     request.body(Body::empty()).unwrap()
+/// };
 ///
 /// let refused = app.call(send()).await.unwrap();
 /// assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
