@@ -1,7 +1,8 @@
 //! `IdempotencyLayer` on a real axum server over loopback (reqwest client, real clock), against a
 //! `MemoryStore` and a `SqliteStore` on a file: every answer of the `Idempotency-Key` draft, the
-//! replay, scoping by client, credentials never replayed, limits, 5xx releasing the key, and a
-//! store that is down.
+//! replay, scoping by client, credentials never replayed, limits, 5xx stored and replayed,
+//! `NotApplied` freeing the key, a panic keeping it failed, namespaces, and a store that is
+//! down.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -17,7 +18,7 @@ use retry_core::idempotency::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, MemoryStore, SqliteStore,
     StoreError,
 };
-use retry_core::tower::IdempotencyLayer;
+use retry_core::tower::{IdempotencyLayer, NotApplied};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 
@@ -92,6 +93,26 @@ async fn flaky(State(app): State<App>) -> (StatusCode, String) {
     }
 }
 
+/// 503 marked `NotApplied` on its first run (nothing was done), 200 after.
+async fn refused(State(app): State<App>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match app.run() {
+        1 => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Extension(NotApplied),
+            "nothing done",
+        )
+            .into_response(),
+        n => (StatusCode::OK, format!("ok on run {n}")).into_response(),
+    }
+}
+
+/// Counts its run, then panics.
+async fn panics(State(app): State<App>) -> String {
+    app.run();
+    panic!("the handler broke after its effect");
+}
+
 /// A 10 kB body.
 async fn big(State(app): State<App>) -> String {
     app.run();
@@ -163,6 +184,8 @@ async fn serve<St: IdempotencyStore + 'static>(store: Arc<St>, dir: Option<TempD
         .route("/slow", post(slow))
         .route("/flaky", post(flaky))
         .route("/big", post(big))
+        .route("/refused", post(refused))
+        .route("/panics", post(panics))
         .layer(authenticated)
         .merge(Router::new().route("/open/flaky", post(flaky)).layer(open))
         .with_state(app.clone());
@@ -257,8 +280,16 @@ macro_rules! scenarios {
                 super::unauthenticated_requests_are_401(super::$store().await).await;
             }
             #[tokio::test]
-            async fn a_server_error_releases_the_key() {
-                super::a_server_error_releases_the_key(super::$store().await).await;
+            async fn a_server_error_is_stored_and_replayed() {
+                super::a_server_error_is_stored_and_replayed(super::$store().await).await;
+            }
+            #[tokio::test]
+            async fn not_applied_frees_the_key() {
+                super::not_applied_frees_the_key(super::$store().await).await;
+            }
+            #[tokio::test]
+            async fn a_panic_keeps_the_key_failed() {
+                super::a_panic_keeps_the_key_failed(super::$store().await).await;
             }
             #[tokio::test]
             async fn an_unauthenticated_layer_with_an_optional_key() {
@@ -308,6 +339,7 @@ async fn same_key_in_flight_is_409(server: Server) {
         second.problem()["title"],
         "A request is outstanding for this Idempotency-Key"
     );
+    assert_eq!(second.headers["retry-after"], "1");
 
     server.app.gate.notify_one();
     let first = first.await.unwrap();
@@ -563,7 +595,7 @@ async fn unauthenticated_requests_are_401(server: Server) {
     assert_eq!(server.app.runs(), 0);
 }
 
-async fn a_server_error_releases_the_key(server: Server) {
+async fn a_server_error_is_stored_and_replayed(server: Server) {
     let failed = server
         .post("/flaky", Some("alice"), Some("\"k-flaky\""), "")
         .await;
@@ -572,24 +604,63 @@ async fn a_server_error_releases_the_key(server: Server) {
         (503, "try again".to_owned())
     );
 
+    // The handler started: its 503 may have come after its effect, so it is the answer.
     let resent = server
         .post("/flaky", Some("alice"), Some("\"k-flaky\""), "")
         .await;
+    assert!(resent.replayed(), "the 503 was stored");
+    assert_eq!(
+        (resent.status, resent.text()),
+        (503, "try again".to_owned())
+    );
+    assert_eq!(server.app.runs(), 1, "the handler ran once");
+}
+
+async fn not_applied_frees_the_key(server: Server) {
+    let refused = server
+        .post("/refused", Some("alice"), Some("\"k-refused\""), "")
+        .await;
+    assert_eq!(
+        (refused.status, refused.text()),
+        (503, "nothing done".to_owned())
+    );
+    assert!(!refused.replayed());
+
+    let resent = server
+        .post("/refused", Some("alice"), Some("\"k-refused\""), "")
+        .await;
+    assert!(
+        !resent.replayed(),
+        "the key was freed: the handler ran again"
+    );
     assert_eq!(
         (resent.status, resent.text()),
         (200, "ok on run 2".to_owned())
     );
-    assert!(
-        !resent.replayed(),
-        "the 503 was not stored: the handler ran again"
-    );
 
     let again = server
-        .post("/flaky", Some("alice"), Some("\"k-flaky\""), "")
+        .post("/refused", Some("alice"), Some("\"k-refused\""), "")
         .await;
     assert!(again.replayed());
     assert_eq!(again.text(), "ok on run 2");
     assert_eq!(server.app.runs(), 2);
+}
+
+async fn a_panic_keeps_the_key_failed(server: Server) {
+    let first = server
+        .post("/panics", Some("alice"), Some("\"k-panic\""), "")
+        .await;
+    assert_eq!(first.status, 500, "{}", first.text());
+    let detail = first.problem()["detail"].as_str().unwrap().to_owned();
+    assert!(detail.contains("may have had its effect"), "{detail}");
+    assert!(!detail.contains("broke"), "the panic message is not sent");
+
+    let resent = server
+        .post("/panics", Some("alice"), Some("\"k-panic\""), "")
+        .await;
+    assert_eq!(resent.status, 500);
+    assert_eq!(resent.problem()["detail"], detail.as_str());
+    assert_eq!(server.app.runs(), 1, "an unknown outcome never runs again");
 }
 
 async fn an_unauthenticated_layer_with_an_optional_key(server: Server) {
@@ -703,4 +774,71 @@ fn credentials_cannot_be_put_on_the_replay_list() {
         assert_eq!(refused.name(), &name);
         assert!(refused.to_string().contains("credentials"), "{refused}");
     }
+}
+
+/// Answers with its store's namespace and run count.
+fn counted(name: &'static str, runs: Arc<AtomicU32>) -> Router {
+    Router::new().route(
+        "/pay",
+        post(move || {
+            let runs = Arc::clone(&runs);
+            async move { format!("{name} run {}", runs.fetch_add(1, Ordering::SeqCst) + 1) }
+        }),
+    )
+}
+
+async fn listen(router: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    base
+}
+
+async fn pay_at(http: &reqwest::Client, base: &str, key: &str) -> (bool, String) {
+    let response = http
+        .post(format!("{base}/pay"))
+        .header("idempotency-key", key)
+        .send()
+        .await
+        .unwrap();
+    let replayed = response.headers().contains_key(REPLAYED);
+    (replayed, response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn layers_with_different_namespaces_on_one_store_never_answer_for_each_other() {
+    let store = Arc::new(MemoryStore::new());
+    let runs = Arc::new(AtomicU32::new(0));
+    let layer = |namespace: &str| {
+        IdempotencyLayer::unauthenticated(Arc::clone(&store)).namespace(namespace)
+    };
+    // The same route, request and key on three services sharing one store.
+    let payments = listen(counted("payments", runs.clone()).layer(layer("payments.v1"))).await;
+    let refunds = listen(counted("refunds", runs.clone()).layer(layer("refunds.v1"))).await;
+    let payments_too =
+        listen(counted("payments-2", runs.clone()).layer(layer("payments.v1"))).await;
+    let http = reqwest::Client::new();
+
+    assert_eq!(
+        pay_at(&http, &payments, "k-1").await,
+        (false, "payments run 1".into())
+    );
+    assert_eq!(
+        pay_at(&http, &refunds, "k-1").await,
+        (false, "refunds run 2".into())
+    );
+    assert_eq!(
+        pay_at(&http, &refunds, "k-1").await,
+        (true, "refunds run 2".into())
+    );
+    assert_eq!(
+        pay_at(&http, &payments, "k-1").await,
+        (true, "payments run 1".into())
+    );
+    // The same namespace is the same key space, whichever service answers.
+    assert_eq!(
+        pay_at(&http, &payments_too, "k-1").await,
+        (true, "payments run 1".into())
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }

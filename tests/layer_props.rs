@@ -4,7 +4,8 @@
 //! arrive, the answer is a `400` problem+json with the handler not run, or one run of the
 //! handler; the quoted and bare forms of a key are one key; over-long keys are `400` naming the
 //! limit; bodies over the limit are `413`, with or without a length up front; two key fields are
-//! `400`. `Retry-After`: whatever the server sends, the wait is a clear error or at most 2^31
+//! `400`; whatever status the handler answers, it is stored and replayed unless the handler
+//! marks it `NotApplied`. `Retry-After`: whatever the server sends, the wait is a clear error or at most 2^31
 //! seconds (the parser's own properties are in `retry-core/src/http/retry_after.rs`; these add
 //! the bound for any input, negative, fractional and huge numbers, dates far ahead and behind,
 //! error messages, and the classification of a response).
@@ -21,7 +22,7 @@ use axum::routing::post;
 use proptest::prelude::*;
 use retry_core::http::{IdempotencyKey, RetryAfterError, parse_retry_after};
 use retry_core::idempotency::MemoryStore;
-use retry_core::tower::{DEFAULT_MAX_KEY_BYTES, IdempotencyLayer};
+use retry_core::tower::{DEFAULT_MAX_KEY_BYTES, IdempotencyLayer, NotApplied};
 use retry_core::{Classify, Decision};
 use serde_json::Value;
 use tower_service::Service as _;
@@ -270,6 +271,55 @@ proptest! {
         let detail = problem["detail"].as_str().unwrap_or_default();
         prop_assert!(detail.starts_with("more than one Idempotency-Key field was sent"), "{}", detail);
         prop_assert_eq!(app.runs(), 0);
+    }
+}
+
+/// A route whose handler answers `status`, with `NotApplied` when `not_applied`, counting its
+/// runs.
+fn answering(status: StatusCode, not_applied: bool) -> App {
+    let runs = Arc::new(AtomicU32::new(0));
+    let counter = Arc::clone(&runs);
+    let router = Router::new()
+        .route(
+            "/pay",
+            post(move || async move {
+                let run = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                let mut response = Response::new(Body::from(format!("run {run}")));
+                *response.status_mut() = status;
+                if not_applied {
+                    response.extensions_mut().insert(NotApplied);
+                }
+                response
+            }),
+        )
+        .layer(IdempotencyLayer::unauthenticated(MemoryStore::new()));
+    App { router, runs }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Once the handler started, its answer is the answer, whatever the status (`5xx`, `408` and
+    /// `429` included): a resend gets it replayed and the handler ran once. Only an answer
+    /// marked `NotApplied` frees the key, and then a resend runs the handler again.
+    #[test]
+    fn every_answer_is_stored_unless_not_applied(code in 200u16..600, not_applied in any::<bool>()) {
+        let status = StatusCode::from_u16(code).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let mut app = answering(status, not_applied);
+        let first = app.post_key(&quoted("order-1"));
+        let again = app.post_key(&quoted("order-1"));
+        prop_assert_eq!(first.status, status);
+        prop_assert_eq!(again.status, status);
+        prop_assert!(!first.replayed());
+        if not_applied {
+            prop_assert!(!again.replayed(), "{:?}", again);
+            prop_assert_eq!(&again.body[..], b"run 2");
+            prop_assert_eq!(app.runs(), 2);
+        } else {
+            prop_assert!(again.replayed(), "{:?}", again);
+            prop_assert_eq!(&again.body, &first.body);
+            prop_assert_eq!(app.runs(), 1);
+        }
     }
 }
 

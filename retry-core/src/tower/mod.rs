@@ -13,8 +13,8 @@ use crate::scope::{self, InScope};
 pub mod idempotency;
 
 pub use idempotency::{
-    BoxError, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_KEY_BYTES, Idempotency, IdempotencyBody,
-    IdempotencyLayer, RefusedHeader,
+    BoxError, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_KEY_BYTES, DEFAULT_NAMESPACE, Idempotency,
+    IdempotencyBody, IdempotencyLayer, NotApplied, RefusedHeader,
 };
 
 /// Runs each handler whose request carries `Caller-Retries: ?1` inside a single-attempt retry

@@ -1,0 +1,548 @@
+//! [`IdempotencyLayer`]: the server side of the `Idempotency-Key` header (IETF httpapi draft
+//! `draft-ietf-httpapi-idempotency-key-header`), on any [`IdempotencyStore`].
+//!
+//! # What the draft asks, and what this layer does
+//!
+//! A client sends a non-idempotent request (`POST`, `PATCH`) with `Idempotency-Key: "<key>"`,
+//! one unique key per logical operation, and sends the same key again on every retry of it.
+//! The server runs the operation once per key and answers every resend with the first
+//! response. For each request that carries a key, the layer:
+//!
+//! | the request                                        | the answer                          |
+//! |----------------------------------------------------|-------------------------------------|
+//! | no client scope on an authenticated layer          | `401`, nothing runs                 |
+//! | no key, on a layer that requires one               | `400` "Idempotency-Key is missing"  |
+//! | key malformed, or longer than `max_key_bytes`      | `400`                               |
+//! | body larger than `max_body_bytes`                  | `413`                               |
+//! | the store cannot be reached                        | `503`, nothing runs (fail closed)   |
+//! | first use of the key                               | the handler runs; its response      |
+//! | same key while the first request is still running  | `409` with `Retry-After: 1`         |
+//! | same key, another request (fingerprint differs)    | `422`                               |
+//! | same key, same request, first one answered         | the stored response, replayed (`5xx` included) |
+//! | same key, first one failed with its outcome unknown | `500`, never run again             |
+//! | same key, first one's response too large to keep   | `409`, never run again              |
+//!
+//! Error answers are small `application/problem+json` bodies (RFC 9457) whose `title` names the
+//! problem and whose `detail` says what to do. Problems the draft defines (missing, malformed or
+//! reused key, request outstanding) use the draft's page as `type` and its titles; the others
+//! use `about:blank` with the status phrase as title.
+//!
+//! Safe methods (`GET`, `HEAD`, `OPTIONS`, `TRACE`) always pass straight through: they have no
+//! effect to repeat, and a stored answer would only serve stale reads. So does a request without
+//! a key on a layer built with [`required(false)`](IdempotencyLayer::required).
+//!
+//! # The key
+//!
+//! The draft makes the header a structured-field String: `Idempotency-Key: "8e03978e"`
+//! (RFC 8941: printable ASCII, `\"` and `\\` escaped, no parameters). Many clients send the key
+//! bare (`Idempotency-Key: 8e03978e`), as Stripe documents it; the layer accepts that too when
+//! the value has no space, quote, backslash, `,` or `;`, and reads both forms as the same key,
+//! so a client that switches form cannot run an operation twice. A request with more than one
+//! `Idempotency-Key` field is malformed. Keys are at most [`DEFAULT_MAX_KEY_BYTES`] bytes
+//! unless [`max_key_bytes`](IdempotencyLayer::max_key_bytes) says otherwise.
+//!
+//! # Scope: whose key it is
+//!
+//! A stored response is only ever returned to the client that caused it. The layer is built
+//! with a function from the request head to the authenticated client
+//! ([`IdempotencyLayer::new`]), and every key is stored under that scope: client B sending
+//! client A's key runs its own request and never sees A's response. A request for which the
+//! function finds no client gets `401`. Put your authentication in front of this layer: its
+//! `401` carries the proper `WWW-Authenticate` challenge, this one is a backstop. A route
+//! without authentication must say so with [`IdempotencyLayer::unauthenticated`]; there, the
+//! key alone finds the response, so it must be unguessable (as
+//! [`IdempotencyKey`](crate::http::IdempotencyKey) makes it).
+//!
+//! The scope must be a **stable principal id** (the user, tenant or API client id your
+//! authentication established), **never a raw bearer token**: the scope is part of the stored
+//! key, so a token would sit in plain text in the store (a leaked table would hand out
+//! credentials), and a client whose token was refreshed between two sends of one operation
+//! would be another scope, so its resend would run a second time. If all you have is a token,
+//! return a cryptographic hash of it (this keeps the secret out of the store, not the refresh
+//! problem), e.g. with the `sha2` crate:
+//!
+//! ```ignore
+//! use sha2::{Digest, Sha256};
+//!
+//! let layer = IdempotencyLayer::new(store, |parts: &http::request::Parts| {
+//!     let token = parts.headers.get("authorization")?.to_str().ok()?.strip_prefix("Bearer ")?;
+//!     let hash = Sha256::digest(token.as_bytes());
+//!     Some(hash.iter().map(|byte| format!("{byte:02x}")).collect())
+//! });
+//! ```
+//!
+//! # Namespace
+//!
+//! The stored key is (namespace, scope, key) (see
+//! [`encode_namespaced_key`](crate::idempotency::encode_namespaced_key)). The namespace is
+//! [`DEFAULT_NAMESPACE`] (`"http"`) unless [`namespace`](IdempotencyLayer::namespace) pins
+//! another: two layers on one store with different namespaces never answer for each other,
+//! nor does a layer for an `#[idempotent]` function (whose namespace is its name).
+//!
+//! # Fingerprint
+//!
+//! The same key with another request is a client bug (`422`), told apart by a fingerprint of the
+//! method, path, query and body. Headers are not part of it: a resend may carry a new date or
+//! trace id.
+//!
+//! # Which responses are stored
+//!
+//! **A key is freed for a second run only when the layer knows the first run's effect did not
+//! happen.** Once the handler started, every response it gives is stored and replayed, `5xx`,
+//! `408` and `429` included (Stripe: "Subsequent requests with the same key return the same
+//! result, including 500 errors"): a `500` may come after the payment was booked, and only the
+//! handler knows. A handler that knows nothing happened says so with [`NotApplied`].
+//!
+//! | what happened                                           | the key                  | a resend gets |
+//! |---------------------------------------------------------|--------------------------|---------------|
+//! | the layer refused (`400`, `401`, `409`, `413`, `422`, `503`) | nothing claimed     | judged anew   |
+//! | the handler answered, any status                        | done: response stored    | the stored response |
+//! | the handler answered with [`NotApplied`] in its extensions | **freed** (not stored) | a new run  |
+//! | the inner service returned `Err`                        | failed: outcome unknown  | `500` problem |
+//! | the response body failed while it was read              | failed: outcome unknown  | `500` problem |
+//! | the handler panicked (its client gets the `500` problem) | failed: outcome unknown | `500` problem |
+//! | the response is larger than the store keeps (sent in full once) | failed: not kept | `409` problem |
+//! | the client disconnected while the handler ran           | the handler runs on; its response is stored | the stored response |
+//! | the process died while the handler ran                  | in progress until the lease runs out | `409` until then, then a new run |
+//! | the store failed to take the response                   | in progress until the lease runs out | `409` until then, then a new run |
+//!
+//! A key kept failed is never run again: whether the first run had its effect is for a person
+//! to find out, and the problem's `detail` says so; a new operation needs a new key. The
+//! failure's text (the panic message, the body's error) is kept in the store for operators and
+//! never sent.
+//!
+//! The response is stored before it is sent, so a resend that follows it always finds it.
+//!
+//! # A client that goes away
+//!
+//! Once the request body is read, the claim, the handler and the storing of its response run on
+//! a Tokio task of their own ([`tokio::spawn`]) that the response future only waits for: a
+//! client that disconnects, or a timeout above this layer, drops the wait, not the handler. The
+//! handler runs to its end and its response is stored for the resend. While it runs its claim's
+//! lease is renewed every `lease / 3`, and
+//! [`idempotency::current()`](crate::idempotency::current) returns the claim, so the handler can
+//! derive keys for its own downstream calls. Outside a Tokio runtime the handler runs in place.
+//!
+//! This is why the inner service, its future, its error and its response body must be
+//! `Send + 'static`. The store needs nothing more than [`IdempotencyStore`] (`Send + Sync`) and
+//! `'static`: the layer keeps it in an [`Arc`] shared with the task.
+//!
+//! # A request still running
+//!
+//! A resend while the first request still runs gets `409` with `Retry-After: 1` (seconds). The
+//! layer cannot tell how long the first one will take (the lease bounds only a dead holder), and
+//! one second is short for a quick handler and cheap to answer again: one claim attempt.
+//!
+//! # Replay
+//!
+//! A replay carries the stored status and body bytes, the stored headers on the replay
+//! allow-list ([`replay_headers`](IdempotencyLayer::replay_headers); by default
+//! `Content-Type`, `Content-Language`, `Content-Location`, `Location`, `ETag` and
+//! `Last-Modified`) and `Idempotent-Replayed: ?1` ([`IDEMPOTENT_REPLAYED`]: a structured-field
+//! boolean, the name Stripe uses). Credentials are never stored or replayed, even if asked for:
+//! `Set-Cookie` would hand a session to whoever holds the key, and `Authorization`,
+//! `WWW-Authenticate` and the like belong to one exchange. Framing headers (`Content-Length`,
+//! `Transfer-Encoding`, ...) are computed for the replay instead. Trailers are not stored.
+//!
+//! # Limits
+//!
+//! The request body is buffered to fingerprint it: at most [`DEFAULT_MAX_BODY_BYTES`] unless
+//! [`max_body_bytes`](IdempotencyLayer::max_body_bytes) says otherwise; a larger one gets `413`
+//! (at once when `Content-Length` says so) and nothing runs. The response is buffered to store
+//! it, up to the store's [`Limits::max_response_bytes`](crate::idempotency::Limits). A larger
+//! response is still sent to the first client in full (what does not fit is streamed, not
+//! buffered), but it cannot be kept: its effect happened, so the key is marked failed, never
+//! released — a resend gets `409` "Response for this Idempotency-Key was not kept" instead of
+//! repeating the operation. This is logged as a warning and counted in
+//! [`metrics::names::NOT_STORED`](crate::metrics::names::NOT_STORED).
+//!
+//! # Store, lease, retention
+//!
+//! Claims follow the same flow as `#[idempotent]` (see [`crate::idempotency`]): an `INSERT`
+//! under the primary key, a fencing token, a lease ([`lease`](IdempotencyLayer::lease), default
+//! 30 s, renewed every `lease / 3` while the handler runs: it only frees the keys of a process
+//! that died) and a retention ([`retention`](IdempotencyLayer::retention),
+//! default 30 days: longer than any client retries; the draft asks servers to publish it).
+//!
+//! # Body types
+//!
+//! The inner service gets `Request<`[`IdempotencyBody`]`>` and the layer answers with
+//! `Response<IdempotencyBody>`: any [`http_body::Body`] of [`Bytes`](::bytes::Bytes), boxed,
+//! which axum, hyper and tonic accept. The inner service may answer with any body of `Bytes`.
+//!
+//! [`IDEMPOTENT_REPLAYED`]: crate::http::IDEMPOTENT_REPLAYED
+
+mod body;
+mod fingerprint;
+mod key;
+mod problem;
+mod replay;
+mod run;
+mod service;
+mod settle;
+mod stored;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::http::header::HeaderName;
+use ::http::request::Parts;
+use ::tower_layer::Layer;
+
+pub use body::{BoxError, IdempotencyBody};
+pub use replay::RefusedHeader;
+pub use service::Idempotency;
+pub use settle::NotApplied;
+
+use crate::idempotency::{DEFAULT_LEASE, DEFAULT_RETENTION, IdempotencyStore};
+use replay::ReplayHeaders;
+
+/// Longest `Idempotency-Key` accepted by default, in bytes: 255, as Stripe allows; a UUID or an
+/// [`IdempotencyKey`](crate::http::IdempotencyKey) is 32 to 36.
+///
+/// ```
+/// assert_eq!(retry_core::tower::DEFAULT_MAX_KEY_BYTES, 255);
+/// ```
+pub const DEFAULT_MAX_KEY_BYTES: usize = 255;
+
+/// The namespace of an [`IdempotencyLayer`]'s keys unless
+/// [`namespace`](IdempotencyLayer::namespace) says otherwise. Fixed rather than taken from
+/// [`name`](IdempotencyLayer::name), so renaming a metric label never forgets stored keys.
+///
+/// ```
+/// assert_eq!(retry_core::tower::DEFAULT_NAMESPACE, "http");
+/// ```
+pub const DEFAULT_NAMESPACE: &str = "http";
+
+/// Largest request body buffered by default to fingerprint it, in bytes: 1 MiB.
+///
+/// ```
+/// assert_eq!(retry_core::tower::DEFAULT_MAX_BODY_BYTES, 1 << 20);
+/// ```
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+
+/// Who the scope function says sent a request.
+type ScopeFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+
+/// Answers resends of a request carrying `Idempotency-Key` with the first response, on any
+/// [`IdempotencyStore`]; see the [module docs](crate::tower::idempotency) for the semantics and status codes.
+///
+/// ```
+/// use axum::{Router, body::Body, routing::post};
+/// use http::{Request, request::Parts};
+/// use retry_core::idempotency::MemoryStore;
+/// use retry_core::tower::IdempotencyLayer;
+/// use tower_service::Service;
+/// use std::sync::atomic::{AtomicU32, Ordering};
+///
+/// /// The account the authentication in front of this layer put into the request.
+/// #[derive(Clone)]
+/// struct Account(String);
+///
+/// fn client(parts: &Parts) -> Option<String> {
+///     parts.extensions.get::<Account>().map(|account| account.0.clone())
+/// }
+///
+/// static CHARGES: AtomicU32 = AtomicU32::new(0);
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mut app = Router::new()
+///     .route("/payments", post(|| async {
+///         CHARGES.fetch_add(1, Ordering::SeqCst);
+///         "paid"
+///     }))
+///     .layer(IdempotencyLayer::new(MemoryStore::new(), client));
+///
+/// let pay = || {
+///     Request::post("/payments")
+///         .extension(Account("alice".into()))
+///         .header("idempotency-key", "\"order-1234\"")
+///         .body(Body::from("{\"amount\":10}"))
+///         .unwrap()
+/// };
+/// let first = app.call(pay()).await.unwrap();
+/// let again = app.call(pay()).await.unwrap();
+/// assert_eq!(CHARGES.load(Ordering::SeqCst), 1, "the resend was answered from the store");
+/// assert!(first.headers().get("idempotent-replayed").is_none());
+/// assert_eq!(again.headers()["idempotent-replayed"], "?1");
+///
+/// let unkeyed = Request::post("/payments")
+///     .extension(Account("alice".into()))
+///     .body(Body::empty())
+///     .unwrap();
+/// assert_eq!(app.call(unkeyed).await.unwrap().status(), 400);
+/// # }
+/// ```
+pub struct IdempotencyLayer<St> {
+    store: Arc<St>,
+    /// `None`: the layer was built `unauthenticated`.
+    scope: Option<ScopeFn>,
+    required: bool,
+    max_key_bytes: usize,
+    max_body_bytes: usize,
+    lease: Duration,
+    retention: Duration,
+    replay_headers: ReplayHeaders,
+    name: &'static str,
+    namespace: Arc<str>,
+}
+
+impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
+    /// A layer whose keys belong to the client `scope` finds in each request's head: a stable
+    /// principal id (the user, tenant or API client id your authentication established, e.g.
+    /// from a request extension), never a raw bearer token (see the
+    /// [module docs](crate::tower::idempotency#scope-whose-key-it-is)). A request for which it
+    /// returns `None` gets `401`.
+    ///
+    /// ```
+    /// use http::request::Parts;
+    /// use retry_core::idempotency::MemoryStore;
+    /// use retry_core::tower::IdempotencyLayer;
+    ///
+    /// #[derive(Clone)]
+    /// struct Account(String);
+    ///
+    /// // The account an authentication layer in front of this one put into the request.
+    /// let layer = IdempotencyLayer::new(MemoryStore::new(), |parts: &Parts| {
+    ///     parts.extensions.get::<Account>().map(|account| account.0.clone())
+    /// });
+    /// # drop(layer);
+    /// ```
+    pub fn new<F>(store: St, scope: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        Self::build(store, Some(Arc::new(scope)))
+    }
+
+    /// A layer for a route without authentication: every caller shares one key space, so the
+    /// key alone finds a stored response. Use it only when callers cannot read each other's
+    /// responses that way, i.e. with unguessable keys such as
+    /// [`IdempotencyKey`](crate::http::IdempotencyKey)s.
+    ///
+    /// ```
+    /// use retry_core::idempotency::MemoryStore;
+    /// use retry_core::tower::IdempotencyLayer;
+    ///
+    /// let layer = IdempotencyLayer::unauthenticated(MemoryStore::new());
+    /// # drop(layer);
+    /// ```
+    pub fn unauthenticated(store: St) -> Self {
+        Self::build(store, None)
+    }
+
+    fn build(store: St, scope: Option<ScopeFn>) -> Self {
+        IdempotencyLayer {
+            store: Arc::new(store),
+            scope,
+            required: true,
+            max_key_bytes: DEFAULT_MAX_KEY_BYTES,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            lease: DEFAULT_LEASE,
+            retention: DEFAULT_RETENTION,
+            replay_headers: ReplayHeaders::default(),
+            name: "idempotency_layer",
+            namespace: Arc::from(DEFAULT_NAMESPACE),
+        }
+    }
+
+    /// Whether a non-safe request must carry `Idempotency-Key` (default `true`: `400` without
+    /// one). With `false`, a request without a key passes straight through, unprotected.
+    ///
+    /// ```
+    /// use retry_core::idempotency::MemoryStore;
+    /// use retry_core::tower::IdempotencyLayer;
+    ///
+    /// let optional = IdempotencyLayer::unauthenticated(MemoryStore::new()).required(false);
+    /// # drop(optional);
+    /// ```
+    #[must_use]
+    pub fn required(mut self, required: bool) -> Self {
+        self.required = required;
+        self
+    }
+
+    /// The longest key accepted, in bytes (default [`DEFAULT_MAX_KEY_BYTES`]); a longer one gets
+    /// `400`. The store's own limit on the stored key (scope included) applies as well.
+    ///
+    /// ```
+    /// use retry_core::idempotency::MemoryStore;
+    /// use retry_core::tower::IdempotencyLayer;
+    ///
+    /// let layer = IdempotencyLayer::unauthenticated(MemoryStore::new()).max_key_bytes(64);
+    /// # drop(layer);
+    /// ```
+    #[must_use]
+    pub fn max_key_bytes(mut self, max: usize) -> Self {
+        self.max_key_bytes = max;
+        self
+    }
+
+    /// The largest request body buffered to fingerprint it (default
+    /// [`DEFAULT_MAX_BODY_BYTES`]); a larger one gets `413` and nothing runs.
+    ///
+    /// ```
+    /// use retry_core::idempotency::MemoryStore;
+    /// use retry_core::tower::IdempotencyLayer;
+    ///
+    /// let layer = IdempotencyLayer::unauthenticated(MemoryStore::new()).max_body_bytes(64 << 10);
+    /// # drop(layer);
+    /// ```
+    #[must_use]
+    pub fn max_body_bytes(mut self, max: usize) -> Self {
+        self.max_body_bytes = max;
+        self
+    }
+
+    /// How long a claim holds without renewal (default 30 s). While the handler runs, the layer
+    /// renews it every `lease / 3`, so a slow handler is never taken over while its process
+    /// lives; after a crash, a resend takes the key over once the lease ran out. Shorter leases
+    /// free a dead process's keys sooner, at the cost of more renewals.
+    ///
+    /// ```
+    /// use retry_core::idempotency::MemoryStore;
+    /// use retry_core::tower::IdempotencyLayer;
+    /// use std::time::Duration;
+    ///
+    /// let layer = IdempotencyLayer::unauthenticated(MemoryStore::new())
+    ///     .lease(Duration::from_secs(120));
+    /// # drop(layer);
+    /// ```
+    #[must_use]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long a stored response is kept (default 30 days): longer than any client keeps
+    /// resending. Purging is the store's job (`purge_older_than`).
+    ///
+    /// ```
+    /// use retry_core::idempotency::MemoryStore;
+    /// use retry_core::tower::IdempotencyLayer;
+    /// use std::time::Duration;
+    ///
+    /// let layer = IdempotencyLayer::unauthenticated(MemoryStore::new())
+    ///     .retention(Duration::from_secs(7 * 86_400));
+    /// # drop(layer);
+    /// ```
+    #[must_use]
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// The response headers stored and replayed, replacing the default list (`Content-Type`,
+    /// `Content-Language`, `Content-Location`, `Location`, `ETag`, `Last-Modified`). Credentials
+    /// (`Set-Cookie`, `Authorization`, `WWW-Authenticate`, ...) and framing headers
+    /// (`Content-Length`, `Transfer-Encoding`, ...) are refused.
+    ///
+    /// ```
+    /// use http::header::{CONTENT_TYPE, LOCATION, SET_COOKIE};
+    /// use http::HeaderName;
+    /// use retry_core::idempotency::MemoryStore;
+    /// use retry_core::tower::IdempotencyLayer;
+    ///
+    /// let layer = IdempotencyLayer::unauthenticated(MemoryStore::new())
+    ///     .replay_headers([CONTENT_TYPE, LOCATION, HeaderName::from_static("x-charge-id")])
+    ///     .unwrap();
+    ///
+    /// let refused = IdempotencyLayer::unauthenticated(MemoryStore::new())
+    ///     .replay_headers([CONTENT_TYPE, SET_COOKIE])
+    ///     .unwrap_err();
+    /// assert_eq!(refused.name(), &SET_COOKIE);
+    /// # drop(layer);
+    /// ```
+    pub fn replay_headers<I>(mut self, names: I) -> Result<Self, RefusedHeader>
+    where
+        I: IntoIterator<Item = HeaderName>,
+    {
+        self.replay_headers = ReplayHeaders::new(names)?;
+        Ok(self)
+    }
+
+    /// The name of the guarded operation, used as the `function` label of the idempotency
+    /// metrics and in log events (default `"idempotency_layer"`).
+    ///
+    /// ```
+    /// use retry_core::idempotency::MemoryStore;
+    /// use retry_core::tower::IdempotencyLayer;
+    ///
+    /// let layer = IdempotencyLayer::unauthenticated(MemoryStore::new()).name("create_payment");
+    /// # drop(layer);
+    /// ```
+    #[must_use]
+    pub fn name(mut self, name: &'static str) -> Self {
+        self.name = name;
+        self
+    }
+
+    /// The namespace of this layer's keys (default [`DEFAULT_NAMESPACE`], `"http"`): the stored
+    /// key is (namespace, client scope, key), see
+    /// [`encode_namespaced_key`](crate::idempotency::encode_namespaced_key). Within one
+    /// namespace a key is the client's across all routes, as Stripe's keys are per account: the
+    /// same key on another route is the same key with another fingerprint (`422`). Layers with
+    /// different namespaces never answer for each other, even on one store: give each service
+    /// or API version sharing a store its own (`"payments.v2"`). Changing it later forgets the
+    /// keys stored under the old one, so resends still in flight would run again.
+    ///
+    /// ```
+    /// use retry_core::idempotency::MemoryStore;
+    /// use retry_core::tower::IdempotencyLayer;
+    /// use std::sync::Arc;
+    ///
+    /// let store = Arc::new(MemoryStore::new());
+    /// let payments =
+    ///     IdempotencyLayer::unauthenticated(Arc::clone(&store)).namespace("payments.v1");
+    /// let refunds = IdempotencyLayer::unauthenticated(store).namespace("refunds.v1");
+    /// # drop((payments, refunds));
+    /// ```
+    #[must_use]
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Arc::from(namespace.into());
+        self
+    }
+}
+
+impl<St> Clone for IdempotencyLayer<St> {
+    fn clone(&self) -> Self {
+        IdempotencyLayer {
+            store: Arc::clone(&self.store),
+            scope: self.scope.clone(),
+            required: self.required,
+            max_key_bytes: self.max_key_bytes,
+            max_body_bytes: self.max_body_bytes,
+            lease: self.lease,
+            retention: self.retention,
+            replay_headers: self.replay_headers.clone(),
+            name: self.name,
+            namespace: Arc::clone(&self.namespace),
+        }
+    }
+}
+
+impl<St> fmt::Debug for IdempotencyLayer<St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyLayer")
+            .field("name", &self.name)
+            .field("namespace", &self.namespace)
+            .field("authenticated", &self.scope.is_some())
+            .field("required", &self.required)
+            .field("max_key_bytes", &self.max_key_bytes)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("lease", &self.lease)
+            .field("retention", &self.retention)
+            .field("replay_headers", &self.replay_headers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, St> Layer<S> for IdempotencyLayer<St> {
+    type Service = Idempotency<S, St>;
+
+    fn layer(&self, inner: S) -> Idempotency<S, St> {
+        Idempotency::new(inner, self.clone())
+    }
+}

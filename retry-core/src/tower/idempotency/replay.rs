@@ -1,0 +1,199 @@
+//! What a replay carries: the stored status, body and allow-listed headers, never credentials.
+
+use std::fmt;
+use std::sync::Arc;
+
+use ::http::Response;
+use ::http::header::{self, HeaderName, HeaderValue};
+use ::http_body_util::Full;
+
+use super::body::IdempotencyBody;
+use super::problem::Problem;
+use super::stored::decode_stored;
+use crate::http::IDEMPOTENT_REPLAYED;
+
+/// The response headers stored and replayed.
+#[derive(Debug, Clone)]
+pub(super) struct ReplayHeaders(Arc<[HeaderName]>);
+
+impl Default for ReplayHeaders {
+    fn default() -> Self {
+        ReplayHeaders(Arc::from(DEFAULT_REPLAY_HEADERS.as_slice()))
+    }
+}
+
+impl ReplayHeaders {
+    /// `names`, unless one of them may never be replayed.
+    pub(super) fn new(names: impl IntoIterator<Item = HeaderName>) -> Result<Self, RefusedHeader> {
+        let names: Vec<HeaderName> = names.into_iter().collect();
+        if let Some((name, reason)) = names
+            .iter()
+            .find_map(|name| refusal(name).map(|reason| (name, reason)))
+        {
+            return Err(RefusedHeader {
+                name: name.clone(),
+                reason,
+            });
+        }
+        Ok(ReplayHeaders(names.into()))
+    }
+
+    /// Whether `name` is stored and replayed. Credentials are checked again here: a row may
+    /// have been written under another list.
+    pub(super) fn replays(&self, name: &HeaderName) -> bool {
+        self.0.contains(name) && refusal(name).is_none()
+    }
+}
+
+/// The stored response, replayed: its status and body, its headers still on the allow-list, and
+/// `Idempotent-Replayed: ?1`.
+pub(super) fn replay(
+    stored: &str,
+    headers: &ReplayHeaders,
+    function: &'static str,
+) -> Response<IdempotencyBody> {
+    let (mut parts, body) = match decode_stored(stored) {
+        Ok(decoded) => decoded.into_parts(),
+        Err(e) => {
+            tracing::error!(function, error = %e, "stored response cannot be read");
+            return Problem::StoredUnreadable.response();
+        }
+    };
+    // Checked again: the row may predate today's allow-list.
+    let stored_headers = std::mem::take(&mut parts.headers);
+    for (name, value) in &stored_headers {
+        if headers.replays(name) {
+            parts.headers.append(name, value.clone());
+        }
+    }
+    let mut response = Response::from_parts(parts, IdempotencyBody::new(Full::new(body)));
+    response
+        .headers_mut()
+        .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("?1"));
+    response
+}
+
+/// Why a header may never be stored and replayed.
+fn refusal(name: &HeaderName) -> Option<&'static str> {
+    const CREDENTIALS: [&str; 9] = [
+        "set-cookie",
+        "set-cookie2",
+        "cookie",
+        "authorization",
+        "proxy-authorization",
+        "www-authenticate",
+        "proxy-authenticate",
+        "authentication-info",
+        "proxy-authentication-info",
+    ];
+    const FRAMING: [&str; 9] = [
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+        "idempotent-replayed",
+    ];
+    let name = name.as_str();
+    if CREDENTIALS.contains(&name) {
+        Some("it carries credentials, which must never be handed to whoever resends a key")
+    } else if FRAMING.contains(&name) {
+        Some("it is set for each response, not stored")
+    } else {
+        None
+    }
+}
+
+const DEFAULT_REPLAY_HEADERS: [HeaderName; 6] = [
+    header::CONTENT_TYPE,
+    header::CONTENT_LANGUAGE,
+    header::CONTENT_LOCATION,
+    header::LOCATION,
+    header::ETAG,
+    header::LAST_MODIFIED,
+];
+
+/// A header that
+/// [`IdempotencyLayer::replay_headers`](super::IdempotencyLayer::replay_headers) will not store
+/// and replay.
+///
+/// ```
+/// use http::header::AUTHORIZATION;
+/// use retry_core::idempotency::MemoryStore;
+/// use retry_core::tower::IdempotencyLayer;
+///
+/// let refused = IdempotencyLayer::unauthenticated(MemoryStore::new())
+///     .replay_headers([AUTHORIZATION])
+///     .unwrap_err();
+/// assert_eq!(
+///     refused.to_string(),
+///     "`authorization` cannot be replayed: it carries credentials, which must never be handed \
+///      to whoever resends a key"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedHeader {
+    name: HeaderName,
+    reason: &'static str,
+}
+
+impl RefusedHeader {
+    /// The refused header.
+    ///
+    /// ```
+    /// use http::header::SET_COOKIE;
+    /// use retry_core::idempotency::MemoryStore;
+    /// use retry_core::tower::IdempotencyLayer;
+    ///
+    /// let refused = IdempotencyLayer::unauthenticated(MemoryStore::new())
+    ///     .replay_headers([SET_COOKIE])
+    ///     .unwrap_err();
+    /// assert_eq!(refused.name(), "set-cookie");
+    /// ```
+    pub fn name(&self) -> &HeaderName {
+        &self.name
+    }
+}
+
+impl fmt::Display for RefusedHeader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}` cannot be replayed: {}", self.name, self.reason)
+    }
+}
+
+impl std::error::Error for RefusedHeader {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replay_drops_credentials_even_from_a_list_that_names_them() {
+        // What `ReplayHeaders::new` refuses to build, as a row written under another list might be.
+        let headers = ReplayHeaders(Arc::from(
+            [header::SET_COOKIE, header::CONTENT_TYPE].as_slice(),
+        ));
+        let stored = r#"{"status":200,"headers":[["set-cookie","s=1"],["content-type","text/plain"]],"body":"ok"}"#;
+        let replay = replay(stored, &headers, "test");
+        assert!(replay.headers().get(header::SET_COOKIE).is_none());
+        assert_eq!(replay.headers()[header::CONTENT_TYPE], "text/plain");
+        assert_eq!(replay.headers()[IDEMPOTENT_REPLAYED], "?1");
+    }
+
+    #[test]
+    fn credentials_and_framing_are_never_replayed() {
+        for name in [
+            "set-cookie",
+            "authorization",
+            "www-authenticate",
+            "proxy-authenticate",
+        ] {
+            assert!(refusal(&HeaderName::from_static(name)).is_some(), "{name}");
+        }
+        assert!(refusal(&header::TRANSFER_ENCODING).is_some());
+        assert!(refusal(&header::LOCATION).is_none());
+    }
+}

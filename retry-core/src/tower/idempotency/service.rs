@@ -1,0 +1,295 @@
+//! [`Idempotency`], the service: a request's way through the layer, from its key to the
+//! stored answer.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use ::bytes::Bytes;
+use ::http::request::Parts;
+use ::http::{Method, Request, Response};
+use ::http_body::Body;
+use ::http_body_util::Full;
+use ::tower_service::Service;
+
+use super::IdempotencyLayer;
+use super::body::{BoxError, IdempotencyBody, read_request};
+use super::fingerprint::fingerprint;
+use super::key::KeyField;
+use super::problem::Problem;
+use super::replay::replay;
+use super::run::{detached, run_handler};
+use super::settle::settle;
+use crate::idempotency::{
+    Begun, IdempotencyError, IdempotencyStore, Settings, begin_call, encode_namespaced_key,
+};
+
+/// The service made by [`IdempotencyLayer`].
+///
+/// ```
+/// use retry_core::idempotency::MemoryStore;
+/// use retry_core::tower::{Idempotency, IdempotencyLayer};
+/// use tower_layer::Layer;
+///
+/// # #[derive(Clone)] struct Handler;
+/// let service: Idempotency<Handler, MemoryStore> =
+///     IdempotencyLayer::unauthenticated(MemoryStore::new()).layer(Handler);
+/// # drop(service);
+/// ```
+pub struct Idempotency<S, St> {
+    inner: S,
+    layer: IdempotencyLayer<St>,
+}
+
+impl<S, St> Idempotency<S, St> {
+    pub(super) fn new(inner: S, layer: IdempotencyLayer<St>) -> Self {
+        Idempotency { inner, layer }
+    }
+}
+
+impl<S: Clone, St> Clone for Idempotency<S, St> {
+    fn clone(&self) -> Self {
+        Idempotency {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, St> fmt::Debug for Idempotency<S, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Idempotency")
+            .field("inner", &self.inner)
+            .field("layer", &self.layer)
+            .finish()
+    }
+}
+
+impl<S, St, B, RB> Service<Request<B>> for Idempotency<S, St>
+where
+    S: Service<Request<IdempotencyBody>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    St: IdempotencyStore + 'static,
+{
+    type Response = Response<IdempotencyBody>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<IdempotencyBody>, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        // The service polled ready is the one that must take the call; a clone stays behind.
+        let ready = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, ready);
+        let layer = self.layer.clone();
+        Box::pin(layer.handle(inner, request))
+    }
+}
+
+impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
+    async fn handle<S, B, RB>(
+        self,
+        inner: S,
+        request: Request<B>,
+    ) -> Result<Response<IdempotencyBody>, S::Error>
+    where
+        S: Service<Request<IdempotencyBody>, Response = Response<RB>> + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Send + 'static,
+        RB: Body<Data = Bytes> + Send + 'static,
+        RB::Error: Into<BoxError>,
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        if is_safe(request.method()) {
+            return pass(inner, request).await;
+        }
+        let (parts, body) = request.into_parts();
+        let field = KeyField::of(&parts.headers);
+        if matches!(field, KeyField::Absent) && !self.required {
+            return pass(inner, Request::from_parts(parts, body)).await;
+        }
+        // Authenticate before judging the key, so an anonymous caller learns nothing more.
+        let scope = match &self.scope {
+            None => None,
+            Some(scope) => match scope(&parts) {
+                Some(client) => Some(client),
+                None => return Ok(Problem::Unauthenticated.response()),
+            },
+        };
+        let key = match field.key(self.max_key_bytes) {
+            Ok(key) => key,
+            Err(problem) => return Ok(problem.response()),
+        };
+        let body = match read_request(body, self.max_body_bytes, self.name).await {
+            Ok(body) => body,
+            Err(problem) => return Ok(problem.response()),
+        };
+
+        let mut call = Settings::new(
+            encode_namespaced_key(&self.namespace, scope.as_deref(), key.as_str()),
+            self.name,
+        );
+        call.fingerprint = Some(fingerprint(&parts, &body));
+        call.biz_key = Some(key);
+        call.lease = self.lease;
+        call.retention = self.retention;
+        // The request is whole: from here on it runs to its end on a task of its own, whether
+        // or not its client is still there to read the answer, so a resend finds the stored
+        // response instead of a claim dropped mid-way.
+        let function = self.name;
+        match detached(self.claim_and_run(inner, call, parts, body)).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::error!(function, error = %e, "the task running an idempotent request was interrupted; its key stays in progress until its lease ends");
+                Ok(Problem::Interrupted.response())
+            }
+        }
+    }
+
+    /// Claims the key, then replays what is stored, refuses, or runs the handler and settles
+    /// the claim with its outcome.
+    async fn claim_and_run<S, RB>(
+        self,
+        inner: S,
+        call: Settings,
+        parts: Parts,
+        body: Bytes,
+    ) -> Result<Response<IdempotencyBody>, S::Error>
+    where
+        S: Service<Request<IdempotencyBody>, Response = Response<RB>>,
+        RB: Body<Data = Bytes> + Send + 'static,
+        RB::Error: Into<BoxError>,
+    {
+        let held = match begin_call(&*self.store, &call).await {
+            Ok(Begun::Claimed(held)) => held,
+            Ok(Begun::Stored(stored)) => {
+                return Ok(replay(&stored, &self.replay_headers, self.name));
+            }
+            Err(e) => return Ok(self.refuse(&parts, e)),
+        };
+        let request = Request::from_parts(parts, IdempotencyBody::new(Full::new(body)));
+        let max = self.store.limits().max_response_bytes;
+        let ran = run_handler(&held, call_ready(inner, request), max).await;
+        settle(held, ran, max, &self.replay_headers, self.name).await
+    }
+
+    /// The answer to a request whose key could not be claimed.
+    fn refuse(&self, parts: &Parts, error: IdempotencyError) -> Response<IdempotencyBody> {
+        let problem = match error {
+            IdempotencyError::InProgress => Problem::InProgress,
+            IdempotencyError::KeyReused => Problem::KeyReused,
+            IdempotencyError::PreviouslyFailed(failure) => Problem::kept_failure(&failure),
+            IdempotencyError::KeyTooLong { len, max } => Problem::KeyTooLong { len, max },
+            IdempotencyError::Store(e) => {
+                tracing::warn!(function = self.name, method = %parts.method, path = parts.uri.path(), error = %e, "idempotency store unavailable: request refused (fail closed)");
+                Problem::StoreUnavailable
+            }
+            other => {
+                tracing::error!(function = self.name, error = %other, "idempotency claim failed");
+                Problem::StoredUnreadable
+            }
+        };
+        problem.response()
+    }
+}
+
+/// Calls a service that was polled ready before it was handed over.
+fn call_ready<S: Service<R>, R>(mut service: S, request: R) -> S::Future {
+    service.call(request)
+}
+
+async fn pass<S, B, RB>(
+    inner: S,
+    request: Request<B>,
+) -> Result<Response<IdempotencyBody>, S::Error>
+where
+    S: Service<Request<IdempotencyBody>, Response = Response<RB>>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let response = call_ready(inner, request.map(IdempotencyBody::new)).await?;
+    Ok(response.map(IdempotencyBody::new))
+}
+
+/// RFC 9110 §9.2.1: no effect to repeat.
+fn is_safe(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use ::http_body_util::BodyExt;
+    use ::tower_layer::Layer as _;
+
+    use super::*;
+    use crate::idempotency::MemoryStore;
+
+    /// Fails with `Err` after counting its effect, as a hyper service can.
+    #[derive(Clone)]
+    struct Broken(Arc<AtomicU32>);
+
+    impl Service<Request<IdempotencyBody>> for Broken {
+        type Response = Response<Full<Bytes>>;
+        type Error = std::io::Error;
+        type Future = std::future::Ready<Result<Self::Response, std::io::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<IdempotencyBody>) -> Self::Future {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Err(std::io::Error::other("connection to the ledger reset")))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_inner_error_keeps_the_key_failed() {
+        let runs = Arc::new(AtomicU32::new(0));
+        let mut service =
+            IdempotencyLayer::unauthenticated(MemoryStore::new()).layer(Broken(Arc::clone(&runs)));
+        let send = || {
+            Request::post("/pay")
+                .header("idempotency-key", "\"k-err\"")
+                .body(Full::new(Bytes::from_static(b"{}")))
+                .unwrap()
+        };
+        let first = service.call(send()).await;
+        assert!(
+            first.is_err(),
+            "the first caller gets the service's own error"
+        );
+
+        let resent = service.call(send()).await.unwrap();
+        assert_eq!(resent.status(), 500);
+        let body = resent.into_body().collect().await.unwrap().to_bytes();
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("failed after it may have had its effect"),
+            "{detail}"
+        );
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "an unknown outcome never runs again"
+        );
+    }
+}
