@@ -2,7 +2,8 @@
 //!
 //! - **The receiver** ("bank") is an axum server whose `POST /payments` handler books each
 //!   payment in a ledger: the side effect. In front of it sits `tower::IdempotencyLayer` on a
-//!   SQLite file (`SqliteStore`), scoped by the bearer token of the calling shop.
+//!   SQLite file (`SqliteStore`), scoped by the calling shop (the principal its bearer token
+//!   authenticates, never the token itself).
 //! - **The upstream is flaky**: an outer middleware injects scripted faults before (or after) the
 //!   idempotency layer: `503`s, a `429` with `Retry-After: 1`, and once a response that is lost
 //!   on the way back (the payment is booked, the answer comes too late).
@@ -137,7 +138,7 @@ async fn pay(
     let body = serde_json::to_string(payment).map_err(|e| PayError::BadAnswer(e.to_string()))?;
     let response = client
         .post(url)
-        .bearer_auth("shop-42")
+        .bearer_auth(SHOP_TOKEN)
         .idempotency_key(key)
         .header(header::CONTENT_TYPE, "application/json")
         .body(body)
@@ -249,15 +250,19 @@ async fn flaky(State(upstream): State<Arc<Upstream>>, request: Request, next: Ne
     response
 }
 
+/// The calling shop's API token (the stand-in authentication knows it as shop 42).
+const SHOP_TOKEN: &str = "sk_test_4f7c2a9e";
+
 async fn start_bank(
     store: SqliteStore,
     bank: Arc<Bank>,
     upstream: Arc<Upstream>,
 ) -> std::io::Result<String> {
     let idempotency = IdempotencyLayer::new(store, |parts: &axum::http::request::Parts| {
-        // The shop the (stand-in) authentication recognised: keys are kept apart per shop.
+        // The shop the (stand-in) authentication recognised: keys are kept apart per shop. The
+        // scope is the shop's stable id, never the token (which rotates, and must not be kept).
         let auth = parts.headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-        auth.strip_prefix("Bearer ").map(str::to_owned)
+        (auth.strip_prefix("Bearer ")? == SHOP_TOKEN).then(|| "shop-42".to_owned())
     })
     .name("payments");
     let app = axum::Router::new()
@@ -405,7 +410,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let report = Redrive::new(&letters, "demo")
         .target(url.as_str())
-        .run_letters(|letter| post_letter(client.post(&url).bearer_auth("shop-42"), letter))
+        .run_letters(|letter| post_letter(client.post(&url).bearer_auth(SHOP_TOKEN), letter))
         .await?;
     for (msg_id, outcome) in &report.letters {
         event("ops", format_args!("redrive {msg_id}: {outcome:?}"));

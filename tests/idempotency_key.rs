@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use axum::Router;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Router};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
@@ -13,7 +14,7 @@ use retry_core::http::{IDEMPOTENCY_KEY, IdempotencyKey};
 use retry_core::idempotency::MemoryStore;
 use retry_core::reqwest::{HttpError, RequestBuilderExt, client_builder};
 use retry_core::retryable;
-use retry_core::tower::IdempotencyLayer;
+use retry_core::tower::{IdempotencyLayer, NotApplied};
 
 /// The `Idempotency-Key` of every request, in order of arrival.
 #[derive(Clone, Default)]
@@ -144,13 +145,14 @@ async fn a_key_made_inside_the_retry_changes_on_every_attempt() {
     assert_eq!(keys.len(), 3, "three attempts, three keys: {keys:?}");
 }
 
-/// Fails its first run with 503; counts its runs.
-async fn charge(State(seen): State<Seen>) -> (StatusCode, String) {
+/// Refuses its first run with a 503 marked `NotApplied` (it charged nothing, so the layer frees
+/// the key); counts its runs.
+async fn charge(State(seen): State<Seen>) -> Response {
     let mut seen = seen.0.lock().unwrap();
     seen.push(None);
     match seen.len() {
-        1 => (StatusCode::SERVICE_UNAVAILABLE, "busy".to_owned()),
-        n => (StatusCode::OK, format!("charged on run {n}")),
+        1 => (StatusCode::SERVICE_UNAVAILABLE, Extension(NotApplied), "busy").into_response(),
+        n => (StatusCode::OK, format!("charged on run {n}")).into_response(),
     }
 }
 
@@ -161,7 +163,7 @@ async fn a_retried_operation_against_an_idempotency_layer_takes_effect_once() {
     let (client, url) = (client(), format!("{base}/charge"));
 
     let key = IdempotencyKey::new();
-    // Attempt 1 gets 503 (released), attempt 2 runs the handler and is stored.
+    // Attempt 1 gets 503 marked not applied (released), attempt 2 runs the handler and is stored.
     assert_eq!(
         pay_with(&client, &url, &key).await.unwrap(),
         "charged on run 2"

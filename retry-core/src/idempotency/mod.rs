@@ -209,7 +209,7 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 /// is a retry of a call whose first try committed but whose answer was lost, not a takeover.
 /// Purging never deletes a row whose lease is live.
 ///
-/// [`conformance`] (feature `test-suite`) checks all of this against any store.
+/// The module `conformance` (feature `test-suite`) checks all of this against any store.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an idempotency store",
     label = "`store = ...` must name an `IdempotencyStore`",
