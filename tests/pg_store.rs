@@ -75,9 +75,15 @@ async fn claim_complete_done_and_the_answer_survives_reconnecting() {
     store.complete(&claim, r#"{"receipt":7}"#).await.unwrap();
     let done = ClaimOutcome::Done(r#"{"receipt":7}"#.into());
     assert_eq!(store.claim(&request("m-1")).await.unwrap(), done);
-    // Completing twice is refused: the claim is finished.
+    // Completing again under the same token is a retry whose first answer was lost: `Ok`, and
+    // the first response stays. Anything else on a finished claim is refused.
+    store.complete(&claim, "\"again\"").await.unwrap();
     assert!(matches!(
-        store.complete(&claim, "\"again\"").await,
+        store.release(&claim).await,
+        Err(StoreError::Fenced)
+    ));
+    assert!(matches!(
+        store.mark_failed(&claim, "late").await,
         Err(StoreError::Fenced)
     ));
     drop(store);
@@ -110,8 +116,10 @@ async fn release_keeps_the_row_and_the_token_grows() {
     let store = schema.store().await;
     let first = claimed(store.claim(&request("m-2")).await);
     store.release(&first).await.unwrap();
+    // Released again: a retry of the release, `Ok`; completing a released claim is refused.
+    store.release(&first).await.unwrap();
     assert!(matches!(
-        store.release(&first).await,
+        store.complete(&first, "\"late\"").await,
         Err(StoreError::Fenced)
     ));
     let status: String = schema
@@ -165,6 +173,12 @@ async fn mark_failed_answers_failed() {
     let store = schema.store().await;
     let claim = claimed(store.claim(&request("m-3")).await);
     store.mark_failed(&claim, "declined").await.unwrap();
+    assert_eq!(
+        store.claim(&request("m-3")).await.unwrap(),
+        ClaimOutcome::Failed("declined".into())
+    );
+    // Marked failed again: a retry whose first answer was lost, `Ok`; the first failure stays.
+    store.mark_failed(&claim, "declined again").await.unwrap();
     assert_eq!(
         store.claim(&request("m-3")).await.unwrap(),
         ClaimOutcome::Failed("declined".into())

@@ -19,11 +19,28 @@
 //!   `SELECT .. FOR UPDATE` locks it and the decision (reclaim, take over, `InProgress`, `Done`,
 //!   ...) is taken and written in the same transaction, so two instances can never both win a
 //!   key. Nothing else is locked: claims of other keys never wait.
-//! - The clock is read again once the row is locked, so a claim that waited for another
-//!   transaction decides at the time it decides, not the time it started waiting.
+//! - Time is the database's: every claim, takeover, renewal and purge decides at the server's
+//!   `clock_timestamp()` (UTC), computed by the statement that needs it, in the same round
+//!   trip (no extra query for "now"). Instances whose own clocks disagree therefore agree on
+//!   whether a lease is live: a fast clock never takes over a live claim, a slow one never
+//!   keeps a dead one. [`PgStore::with_clock`] (for tests) sends its time as a parameter of
+//!   the same statements instead; the arithmetic and the formatting stay in SQL either way.
+//! - The clock is read again once the row is locked (in the outer query around the `FOR
+//!   UPDATE`, whose own select list is computed before the lock is waited for), so a claim
+//!   that waited for another transaction decides at the time it decides.
+//! - The claim's transaction is READ COMMITTED whatever the server's default: a row lock waited
+//!   for must show the row as the other transaction committed it. Serialization failures and
+//!   deadlocks (`40001`, `40P01`: a server whose default isolation is SERIALIZABLE, the
+//!   application's own transactions locking rows) roll the operation back whole, so the claim
+//!   and every single-statement write run again, up to 3 times with a short pause.
 //! - `complete`, `release` and `mark_failed` are one autocommit `UPDATE` each, guarded by the
-//!   claim's token and `status = 'in_progress'`: zero rows is [`StoreError::Fenced`].
-//! - Timestamps are [`format_utc`] text, compared as text: the timestamp columns are
+//!   claim's token and `status = 'in_progress'`. Zero rows is [`StoreError::Fenced`], unless a
+//!   second read finds the row already in the state written under the claim's own token: a
+//!   retried call whose first try committed but whose answer was lost, answered `Ok`. `renew`
+//!   is the same guarded `UPDATE` of `lease_until` (without that exception).
+//! - A takeover counts the row's retention again from now (if that ends later), and the purge
+//!   never deletes a row whose lease is live, so a row is never purged under its holder.
+//! - Timestamps are [`format_utc`](crate::time::format_utc) text, compared as text: the timestamp columns are
 //!   `COLLATE "C"` so the comparison is byte order (time order) whatever the database's default
 //!   collation, and the `created_at` index serves it.
 //! - Statements are prepared once per connection (`prepare_cached`) and only ever get values
@@ -36,7 +53,10 @@
 //!   race on the catalog (`CREATE TABLE IF NOT EXISTS` alone can fail with a duplicate-key error
 //!   when two sessions run it at once); a schema already at this version is left alone, so the
 //!   service's role needs no `CREATE` privilege once the table exists.
-//! - Transactional mode ([`PgTransaction`]): `begin` takes a pooled connection and runs `BEGIN`.
+//! - Transactional mode ([`PgTransaction`]): `begin` takes a pooled connection and runs
+//!   `BEGIN ISOLATION LEVEL READ COMMITTED` (the claim's lease is renewed by another
+//!   connection while the handler runs, which a REPEATABLE READ or SERIALIZABLE transaction
+//!   would refuse to update after).
 //!   A transaction that ends any other way than a successful `COMMIT` or `ROLLBACK` through the
 //!   store (dropped, cancelled, failed) never goes back to the pool: its connection is detached
 //!   and closed, and the server rolls back.
@@ -54,8 +74,8 @@ pub use transactional::PgTransaction;
 
 use super::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, StoreError};
 use crate::sql::postgres::{Db, Schema};
-use crate::time::{Clock, SystemClock, format_utc, later};
-use claim::{COMPLETE, MARK_FAILED, RELEASE, RENEW, claim_in, guarded, purge_in};
+use crate::time::Clock;
+use claim::{COMPLETE, MARK_FAILED, RELEASE};
 
 /// The version of the `inbox_log` layout this code writes, kept in `retry_core_schema`.
 const SCHEMA_VERSION: i32 = 1;
@@ -98,10 +118,14 @@ const SCHEMA: Schema = Schema {
 ///   `SELECT`, without a transaction or a lock; a new key by one `INSERT .. ON CONFLICT
 ///   (msg_id) DO NOTHING` under the primary key, in autocommit. Every other claim is one short
 ///   transaction: the same `INSERT` and, if the key was there, `SELECT .. FOR UPDATE` and the
-///   decision, in the same transaction. `complete`, `release` and `mark_failed` are one
-///   statement each, guarded by the claim's fencing token.
-/// - Timestamps (from the store's [`Clock`]) are fixed-width UTC text with microsecond
-///   precision, exactly as `SqliteStore` writes them.
+///   decision, in the same transaction. `complete`, `release`, `mark_failed` and `renew` are
+///   one statement each, guarded by the claim's fencing token.
+/// - Leases and retention are measured on the database server's clock (`clock_timestamp()`,
+///   UTC), never on an instance's own, so instances with skewed clocks agree on every lease
+///   ([`with_clock`](Self::with_clock) overrides it, for tests). Timestamps are fixed-width UTC
+///   text with microsecond precision, exactly as `SqliteStore` writes them.
+/// - The claim's transaction is READ COMMITTED whatever the server's default; serialization
+///   failures and deadlocks are tried again inside the store (3 attempts).
 /// - Connections come from a [deadpool-postgres pool](deadpool_postgres::Pool), 16 by default.
 ///   An operation waits at most 5 s for a free connection, and opening one at most 5 s; after
 ///   that it fails with [`StoreError::Unavailable`] naming the server (`host:port` and database,
@@ -145,7 +169,8 @@ const SCHEMA: Schema = Schema {
 /// ```
 pub struct PgStore {
     db: Db,
-    clock: Arc<dyn Clock>,
+    /// `None`: the database's clock decides (see [`PgStore::with_clock`]).
+    clock: Option<Arc<dyn Clock>>,
     limits: Limits,
 }
 
@@ -157,7 +182,13 @@ impl fmt::Debug for PgStore {
             .field("pool_size", &status.max_size)
             .field("connections", &status.size)
             .field("limits", &self.limits)
-            .field("clock", &self.clock)
+            .field(
+                "clock",
+                match &self.clock {
+                    Some(clock) => clock as &dyn fmt::Debug,
+                    None => &"the database's clock_timestamp()",
+                },
+            )
             .finish()
     }
 }
@@ -232,7 +263,7 @@ impl PgStore {
     fn with_db(db: Db) -> Self {
         PgStore {
             db,
-            clock: Arc::new(SystemClock),
+            clock: None,
             limits: Limits::default(),
         }
     }
@@ -242,27 +273,50 @@ impl PgStore {
         StoreError::Unavailable(self.db.error(e))
     }
 
-    /// Reads time from `clock` instead of the system clock (for tests of leases and retention).
-    /// Every instance sharing a database should read the same time: the lease check compares
-    /// one instance's clock with the `lease_until` another one wrote.
+    /// Decides with `clock` instead of the database's clock: for tests of leases and
+    /// retention, which move time by hand.
+    ///
+    /// By default no instance's own clock is read at all: every claim, takeover, renewal and
+    /// purge decides at the server's `clock_timestamp()` (in UTC), computed by the statement
+    /// that needs it, so instances whose clocks disagree still agree on whether a lease is
+    /// live, and a fast clock never takes over a live claim. With `clock`, its time is sent
+    /// with each of those statements and used instead (the arithmetic and the formatting stay
+    /// in SQL), in whole microseconds and within the years 1 to 9999. Every instance sharing a
+    /// database must then read the same time: the lease check compares one instance's clock
+    /// with the `lease_until` another one wrote.
     ///
     /// ```no_run
-    /// use retry_core::idempotency::PgStore;
+    /// use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, PgStore};
     /// use retry_core::time::ManualClock;
     /// use std::sync::Arc;
-    /// use std::time::UNIX_EPOCH;
+    /// use std::time::{Duration, UNIX_EPOCH};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), retry_core::idempotency::StoreError> {
-    /// let clock = Arc::new(ManualClock::new(UNIX_EPOCH));
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let clock = Arc::new(ManualClock::new(UNIX_EPOCH + Duration::from_secs(1_750_000_000)));
     /// let store = PgStore::connect("postgres://app@localhost/test").await?.with_clock(clock.clone());
+    /// let request = ClaimRequest {
+    ///     key: "m-1",
+    ///     biz_key: "m-1",
+    ///     fingerprint: None,
+    ///     lease: Duration::from_secs(10),
+    ///     retention: Duration::from_secs(86_400),
+    /// };
+    /// let ClaimOutcome::Claimed(_crashed) = store.claim(&request).await? else { panic!() };
+    /// clock.advance(Duration::from_secs(11)); // no waiting for the lease to run out
+    /// assert!(matches!(store.claim(&request).await?, ClaimOutcome::Claimed(c) if c.token == 2));
     /// # Ok(())
     /// # }
     /// ```
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+        self.clock = Some(clock);
         self
+    }
+
+    /// The injected clock, if any; `None` means the database's.
+    fn clock(&self) -> Option<&dyn Clock> {
+        self.clock.as_deref()
     }
 
     /// Sets the size limits for keys and stored responses, checked before the store is touched.
@@ -376,57 +430,43 @@ impl PgStore {
 
 impl IdempotencyStore for PgStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        let mut client = self.db.get().await.map_err(StoreError::Unavailable)?;
-        claim_in(&mut client, &*self.clock, request)
-            .await
-            .map_err(|e| self.db.fail(e, StoreError::Unavailable))
+        claim::claim(&self.db, self.clock(), request).await
     }
 
+    /// A retry whose first try committed (the row is already `done` under this claim's token)
+    /// answers `Ok`, whatever response the first try stored.
     async fn complete(&self, claim: &Claim, response: &str) -> Result<(), StoreError> {
-        let Ok(token) = i64::try_from(claim.token) else {
-            return Err(StoreError::Fenced);
-        };
-        guarded(&self.db, COMPLETE, &[&response, &claim.key, &token]).await
+        claim::settle(&self.db, COMPLETE, "done", claim, &[&response]).await
     }
 
     async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
-        let Ok(token) = i64::try_from(claim.token) else {
-            return Err(StoreError::Fenced);
-        };
-        guarded(&self.db, RELEASE, &[&claim.key, &token]).await
+        claim::settle(&self.db, RELEASE, "released", claim, &[]).await
     }
 
     async fn mark_failed(&self, claim: &Claim, failure: &str) -> Result<(), StoreError> {
-        let Ok(token) = i64::try_from(claim.token) else {
-            return Err(StoreError::Fenced);
-        };
-        guarded(&self.db, MARK_FAILED, &[&claim.key, &token, &failure]).await
+        claim::settle(&self.db, MARK_FAILED, "failed", claim, &[&failure]).await
     }
 
+    /// One guarded `UPDATE`; the new `lease_until` is the server's `clock_timestamp()` (or the
+    /// injected clock's time) plus `lease`.
     async fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
-        let Ok(token) = i64::try_from(claim.token) else {
-            return Err(StoreError::Fenced);
-        };
-        let lease_until = format_utc(later(self.clock.now(), lease));
-        guarded(&self.db, RENEW, &[&lease_until, &claim.key, &token]).await
+        claim::renew(&self.db, self.clock(), claim, lease).await
     }
 
-    /// Starts the release as a Tokio task when called inside a runtime; returns whether it was
-    /// started (outside a runtime nothing happens and the lease frees the claim). The outcome
-    /// is logged: a claim taken over meanwhile is left alone.
+    /// For a *transactional* call dropped before its commit: its transaction rolled back, so
+    /// the key is released, by a Tokio task when called inside a runtime. Returns whether the
+    /// release was started (outside a runtime nothing happens and the lease frees the claim).
+    /// The outcome is logged: a claim taken over meanwhile is left alone.
     fn abandon(&self, claim: Claim) -> bool {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return false;
         };
-        let Ok(token) = i64::try_from(claim.token) else {
-            return false;
-        };
         let db = self.db.clone();
-        let key = claim.key;
         runtime.spawn(async move {
-            match guarded(&db, RELEASE, &[&key, &token]).await {
+            let token = claim.token;
+            match claim::settle(&db, RELEASE, "released", &claim, &[]).await {
                 Ok(()) => {
-                    tracing::debug!(server = %db.server, %key, token, "released an abandoned claim");
+                    tracing::debug!(server = %db.server, key = %claim.key, token, "released an abandoned claim");
                 }
                 Err(StoreError::Fenced) => {
                     tracing::debug!(server = %db.server, token, "abandoned claim was already taken over");
@@ -440,10 +480,7 @@ impl IdempotencyStore for PgStore {
     }
 
     async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {
-        let client = self.db.get().await.map_err(StoreError::Unavailable)?;
-        purge_in(&client, &*self.clock, age)
-            .await
-            .map_err(|e| self.db.fail(e, StoreError::Unavailable))
+        claim::purge(&self.db, self.clock(), age).await
     }
 
     fn limits(&self) -> Limits {
@@ -454,6 +491,7 @@ impl IdempotencyStore for PgStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::{format_utc, later};
     use std::time::UNIX_EPOCH;
 
     #[test]
