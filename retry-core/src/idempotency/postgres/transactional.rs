@@ -12,7 +12,10 @@ use crate::idempotency::{Claim, StoreError, TransactionalStore};
 // Transactional mode. `BEGIN` and the transaction's id in one round trip; the `done` update is
 // guarded by that id as well, so it can only ever commit inside the transaction `begin` opened
 // (not in autocommit, nor in another transaction, should the handler's SQL have ended it).
-const BEGIN: &str = "BEGIN; SELECT txid_current()::text";
+// READ COMMITTED whatever the server's default: while the handler runs, the claim's lease is
+// renewed from another connection, and a REPEATABLE READ or SERIALIZABLE transaction refuses
+// to update a row updated since its snapshot (`40001`), so its `done` update would fail.
+const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT txid_current()::text";
 const COMMIT_DONE: &str = "UPDATE inbox_log SET status = 'done', response = $1 \
      WHERE msg_id = $2 AND token = $3 AND status = 'in_progress' AND txid_current() = $4";
 const SAME_TRANSACTION: &str = "SELECT txid_current() = $1";
@@ -41,6 +44,10 @@ const SAME_TRANSACTION: &str = "SELECT txid_current() = $1";
 ///   never goes back to the pool. The same happens when `commit_done` or `rollback` fails half
 ///   way. A dropped transaction does not release the claim; that is the claim's holder's
 ///   business (the `#[idempotent]` flow releases it, otherwise its lease frees it).
+/// - It is READ COMMITTED, whatever the server's default: the claim's lease is renewed from
+///   another connection while the handler runs, and under REPEATABLE READ or SERIALIZABLE the
+///   `done` update would then fail to serialize. A handler that needs more for its own rows
+///   locks them (`SELECT .. FOR UPDATE`).
 /// - It holds one of the store's [connections](PgStore::with_pool_size) until it ends.
 ///
 /// The client is tokio-postgres 0.7's: depend on the same version to name its types.
@@ -170,8 +177,8 @@ impl Drop for PgTransaction {
 impl TransactionalStore for PgStore {
     type Transaction = PgTransaction;
 
-    /// Takes a connection from the pool and runs `BEGIN` on it (and reads the transaction's id,
-    /// in the same round trip). See [`PgTransaction`] for what handlers may do with it.
+    /// Takes a connection from the pool and runs `BEGIN ISOLATION LEVEL READ COMMITTED` on it
+    /// (and reads the transaction's id, in the same round trip). See [`PgTransaction`] for what handlers may do with it.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when no connection frees up within the pool's wait timeout,
