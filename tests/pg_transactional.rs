@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pg::Schema;
-use retry_core::idempotency::{IdempotencyError, PgStore, PgTransaction, StoreError};
+use retry_core::idempotency::{
+    IdempotencyError, PgStore, PgTransaction, StoreError, encode_namespaced_key,
+};
 use retry_core::idempotent;
 
 #[derive(Debug)]
@@ -265,6 +267,16 @@ async fn a_body_slower_than_its_lease_commits_under_a_repeatable_read_default() 
         .unwrap()
         .get(0);
     assert!(renewed, "the lease was renewed while the body ran");
+    // Keys made by `#[idempotent]` are namespaced by the function's name.
+    let key: String = client
+        .query_one("SELECT msg_id FROM inbox_log", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        key,
+        encode_namespaced_key("slow_deposit", None::<&str>, &7u64)
+    );
     // A duplicate gets the response without running the body again.
     assert_eq!(slow_deposit(&store, 7).await.unwrap(), 7);
     let effects: i64 = client
