@@ -2,8 +2,9 @@
 //!
 //! Design notes (the why of each choice):
 //! - The table and its semantics are `SqliteStore`'s (feature `sqlite`):
-//!   the same columns, the same `format_utc` timestamps, the same statements (with `$n`
-//!   placeholders), and exactly [`MemoryStore`](super::MemoryStore)'s decisions.
+//!   the same columns, the same `format_utc` timestamps, and exactly
+//!   [`MemoryStore`](super::MemoryStore)'s decisions. The statements are SQLite's, except that
+//!   here the times they write and compare are computed in SQL, on the server's clock.
 //! - A key that is done (or kept failed) is final, so a claim first reads the row with one plain
 //!   `SELECT` by primary key in autocommit (no transaction, no row lock: under READ COMMITTED it
 //!   sees the last committed row) and answers such a row at once, `KeyReused` included. Through
@@ -200,7 +201,7 @@ impl PgStore {
     /// a database where an earlier version of this store made the table.
     ///
     /// Missing settings get defaults: `connect_timeout` 5 s, `application_name` "retry-core".
-    /// The store starts on the system clock with the default [`Limits`]; the `with_*` methods
+    /// The store decides on the database's clock with the default [`Limits`]; the `with_*` methods
     /// change that. Must run inside a Tokio runtime.
     ///
     /// # Errors
