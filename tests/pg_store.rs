@@ -20,7 +20,7 @@ use retry_core::idempotency::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, MemoryStore, PgStore, StoreError,
     TransactionalStore,
 };
-use retry_core::time::{Clock, ManualClock};
+use retry_core::time::{Clock, ManualClock, parse_utc};
 
 #[path = "common/pg.rs"]
 mod pg;
@@ -75,9 +75,15 @@ async fn claim_complete_done_and_the_answer_survives_reconnecting() {
     store.complete(&claim, r#"{"receipt":7}"#).await.unwrap();
     let done = ClaimOutcome::Done(r#"{"receipt":7}"#.into());
     assert_eq!(store.claim(&request("m-1")).await.unwrap(), done);
-    // Completing twice is refused: the claim is finished.
+    // Completing again under the same token is a retry whose first answer was lost: `Ok`, and
+    // the first response stays. Anything else on a finished claim is refused.
+    store.complete(&claim, "\"again\"").await.unwrap();
     assert!(matches!(
-        store.complete(&claim, "\"again\"").await,
+        store.release(&claim).await,
+        Err(StoreError::Fenced)
+    ));
+    assert!(matches!(
+        store.mark_failed(&claim, "late").await,
         Err(StoreError::Fenced)
     ));
     drop(store);
@@ -110,8 +116,10 @@ async fn release_keeps_the_row_and_the_token_grows() {
     let store = schema.store().await;
     let first = claimed(store.claim(&request("m-2")).await);
     store.release(&first).await.unwrap();
+    // Released again: a retry of the release, `Ok`; completing a released claim is refused.
+    store.release(&first).await.unwrap();
     assert!(matches!(
-        store.release(&first).await,
+        store.complete(&first, "\"late\"").await,
         Err(StoreError::Fenced)
     ));
     let status: String = schema
@@ -165,6 +173,12 @@ async fn mark_failed_answers_failed() {
     let store = schema.store().await;
     let claim = claimed(store.claim(&request("m-3")).await);
     store.mark_failed(&claim, "declined").await.unwrap();
+    assert_eq!(
+        store.claim(&request("m-3")).await.unwrap(),
+        ClaimOutcome::Failed("declined".into())
+    );
+    // Marked failed again: a retry whose first answer was lost, `Ok`; the first failure stays.
+    store.mark_failed(&claim, "declined again").await.unwrap();
     assert_eq!(
         store.claim(&request("m-3")).await.unwrap(),
         ClaimOutcome::Failed("declined".into())
@@ -1408,4 +1422,430 @@ async fn a_transaction_ended_by_the_handler_cannot_store_its_response() {
     drop((store, other));
     schema.drop_all().await;
     other_schema.drop_all().await;
+}
+
+// ---- time, renewal, conflicts ----
+
+/// The database server's clock, as the store writes times.
+async fn db_now(client: &tokio_postgres::Client) -> String {
+    client
+        .query_one(
+            "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// `created_at`, `lease_until` and `expires_at` of `key`, as times.
+async fn row_times(
+    client: &tokio_postgres::Client,
+    key: &str,
+) -> (
+    std::time::SystemTime,
+    std::time::SystemTime,
+    std::time::SystemTime,
+) {
+    let row = client
+        .query_one(
+            "SELECT created_at, lease_until, expires_at FROM inbox_log WHERE msg_id = $1",
+            &[&key],
+        )
+        .await
+        .unwrap();
+    let at = |i: usize| parse_utc(&row.get::<_, String>(i)).unwrap();
+    (at(0), at(1), at(2))
+}
+
+/// What proves the database's clock decides: on one machine the server's clock and this
+/// process's are the same clock, so no test here can skew one against the other. What it can
+/// show: a default store's times are the server's `clock_timestamp()` in UTC (bracketed by two
+/// reads of it, whatever the session's time zone), and every decision of a default store
+/// follows that clock, whatever time another instance's clock wrote: a claim written an hour
+/// ahead is live to it for that hour, while an instance deciding on its own fast clock (the
+/// injected one) takes over a claim that is live on the server's. The default store never
+/// reads a Rust clock at all (its statements bind `NULL` for the time).
+#[tokio::test]
+async fn the_database_clock_decides_not_an_instances_own() {
+    let schema = Schema::new("db_clock").await;
+    let raw = schema.client().await;
+    // A session in UTC+14: the stored times must still be UTC.
+    let url = format!("{}%20-c%20TimeZone%3DEtc%2FGMT-14", schema.url);
+    let server = PgStore::connect(&url).await.unwrap();
+    let other = schema.store().await;
+    let minute = |key| ClaimRequest {
+        lease: Duration::from_secs(60),
+        retention: DAY,
+        ..request(key)
+    };
+
+    let before = parse_utc(&db_now(&raw).await).unwrap();
+    let claim = claimed(server.claim(&minute("k")).await);
+    let after = parse_utc(&db_now(&raw).await).unwrap();
+    let (created, lease_until, expires) = row_times(&raw, "k").await;
+    assert!(
+        before <= created && created <= after,
+        "{created:?} is the server's clock, in UTC: between {before:?} and {after:?}"
+    );
+    assert_eq!(
+        lease_until.duration_since(created).unwrap(),
+        Duration::from_secs(60)
+    );
+    assert_eq!(expires.duration_since(created).unwrap(), DAY);
+    // Another default instance agrees the claim is live.
+    assert_eq!(
+        other.claim(&minute("k")).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+
+    // An instance an hour fast, deciding on its own clock, takes over the live claim...
+    let fast_clock = Arc::new(ManualClock::new(after + Duration::from_secs(3_600)));
+    let fast = schema.store().await.with_clock(fast_clock.clone());
+    assert_eq!(claimed(fast.claim(&minute("k")).await).token, 2);
+    assert!(matches!(
+        server.complete(&claim, "\"lost\"").await,
+        Err(StoreError::Fenced)
+    ));
+    // ...and its own claims carry its own time, exactly: the injected clock overrides the
+    // server's.
+    claimed(fast.claim(&minute("f")).await);
+    let (created, lease_until, _) = row_times(&raw, "f").await;
+    assert_eq!(created, fast_clock.now());
+    assert_eq!(lease_until, fast_clock.now() + Duration::from_secs(60));
+    // The server's clock says that lease runs for another hour: no default instance takes it.
+    assert_eq!(
+        server.claim(&minute("f")).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+    assert_eq!(
+        other.claim(&minute("f")).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+
+    // A claim whose lease ended on the server's clock (written by an instance an hour slow) is
+    // taken over by a default instance at once, its retention counted again from the server's
+    // now.
+    let slow = schema.store().await.with_clock(Arc::new(ManualClock::new(
+        before - Duration::from_secs(3_600),
+    )));
+    claimed(slow.claim(&minute("s")).await);
+    let before = parse_utc(&db_now(&raw).await).unwrap();
+    assert_eq!(claimed(server.claim(&minute("s")).await).token, 2);
+    let after = parse_utc(&db_now(&raw).await).unwrap();
+    let (_, lease_until, expires) = row_times(&raw, "s").await;
+    assert!(before + Duration::from_secs(60) <= lease_until);
+    assert!(lease_until <= after + Duration::from_secs(60));
+    assert!(before + DAY <= expires && expires <= after + DAY);
+    drop((server, other, fast, slow));
+    schema.drop_all().await;
+}
+
+#[tokio::test]
+async fn renew_extends_the_lease_on_the_servers_clock_and_is_fenced() {
+    let schema = Schema::new("renew").await;
+    let raw = schema.client().await;
+    let store = schema.store().await;
+    let second = |key| ClaimRequest {
+        lease: Duration::from_secs(1),
+        ..request(key)
+    };
+    let claim = claimed(store.claim(&second("k")).await);
+    let before = parse_utc(&db_now(&raw).await).unwrap();
+    store
+        .renew(&claim, Duration::from_secs(3_600))
+        .await
+        .unwrap();
+    let after = parse_utc(&db_now(&raw).await).unwrap();
+    let (_, lease_until, _) = row_times(&raw, "k").await;
+    let hour = Duration::from_secs(3_600);
+    assert!(
+        before + hour <= lease_until && lease_until <= after + hour,
+        "{lease_until:?} is an hour after the server's now ({before:?}..{after:?})"
+    );
+    // Long after the first lease would have ended, the key is still held.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(
+        store.claim(&second("k")).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+
+    // Fenced: another token, a token beyond the table's, a finished claim, a missing key.
+    for stale in [
+        Claim {
+            token: 2,
+            ..claim.clone()
+        },
+        Claim {
+            token: u64::MAX,
+            ..claim.clone()
+        },
+        Claim {
+            key: "nobody".into(),
+            token: 1,
+        },
+    ] {
+        assert!(
+            matches!(store.renew(&stale, hour).await, Err(StoreError::Fenced)),
+            "{stale:?}"
+        );
+    }
+    store.complete(&claim, "\"ok\"").await.unwrap();
+    assert!(matches!(
+        store.renew(&claim, hour).await,
+        Err(StoreError::Fenced)
+    ));
+    drop(store);
+    schema.drop_all().await;
+}
+
+#[tokio::test]
+async fn a_renewed_lease_is_not_taken_over_and_a_taken_over_one_cannot_be_renewed() {
+    let schema = Schema::new("renew_clock").await;
+    let clock = manual_clock();
+    let store = schema.store().await.with_clock(clock.clone());
+    let ten = ClaimRequest {
+        lease: Duration::from_secs(10),
+        ..request("k")
+    };
+    let claim = claimed(store.claim(&ten).await);
+    for _ in 0..5 {
+        clock.advance(Duration::from_secs(8));
+        store.renew(&claim, Duration::from_secs(10)).await.unwrap();
+        assert_eq!(store.claim(&ten).await.unwrap(), ClaimOutcome::InProgress);
+    }
+    // The holder died: no more renewals, and the lease runs out 10 s after the last one.
+    clock.advance(Duration::from_millis(9_999));
+    assert_eq!(store.claim(&ten).await.unwrap(), ClaimOutcome::InProgress);
+    clock.advance(Duration::from_millis(1));
+    let taken = claimed(store.claim(&ten).await);
+    assert_eq!(taken.token, 2);
+    assert!(matches!(
+        store.renew(&claim, Duration::from_secs(10)).await,
+        Err(StoreError::Fenced)
+    ));
+    store.renew(&taken, Duration::from_secs(10)).await.unwrap();
+    drop(store);
+    schema.drop_all().await;
+}
+
+#[tokio::test]
+async fn a_takeover_counts_the_retention_again_and_the_purge_spares_live_leases() {
+    let schema = Schema::new("retention").await;
+    let raw = schema.client().await;
+    let clock = manual_clock();
+    let start = clock.now();
+    let store = schema.store().await.with_clock(clock.clone());
+    let short = ClaimRequest {
+        lease: Duration::from_secs(30),
+        retention: DAY,
+        ..request("k")
+    };
+    claimed(store.claim(&short).await);
+    // Two days on, its holder long dead and its retention over: taken over, and kept a day
+    // from now.
+    clock.advance(2 * DAY);
+    assert_eq!(claimed(store.claim(&short).await).token, 2);
+    let (created, lease_until, expires) = row_times(&raw, "k").await;
+    assert_eq!(created, start, "a takeover keeps the row's age");
+    assert_eq!(lease_until, start + 2 * DAY + Duration::from_secs(30));
+    assert_eq!(expires, start + 3 * DAY);
+    clock.advance(Duration::from_secs(3_600));
+    assert_eq!(store.purge_older_than(Duration::ZERO).await.unwrap(), 0);
+
+    // A row past its retention but whose lease is live is never purged under its holder.
+    let long_lease = ClaimRequest {
+        lease: 10 * DAY,
+        retention: Duration::from_secs(1),
+        ..request("busy")
+    };
+    let busy = claimed(store.claim(&long_lease).await);
+    clock.advance(2 * DAY);
+    assert_eq!(
+        store.purge_older_than(Duration::ZERO).await.unwrap(),
+        1,
+        "`k` only"
+    );
+    store.renew(&busy, 10 * DAY).await.unwrap();
+    clock.advance(9 * DAY);
+    assert_eq!(store.purge_older_than(Duration::ZERO).await.unwrap(), 0);
+    assert_eq!(
+        store.claim(&long_lease).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+    clock.advance(DAY);
+    assert_eq!(store.purge_older_than(Duration::ZERO).await.unwrap(), 1);
+    drop(store);
+    schema.drop_all().await;
+}
+
+/// Every event of the process that says the store ran an operation again after a
+/// serialization failure or a deadlock. One global subscriber (tracing caches per-callsite
+/// interest process-wide), set before the conflicts are provoked.
+fn conflict_retries() -> Arc<std::sync::Mutex<Vec<String>>> {
+    use std::sync::{Mutex, OnceLock};
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    #[derive(Clone)]
+    struct Retries(Arc<Mutex<Vec<String>>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Retries {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            struct Fields(String);
+            impl tracing::field::Visit for Fields {
+                fn record_debug(
+                    &mut self,
+                    field: &tracing::field::Field,
+                    value: &dyn std::fmt::Debug,
+                ) {
+                    self.0.push_str(&format!("{}={:?} ", field.name(), value));
+                }
+            }
+            let mut fields = Fields(String::new());
+            event.record(&mut fields);
+            if fields.0.contains("serialization failure or deadlock") {
+                self.0.lock().unwrap().push(fields.0);
+            }
+        }
+    }
+
+    static RETRIES: OnceLock<Arc<Mutex<Vec<String>>>> = OnceLock::new();
+    RETRIES
+        .get_or_init(|| {
+            let retries = Retries(Arc::default());
+            let subscriber = tracing_subscriber::registry().with(retries.clone());
+            tracing::subscriber::set_global_default(subscriber).unwrap();
+            retries.0
+        })
+        .clone()
+}
+
+/// Waits until `n` backends whose application name starts with `prefix` wait for a lock.
+async fn wait_for_lock_waits(watcher: &tokio_postgres::Client, prefix: &str, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1 || '%' \
+                 AND wait_event_type = 'Lock'",
+                &[&prefix],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{prefix}: {waiting} waiting, not {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// On a server whose sessions default to SERIALIZABLE, a write that waited for a row another
+/// transaction then updated fails to serialize (`40001`): a plain client shows it, and the
+/// store runs the write again and succeeds. The claim's own transaction is READ COMMITTED, so
+/// a claim that waited for such a row decides on it without a serialization failure at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serialization_failures_are_tried_again_and_claims_are_read_committed() {
+    let retries = conflict_retries();
+    let schema = Schema::new("serializable").await;
+    let app = format!("ser_{}", std::process::id());
+    let serializable = format!(
+        "{}%20-c%20default_transaction_isolation%3Dserializable",
+        schema.url
+    );
+    let store = Arc::new(
+        PgStore::connect(&format!("{serializable}&application_name={app}_store"))
+            .await
+            .unwrap()
+            .with_pool_size(1),
+    );
+    let control = raw_client(&format!("{serializable}&application_name={app}_control")).await;
+    let mine = |retries: &std::sync::Mutex<Vec<String>>, what: &str| {
+        retries
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.contains(&format!("what=\"{what}\"")) && r.contains("attempt=1 "))
+            .count()
+    };
+    let claim = claimed(store.claim(&request("k")).await);
+
+    // Another transaction updates the row and holds it...
+    let mut other = schema.client().await;
+    let other_tx = other.transaction().await.unwrap();
+    other_tx
+        .execute(
+            "UPDATE inbox_log SET biz_key = biz_key WHERE msg_id = 'k'",
+            &[],
+        )
+        .await
+        .unwrap();
+    // ...while a plain serializable client and the store both try to complete the claim.
+    let plain = tokio::spawn(async move {
+        control
+            .execute(
+                "UPDATE inbox_log SET status = 'done', response = '\"plain\"' \
+                 WHERE msg_id = 'k' AND token = 1 AND status = 'in_progress'",
+                &[],
+            )
+            .await
+    });
+    let retried_before = mine(&retries, "done");
+    let completed = tokio::spawn({
+        let (store, claim) = (Arc::clone(&store), claim.clone());
+        async move { store.complete(&claim, "\"store\"").await }
+    });
+    wait_for_lock_waits(&schema.client().await, &app, 2).await;
+    other_tx.commit().await.unwrap();
+
+    let failure = plain.await.unwrap().unwrap_err();
+    assert_eq!(
+        failure.code(),
+        Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE),
+        "the conflict is real: {failure:?}"
+    );
+    completed.await.unwrap().unwrap();
+    assert_eq!(
+        mine(&retries, "done"),
+        retried_before + 1,
+        "tried again once"
+    );
+    assert_eq!(
+        store.claim(&request("k")).await.unwrap(),
+        ClaimOutcome::Done("\"store\"".into())
+    );
+
+    // A released key, locked and claimed again (expired at once) by another instance while
+    // this store's claim waits for the row.
+    let released = claimed(store.claim(&request("r")).await);
+    store.release(&released).await.unwrap();
+    let other_tx = other.transaction().await.unwrap();
+    other_tx
+        .execute(
+            "UPDATE inbox_log SET status = 'in_progress', token = token + 1, \
+             lease_until = '2000-01-01T00:00:00.000000Z' WHERE msg_id = 'r'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let claimed_before = mine(&retries, "claim");
+    let claiming = tokio::spawn({
+        let store = Arc::clone(&store);
+        async move { store.claim(&request("r")).await }
+    });
+    wait_for_lock_waits(&schema.client().await, &format!("{app}_store"), 1).await;
+    other_tx.commit().await.unwrap();
+    // The other instance's claim (token 2) had expired: taken over, on the first attempt.
+    assert_eq!(claimed(claiming.await.unwrap()).token, 3);
+    assert_eq!(mine(&retries, "claim"), claimed_before, "never tried again");
+    drop(store);
+    schema.drop_all().await;
 }

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pg::Schema;
-use retry_core::idempotency::{IdempotencyError, PgStore, PgTransaction, StoreError};
+use retry_core::idempotency::{
+    IdempotencyError, PgStore, PgTransaction, StoreError, encode_namespaced_key,
+};
 use retry_core::idempotent;
 
 #[derive(Debug)]
@@ -222,5 +224,68 @@ async fn a_batch_rerun_whole_after_stopping_half_way_repeats_no_effect() {
         .get(0);
     assert_eq!(total, MESSAGES as i64);
     drop(client);
+    schema.drop_all().await;
+}
+
+#[idempotent(key = deposit_no, store = inbox, transaction = tx, lease = "300ms")]
+async fn slow_deposit(
+    inbox: &PgStore,
+    tx: &mut PgTransaction,
+    deposit_no: u64,
+) -> Result<u64, Rejected> {
+    tx.client()
+        .execute(
+            "INSERT INTO effects (deposit_no) VALUES ($1)",
+            &[&(deposit_no as i64)],
+        )
+        .await?;
+    // Longer than the lease: the flow renews it (on another connection) while this runs.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    Ok(deposit_no)
+}
+
+/// On a server whose sessions default to REPEATABLE READ, a body slower than its lease still
+/// commits with its `done` row: the renewals update the claim's row from another connection
+/// while the handler's transaction is open, which a REPEATABLE READ (or SERIALIZABLE)
+/// transaction would refuse to update after; the handler's transaction is READ COMMITTED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_slower_than_its_lease_commits_under_a_repeatable_read_default() {
+    let (schema, _, client) = setup("slow_rr", 1).await;
+    let url = format!(
+        "{}%20-c%20default_transaction_isolation%3Drepeatable%5C%20read",
+        schema.url
+    );
+    let store = PgStore::connect(&url).await.unwrap();
+    assert_eq!(slow_deposit(&store, 7).await.unwrap(), 7);
+    let renewed: bool = client
+        .query_one(
+            "SELECT lease_until > to_char((created_at::timestamp + interval '300 milliseconds'), \
+             'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM inbox_log WHERE status = 'done'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(renewed, "the lease was renewed while the body ran");
+    // Keys made by `#[idempotent]` are namespaced by the function's name.
+    let key: String = client
+        .query_one("SELECT msg_id FROM inbox_log", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        key,
+        encode_namespaced_key("slow_deposit", None::<&str>, &7u64)
+    );
+    // A duplicate gets the response without running the body again.
+    assert_eq!(slow_deposit(&store, 7).await.unwrap(), 7);
+    let effects: i64 = client
+        .query_one("SELECT count(*) FROM effects", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(effects, 1);
+    drop(client);
+    drop(store);
     schema.drop_all().await;
 }

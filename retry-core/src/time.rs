@@ -72,12 +72,13 @@ impl Clock for ManualClock {
 }
 
 /// The latest time [`format_utc`] can write (9999-12-31T23:59:59Z).
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+// Only SQLite computes leases in Rust: PostgreSQL computes them in SQL, on the server's clock.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 const END_OF_TIME: Duration = Duration::from_secs(253_402_300_799);
 
 /// `now + by`, ending at the latest time [`format_utc`] can write rather than overflowing: a
 /// lease or retention that would end later ends there.
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn later(now: SystemTime, by: Duration) -> SystemTime {
     now.checked_add(by).map_or(UNIX_EPOCH + END_OF_TIME, |t| {
         t.min(UNIX_EPOCH + END_OF_TIME)

@@ -1,0 +1,376 @@
+//! Transactional mode of [`PgStore`]: the handler's transaction ([`PgTransaction`]), whose
+//! writes commit together with the `done` row.
+
+use std::fmt;
+use std::sync::Arc;
+
+use deadpool_postgres::Object;
+
+use super::PgStore;
+use crate::idempotency::{Claim, StoreError, TransactionalStore};
+
+// Transactional mode. `BEGIN` and the transaction's id in one round trip; the `done` update is
+// guarded by that id as well, so it can only ever commit inside the transaction `begin` opened
+// (not in autocommit, nor in another transaction, should the handler's SQL have ended it).
+// READ COMMITTED whatever the server's default: while the handler runs, the claim's lease is
+// renewed from another connection, and a REPEATABLE READ or SERIALIZABLE transaction refuses
+// to update a row updated since its snapshot (`40001`), so its `done` update would fail.
+const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT txid_current()::text";
+const COMMIT_DONE: &str = "UPDATE inbox_log SET status = 'done', response = $1 \
+     WHERE msg_id = $2 AND token = $3 AND status = 'in_progress' AND txid_current() = $4";
+const SAME_TRANSACTION: &str = "SELECT txid_current() = $1";
+
+/// The handler's transaction in transactional mode: one pooled connection of a [`PgStore`]
+/// inside `BEGIN`. The handler's own SQL runs on [`client`](Self::client), and
+/// [`commit_done`](TransactionalStore::commit_done) writes the response and `done` in the same
+/// transaction and commits, so the handler's writes and the stored response commit together or
+/// not at all.
+///
+/// - The claim's row is not locked while the handler runs (only by `commit_done`'s update, just
+///   before the `COMMIT`): a duplicate arriving meanwhile gets `InProgress` at once, and one
+///   arriving after the lease ran out takes the key over. `commit_done` then finds another token,
+///   rolls everything back (the handler's writes included) and returns [`StoreError::Fenced`].
+/// - The handler's SQL must not end the transaction (no `COMMIT`, `ROLLBACK` or `BEGIN` of its
+///   own; savepoints are fine). If it does, `commit_done` notices (the `done` update is also
+///   guarded by the transaction's id), writes nothing and fails with
+///   [`StoreError::Unavailable`]; whatever the handler committed itself stays committed.
+/// - After a failed statement PostgreSQL refuses everything until the transaction ends: roll
+///   back (or use a savepoint); `commit_done` on such a transaction fails with
+///   [`StoreError::Unavailable`] and rolls back.
+/// - **Dropped without `commit_done` or `rollback`** (a crash of the handler, a dropped future,
+///   a panic): the connection is detached from the pool
+///   ([`Object::take`](deadpool_postgres::Object::take)) and closed, and the server rolls the
+///   transaction back when it sees the connection go; a connection with an open transaction
+///   never goes back to the pool. The same happens when `commit_done` or `rollback` fails half
+///   way. A dropped transaction does not release the claim; that is the claim's holder's
+///   business (the `#[idempotent]` flow releases it, otherwise its lease frees it).
+/// - It is READ COMMITTED, whatever the server's default: the claim's lease is renewed from
+///   another connection while the handler runs, and under REPEATABLE READ or SERIALIZABLE the
+///   `done` update would then fail to serialize. A handler that needs more for its own rows
+///   locks them (`SELECT .. FOR UPDATE`).
+/// - It holds one of the store's [connections](PgStore::with_pool_size) until it ends.
+///
+/// The client is tokio-postgres 0.7's: depend on the same version to name its types.
+///
+/// ```no_run
+/// use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, PgStore, TransactionalStore};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = PgStore::connect("postgres://app@localhost/payments").await?;
+/// let request = ClaimRequest {
+///     key: "deposit:7",
+///     biz_key: "7",
+///     fingerprint: None,
+///     lease: Duration::from_secs(30),
+///     retention: Duration::from_secs(86_400),
+/// };
+/// let ClaimOutcome::Claimed(claim) = store.claim(&request).await? else { panic!() };
+/// let tx = store.begin().await?;
+/// tx.client()
+///     .execute("UPDATE balances SET amount = amount + $1 WHERE account = $2", &[&10_i64, &"a"])
+///     .await?;
+/// store.commit_done(tx, &claim, "{\"receipt\":7}").await?;
+/// // The deposit and its response committed together; a duplicate gets the response.
+/// assert_eq!(store.claim(&request).await?, ClaimOutcome::Done("{\"receipt\":7}".into()));
+/// # Ok(())
+/// # }
+/// ```
+pub struct PgTransaction {
+    /// `Some` until the transaction is consumed; taken out only to go back to the pool after a
+    /// successful `COMMIT` or `ROLLBACK`. Whatever is still here on drop is detached.
+    conn: Option<Object>,
+    /// What `txid_current()` said right after `BEGIN`.
+    txid: i64,
+    server: Arc<str>,
+}
+
+impl fmt::Debug for PgTransaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgTransaction")
+            .field("server", &self.server)
+            .field("txid", &self.txid)
+            .finish()
+    }
+}
+
+impl PgTransaction {
+    /// The connection the transaction runs on, for the handler's own SQL. Everything run on it
+    /// commits with the response in [`commit_done`](TransactionalStore::commit_done), or not at
+    /// all. Do not end the transaction on it (see [`PgTransaction`]).
+    ///
+    /// ```no_run
+    /// use retry_core::idempotency::{PgStore, TransactionalStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = PgStore::connect("postgres://app@localhost/shop").await?;
+    /// let tx = store.begin().await?;
+    /// let row = tx
+    ///     .client()
+    ///     .query_one("INSERT INTO orders (item) VALUES ($1) RETURNING id", &[&"book"])
+    ///     .await?;
+    /// let id: i64 = row.get(0);
+    /// // Later statements see the earlier ones: it is one transaction.
+    /// let row = tx.client().query_one("SELECT item FROM orders WHERE id = $1", &[&id]).await?;
+    /// assert_eq!(row.get::<_, String>(0), "book");
+    /// store.rollback(tx).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn client(&self) -> &tokio_postgres::Client {
+        self.pooled()
+    }
+
+    /// Prepares `sql` on the transaction's connection, reusing the statement if this
+    /// connection prepared the same text before (the pool's statement cache).
+    ///
+    /// # Errors
+    /// The server's error, when `sql` does not prepare.
+    ///
+    /// ```no_run
+    /// use retry_core::idempotency::{PgStore, TransactionalStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = PgStore::connect("postgres://app@localhost/shop").await?;
+    /// let tx = store.begin().await?;
+    /// let add = tx.prepare_cached("UPDATE balances SET amount = amount + $1 WHERE account = $2").await?;
+    /// tx.client().execute(&add, &[&5_i64, &"a"]).await?;
+    /// store.rollback(tx).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn prepare_cached(
+        &self,
+        sql: &str,
+    ) -> Result<tokio_postgres::Statement, tokio_postgres::Error> {
+        self.pooled().prepare_cached(sql).await
+    }
+
+    fn pooled(&self) -> &deadpool_postgres::ClientWrapper {
+        // Only `commit_done` and `rollback` take the connection out, and they consume `self`.
+        self.conn
+            .as_ref()
+            .expect("a PgTransaction keeps its connection until it is consumed")
+    }
+
+    /// Ends the transaction's use of the connection: back to the pool (the transaction is
+    /// over on the server).
+    fn give_back(mut self) {
+        drop(self.conn.take());
+    }
+}
+
+impl Drop for PgTransaction {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            // Never pooled again: closing it (the client's connection task is aborted when the
+            // wrapper drops) makes the server roll the transaction back.
+            drop(Object::take(conn));
+            tracing::debug!(server = %self.server, "a transaction ended without commit or rollback; its connection was closed");
+        }
+    }
+}
+
+impl TransactionalStore for PgStore {
+    type Transaction = PgTransaction;
+
+    /// Takes a connection from the pool and runs `BEGIN ISOLATION LEVEL READ COMMITTED` on it
+    /// (and reads the transaction's id, in the same round trip). See [`PgTransaction`] for what handlers may do with it.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when no connection frees up within the pool's wait timeout,
+    /// or the server fails.
+    ///
+    /// ```no_run
+    /// use retry_core::idempotency::{PgStore, TransactionalStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = PgStore::connect("postgres://app@localhost/shop").await?;
+    /// let tx = store.begin().await?;
+    /// tx.client().execute("INSERT INTO audit (what) VALUES ($1)", &[&"begin"]).await?;
+    /// drop(tx); // rolled back: the connection is closed, never pooled
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn begin(&self) -> Result<PgTransaction, StoreError> {
+        let conn = self.db.get().await.map_err(StoreError::Unavailable)?;
+        // Wrapped before `BEGIN` is sent, so that from here on a drop detaches the connection.
+        let mut tx = PgTransaction {
+            conn: Some(conn),
+            txid: 0,
+            server: Arc::clone(&self.db.server),
+        };
+        let messages = tx
+            .client()
+            .simple_query(BEGIN)
+            .await
+            .map_err(|e| self.error(e))?;
+        let txid = messages.iter().find_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0)?.parse::<i64>().ok(),
+            _ => None,
+        });
+        let Some(txid) = txid else {
+            return Err(StoreError::Unavailable(
+                format!(
+                    "PostgreSQL at {}: BEGIN did not report a transaction id",
+                    self.db.server
+                )
+                .into(),
+            ));
+        };
+        tx.txid = txid;
+        Ok(tx)
+    }
+
+    /// In `transaction`: `UPDATE inbox_log SET status = 'done', response = $1` for the claim's
+    /// key, only if its token and `in_progress` still hold (and the transaction is still the one
+    /// `begin` opened). One row: `COMMIT`, so the handler's writes and the response commit
+    /// together. No row (the claim was taken over, or already finished): `ROLLBACK` and
+    /// [`StoreError::Fenced`].
+    ///
+    /// If this future is dropped before it finishes, the connection is closed and the server
+    /// rolls back, unless the `COMMIT` had already reached it. An error from the `COMMIT`
+    /// itself (the connection lost at that moment) leaves the outcome unknown: the next claim
+    /// of the key tells (`Done`, or `InProgress` until the lease runs out).
+    ///
+    /// # Errors
+    /// [`StoreError::Fenced`] as above; [`StoreError::Unavailable`] if the transaction belongs to
+    /// another store's pool, was ended by the handler's SQL, is aborted by a failed statement,
+    /// or the server fails; the transaction is then rolled back.
+    ///
+    /// ```no_run
+    /// use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, PgStore, StoreError, TransactionalStore};
+    /// use retry_core::time::ManualClock;
+    /// use std::sync::Arc;
+    /// use std::time::{Duration, UNIX_EPOCH};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let clock = Arc::new(ManualClock::new(UNIX_EPOCH + Duration::from_secs(1_750_000_000)));
+    /// let store = PgStore::connect("postgres://app@localhost/shop").await?.with_clock(clock.clone());
+    /// let request = ClaimRequest {
+    ///     key: "m-1",
+    ///     biz_key: "m-1",
+    ///     fingerprint: None,
+    ///     lease: Duration::from_secs(10),
+    ///     retention: Duration::from_secs(86_400),
+    /// };
+    /// let ClaimOutcome::Claimed(slow) = store.claim(&request).await? else { panic!() };
+    /// let tx = store.begin().await?;
+    /// tx.client().execute("INSERT INTO effects VALUES ('slow')", &[]).await?;
+    /// // The slow holder's lease runs out and a duplicate takes the key over.
+    /// clock.advance(Duration::from_secs(11));
+    /// let ClaimOutcome::Claimed(fast) = store.claim(&request).await? else { panic!() };
+    ///
+    /// // The slow holder's write and response are refused together.
+    /// assert!(matches!(store.commit_done(tx, &slow, "\"slow\"").await, Err(StoreError::Fenced)));
+    /// let tx = store.begin().await?;
+    /// tx.client().execute("INSERT INTO effects VALUES ('fast')", &[]).await?;
+    /// store.commit_done(tx, &fast, "\"fast\"").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn commit_done(
+        &self,
+        transaction: PgTransaction,
+        claim: &Claim,
+        response: &str,
+    ) -> Result<(), StoreError> {
+        let tx = transaction;
+        let same_pool = tx
+            .conn
+            .as_ref()
+            .and_then(Object::pool)
+            .is_some_and(|pool| std::ptr::eq(pool.manager(), self.db.pool.manager()));
+        if !same_pool {
+            // Dropped: detached and rolled back.
+            return Err(StoreError::Unavailable(
+                format!(
+                    "the transaction given to commit_done was begun by another store (PostgreSQL at {}), not this one (PostgreSQL at {})",
+                    tx.server, self.db.server
+                )
+                .into(),
+            ));
+        }
+        let token = i64::try_from(claim.token).unwrap_or(i64::MAX);
+        let client = tx.pooled();
+        let statement = client
+            .prepare_cached(COMMIT_DONE)
+            .await
+            .map_err(|e| self.error(e))?;
+        let updated = client
+            .execute(&statement, &[&response, &claim.key, &token, &tx.txid])
+            .await
+            .map_err(|e| self.error(e))?;
+        if updated == 1 {
+            client
+                .batch_execute("COMMIT")
+                .await
+                .map_err(|e| self.error(e))?;
+            tx.give_back();
+            return Ok(());
+        }
+        // Nothing was written: taken over, or the transaction is not the one `begin` opened.
+        let statement = client
+            .prepare_cached(SAME_TRANSACTION)
+            .await
+            .map_err(|e| self.error(e))?;
+        let same: bool = client
+            .query_one(&statement, &[&tx.txid])
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(|e| self.error(e))?;
+        match client.batch_execute("ROLLBACK").await {
+            Ok(()) => tx.give_back(),
+            // Nothing of this transaction can commit any more: dropped, its connection closes
+            // and the server rolls back. The answer below stands.
+            Err(e) => {
+                tracing::debug!(server = %self.db.server, error = %e, "ROLLBACK after a refused commit_done failed; closing the connection");
+                drop(tx);
+            }
+        }
+        if same {
+            Err(StoreError::Fenced)
+        } else {
+            Err(StoreError::Unavailable(
+                format!(
+                    "PostgreSQL at {}: the handler's SQL ended the transaction begun for it (a COMMIT or ROLLBACK of its own), so the response was not stored with its writes",
+                    self.db.server
+                )
+                .into(),
+            ))
+        }
+    }
+
+    /// Rolls the handler's transaction back and returns its connection to the pool.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the server fails; the connection is then closed (and
+    /// the server rolls back anyway).
+    ///
+    /// ```no_run
+    /// use retry_core::idempotency::{PgStore, TransactionalStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = PgStore::connect("postgres://app@localhost/shop").await?;
+    /// let tx = store.begin().await?;
+    /// tx.client().execute("DELETE FROM orders", &[]).await?;
+    /// store.rollback(tx).await?; // the orders are all still there
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn rollback(&self, transaction: PgTransaction) -> Result<(), StoreError> {
+        let tx = transaction;
+        tx.client()
+            .batch_execute("ROLLBACK")
+            .await
+            .map_err(|e| self.error(e))?;
+        tx.give_back();
+        Ok(())
+    }
+}
