@@ -5,11 +5,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use axum::response::{IntoResponse, Response};
-use axum::{Extension, Router};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::{Extension, Router};
 use retry_core::http::{IDEMPOTENCY_KEY, IdempotencyKey};
 use retry_core::idempotency::MemoryStore;
 use retry_core::reqwest::{HttpError, RequestBuilderExt, client_builder};
@@ -151,7 +151,12 @@ async fn charge(State(seen): State<Seen>) -> Response {
     let mut seen = seen.0.lock().unwrap();
     seen.push(None);
     match seen.len() {
-        1 => (StatusCode::SERVICE_UNAVAILABLE, Extension(NotApplied), "busy").into_response(),
+        1 => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Extension(NotApplied),
+            "busy",
+        )
+            .into_response(),
         n => (StatusCode::OK, format!("charged on run {n}")).into_response(),
     }
 }

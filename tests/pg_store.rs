@@ -1,6 +1,7 @@
 #![cfg(feature = "postgres")]
-//! `PgStore` on a real PostgreSQL server (`DATABASE_URL`, as `scripts/test` sets it): the store
-//! contract (checked step by step against `MemoryStore`), concurrent claims through a small pool
+//! `PgStore` on a real PostgreSQL server (`DATABASE_URL`, as `scripts/test` sets it), beyond the
+//! store contract that `tests/conformance.rs` checks on every store: every answer step by step
+//! against `MemoryStore`, the database's clock, concurrent claims through a small pool
 //! and from two processes, a claim left by a killed process, purging by age, the migration,
 //! transactional mode, and a server that cannot be reached.
 //!
@@ -167,133 +168,6 @@ async fn release_keeps_the_row_and_the_token_grows() {
     schema.drop_all().await;
 }
 
-#[tokio::test]
-async fn mark_failed_answers_failed() {
-    let schema = Schema::new("failed").await;
-    let store = schema.store().await;
-    let claim = claimed(store.claim(&request("m-3")).await);
-    store.mark_failed(&claim, "declined").await.unwrap();
-    assert_eq!(
-        store.claim(&request("m-3")).await.unwrap(),
-        ClaimOutcome::Failed("declined".into())
-    );
-    // Marked failed again: a retry whose first answer was lost, `Ok`; the first failure stays.
-    store.mark_failed(&claim, "declined again").await.unwrap();
-    assert_eq!(
-        store.claim(&request("m-3")).await.unwrap(),
-        ClaimOutcome::Failed("declined".into())
-    );
-    assert!(matches!(
-        store.complete(&claim, "\"late\"").await,
-        Err(StoreError::Fenced)
-    ));
-    assert!(matches!(
-        store.release(&claim).await,
-        Err(StoreError::Fenced)
-    ));
-    drop(store);
-    schema.drop_all().await;
-}
-
-#[tokio::test]
-async fn another_fingerprint_is_key_reused_and_leaves_the_row_alone() {
-    let schema = Schema::new("fingerprint").await;
-    let clock = manual_clock();
-    let store = schema.store().await.with_clock(clock.clone());
-    let with = |fingerprint| ClaimRequest {
-        fingerprint,
-        ..request("m-4")
-    };
-    let claim = claimed(store.claim(&with(Some("f-a"))).await);
-    assert_eq!(
-        store.claim(&with(Some("f-b"))).await.unwrap(),
-        ClaimOutcome::KeyReused
-    );
-    // Even after the lease: a mismatch never takes the row over.
-    clock.advance(Duration::from_secs(60));
-    assert_eq!(
-        store.claim(&with(Some("f-b"))).await.unwrap(),
-        ClaimOutcome::KeyReused
-    );
-    clock.set(UNIX_EPOCH + Duration::from_secs(1_750_000_000));
-    // The row is untouched: same token, still in progress, and its holder finishes it.
-    assert_eq!(
-        store.claim(&with(Some("f-a"))).await.unwrap(),
-        ClaimOutcome::InProgress
-    );
-    store.complete(&claim, "\"ok\"").await.unwrap();
-    assert_eq!(
-        store.claim(&with(Some("f-b"))).await.unwrap(),
-        ClaimOutcome::KeyReused
-    );
-    assert_eq!(
-        store.claim(&with(Some("f-a"))).await.unwrap(),
-        ClaimOutcome::Done("\"ok\"".into())
-    );
-    // A request without a fingerprint is not compared.
-    assert_eq!(
-        store.claim(&with(None)).await.unwrap(),
-        ClaimOutcome::Done("\"ok\"".into())
-    );
-    drop(store);
-    schema.drop_all().await;
-}
-
-#[tokio::test]
-async fn a_takeover_after_the_lease_fences_the_old_holder() {
-    let schema = Schema::new("fencing").await;
-    let clock = manual_clock();
-    let store = schema.store().await.with_clock(clock.clone());
-    let lease = |key| ClaimRequest {
-        lease: Duration::from_secs(10),
-        ..request(key)
-    };
-    let first = claimed(store.claim(&lease("m-5")).await);
-
-    clock.advance(Duration::from_millis(9_999));
-    assert_eq!(
-        store.claim(&lease("m-5")).await.unwrap(),
-        ClaimOutcome::InProgress,
-        "the lease still holds"
-    );
-    clock.advance(Duration::from_millis(1));
-    let second = claimed(store.claim(&lease("m-5")).await);
-    assert_eq!(second.token, 2);
-
-    assert!(matches!(
-        store.complete(&first, "\"first\"").await,
-        Err(StoreError::Fenced)
-    ));
-    assert!(matches!(
-        store.release(&first).await,
-        Err(StoreError::Fenced)
-    ));
-    assert!(matches!(
-        store.mark_failed(&first, "declined").await,
-        Err(StoreError::Fenced)
-    ));
-    assert_eq!(
-        store.claim(&lease("m-5")).await.unwrap(),
-        ClaimOutcome::InProgress
-    );
-    store.complete(&second, "\"second\"").await.unwrap();
-    assert_eq!(
-        store.claim(&lease("m-5")).await.unwrap(),
-        ClaimOutcome::Done("\"second\"".into())
-    );
-    // A token beyond what the table holds is simply not the row's.
-    let huge = Claim {
-        key: "m-5".into(),
-        token: u64::MAX,
-    };
-    assert!(matches!(
-        store.complete(&huge, "\"x\"").await,
-        Err(StoreError::Fenced)
-    ));
-    drop(store);
-    schema.drop_all().await;
-}
-
 /// A small deterministic generator (xorshift64*): the same script on every run.
 struct Script(u64);
 
@@ -447,59 +321,6 @@ async fn sixty_four_concurrent_claims_through_four_connections_have_one_winner()
         "{after:?}"
     );
     assert!(store.pool().status().size <= 4, "{store:?}");
-    drop(store);
-    schema.drop_all().await;
-}
-
-/// 64 claims at once of a key whose lease ran out, and of a released key: each is taken by
-/// exactly one of them, with the next token (the row lock decides; nobody fails).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sixty_four_concurrent_takeovers_have_one_winner() {
-    let schema = Schema::new("takeovers").await;
-    let clock = manual_clock();
-    let store = Arc::new(
-        schema
-            .store()
-            .await
-            .with_pool_size(4)
-            .with_clock(clock.clone()),
-    );
-    let lease = |key| ClaimRequest {
-        lease: Duration::from_secs(10),
-        ..request(key)
-    };
-    claimed(store.claim(&lease("expired")).await);
-    let released = claimed(store.claim(&lease("released")).await);
-    store.release(&released).await.unwrap();
-    clock.advance(Duration::from_secs(11));
-    for key in ["expired", "released"] {
-        let tasks: Vec<_> = (0..64)
-            .map(|_| {
-                let store = Arc::clone(&store);
-                tokio::spawn(async move { store.claim(&lease(key)).await.unwrap() })
-            })
-            .collect();
-        let mut outcomes = Vec::new();
-        for task in tasks {
-            outcomes.push(task.await.unwrap());
-        }
-        let winners: Vec<_> = outcomes
-            .iter()
-            .filter_map(|o| match o {
-                ClaimOutcome::Claimed(claim) => Some(claim.token),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(winners, [2], "{key}: {outcomes:?}");
-        assert_eq!(
-            outcomes
-                .iter()
-                .filter(|o| **o == ClaimOutcome::InProgress)
-                .count(),
-            63,
-            "{key}"
-        );
-    }
     drop(store);
     schema.drop_all().await;
 }
@@ -779,29 +600,6 @@ async fn a_claim_left_by_a_killed_process_is_taken_over_after_its_lease() {
         }
     );
     store.complete(&taken, "\"recovered\"").await.unwrap();
-    drop(store);
-    schema.drop_all().await;
-}
-
-#[tokio::test]
-async fn abandon_releases_in_the_background() {
-    let schema = Schema::new("abandon").await;
-    let store = schema.store().await;
-    let claim = claimed(store.claim(&request("gone")).await);
-    assert!(store.abandon(claim));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match store.claim(&request("gone")).await.unwrap() {
-            ClaimOutcome::Claimed(again) => {
-                assert_eq!(again.token, 2, "released, then claimed again");
-                break;
-            }
-            ClaimOutcome::InProgress if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(5)).await
-            }
-            other => panic!("the abandoned claim was not released: {other:?}"),
-        }
-    }
     drop(store);
     schema.drop_all().await;
 }
@@ -1595,36 +1393,6 @@ async fn renew_extends_the_lease_on_the_servers_clock_and_is_fenced() {
         store.renew(&claim, hour).await,
         Err(StoreError::Fenced)
     ));
-    drop(store);
-    schema.drop_all().await;
-}
-
-#[tokio::test]
-async fn a_renewed_lease_is_not_taken_over_and_a_taken_over_one_cannot_be_renewed() {
-    let schema = Schema::new("renew_clock").await;
-    let clock = manual_clock();
-    let store = schema.store().await.with_clock(clock.clone());
-    let ten = ClaimRequest {
-        lease: Duration::from_secs(10),
-        ..request("k")
-    };
-    let claim = claimed(store.claim(&ten).await);
-    for _ in 0..5 {
-        clock.advance(Duration::from_secs(8));
-        store.renew(&claim, Duration::from_secs(10)).await.unwrap();
-        assert_eq!(store.claim(&ten).await.unwrap(), ClaimOutcome::InProgress);
-    }
-    // The holder died: no more renewals, and the lease runs out 10 s after the last one.
-    clock.advance(Duration::from_millis(9_999));
-    assert_eq!(store.claim(&ten).await.unwrap(), ClaimOutcome::InProgress);
-    clock.advance(Duration::from_millis(1));
-    let taken = claimed(store.claim(&ten).await);
-    assert_eq!(taken.token, 2);
-    assert!(matches!(
-        store.renew(&claim, Duration::from_secs(10)).await,
-        Err(StoreError::Fenced)
-    ));
-    store.renew(&taken, Duration::from_secs(10)).await.unwrap();
     drop(store);
     schema.drop_all().await;
 }

@@ -16,7 +16,7 @@ tokio::task_local! {
 
 /// The claim of the `#[idempotent]` call whose body is running in this task, if any: its key
 /// and fencing token. A body uses it to derive stable keys for its own downstream calls
-/// ([`Claim::derive`]), so idempotency carries on into the services it calls. Work spawned onto
+/// (`Claim::derive`, feature `http`), so idempotency carries on into the services it calls. Work spawned onto
 /// another task does not see it (pass the claim along).
 ///
 /// ```
