@@ -1,0 +1,522 @@
+//! The conformance suite every [`IdempotencyStore`] passes: the store contract, as checks any
+//! store can run (feature `test-suite`).
+//!
+//! [`run`] gives each check a fresh, empty store from the factory it is handed and panics with
+//! the names and messages of the checks that failed; [`check_all`] returns the [`Report`]
+//! instead. Every check is also a public function of its own, named for the behaviour it
+//! checks, so a store author can run the one that fails while fixing it; [`CHECKS`] lists them
+//! in the order the suite runs them.
+//!
+//! ```
+//! use retry_core::idempotency::{MemoryStore, conformance};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! conformance::run(async || MemoryStore::new()).await;
+//! # }
+//! ```
+//!
+//! A store with state to clean up afterwards (a database schema, a temporary file) can keep it
+//! in the factory's captures, since the factory is an `AsyncFnMut`:
+//!
+//! ```no_run
+//! # #[cfg(feature = "sqlite")]
+//! # async fn sqlite() {
+//! use retry_core::idempotency::{SqliteStore, conformance};
+//!
+//! let dir = std::env::temp_dir().join("my-store-conformance");
+//! std::fs::create_dir_all(&dir).unwrap();
+//! let mut made = 0;
+//! conformance::run(async || {
+//!     made += 1;
+//!     SqliteStore::open(dir.join(format!("{made}.sqlite3"))).unwrap()
+//! })
+//! .await;
+//! std::fs::remove_dir_all(&dir).unwrap();
+//! # }
+//! ```
+//!
+//! # Time
+//!
+//! The checks run on real time with short leases (a few hundred milliseconds) instead of an
+//! injected clock, so a store that decides on its own clock (a database's `now()`) is checked as
+//! it runs in production; the whole suite takes a few seconds. Waits are measured on
+//! [`std::time::Instant`], so only the *rate* of the store's clock matters, not its offset from
+//! this process's. Run the suite on Tokio's real clock (not `start_paused`), with
+//! `panic = "unwind"` (the default for tests): a failing check is caught so that the others
+//! still run. Where a lease is checked to still hold, a check that was itself slower than the
+//! lease fails saying so, rather than judging the store on an answer it cannot judge.
+//!
+//! # What passing means
+//!
+//! The checks hold the store to the contract documented on [`IdempotencyStore`]: one winner per
+//! key, however many claim it at once; a done key replays its response and a failed one its
+//! failure, never a second run; a released key is claimed again with a larger fencing token; a
+//! holder whose lease was taken over can neither complete, release, fail nor renew; a retried
+//! `complete`, `release` or `mark_failed` under the same token answers `Ok`; another fingerprint
+//! is [`ClaimOutcome::KeyReused`]; purging goes by age and retention only and never deletes a
+//! row whose lease is live. They do not check durability across restarts, behaviour under
+//! outages, or transactional mode ([`TransactionalStore`](super::TransactionalStore)): those
+//! depend on how the store keeps its rows, and belong to its own tests.
+
+use std::any::Any;
+use std::fmt;
+use std::future::{Future, poll_fn};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::{Pin, pin};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use super::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, StoreError};
+
+/// A lease the checks wait out: short, so the suite stays fast.
+const SHORT: Duration = Duration::from_millis(200);
+/// How far past the end of a lease a check waits before it expects the lease to have run out:
+/// room for the store's own timestamps (microseconds, or the database's transaction start).
+const MARGIN: Duration = Duration::from_millis(100);
+/// A lease that no check waits out.
+const LONG: Duration = Duration::from_secs(60);
+/// The retention of rows that no purge is meant to reach.
+const DAY: Duration = Duration::from_secs(86_400);
+/// How many calls claim one key at once in the concurrency checks.
+const CONCURRENT: usize = 64;
+/// How long one check may take before the suite stops waiting for it (a hung store).
+const CHECK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The checks, by name, in the order [`run`] and [`check_all`] run them. Each is a public
+/// function of this module.
+///
+/// ```
+/// use retry_core::idempotency::conformance::CHECKS;
+///
+/// assert_eq!(CHECKS[0], "first_claim_gets_token_one");
+/// assert!(CHECKS.contains(&"purge_never_deletes_a_live_lease"));
+/// ```
+pub const CHECKS: &[&str] = &[
+    "first_claim_gets_token_one",
+    "concurrent_claims_have_one_winner",
+    "done_key_replays_its_response",
+    "kept_failure_answers_failed_with_its_text",
+    "released_key_is_claimed_again_with_a_larger_token",
+    "retried_complete_answers_ok",
+    "retried_mark_failed_answers_ok",
+    "retried_release_answers_ok",
+    "settled_claim_keeps_its_outcome",
+    "fenced_holder_can_do_nothing",
+    "claims_the_store_never_gave_are_fenced",
+    "takeover_only_after_the_lease_ran_out",
+    "concurrent_takeovers_have_one_winner",
+    "renew_keeps_a_claim_past_its_original_lease",
+    "another_fingerprint_is_key_reused",
+    "released_key_accepts_a_new_fingerprint",
+    "keys_are_independent",
+    "purge_deletes_by_age_only",
+    "purge_never_deletes_a_live_lease",
+    "takeover_refreshes_retention",
+    "abandon_that_starts_a_release_frees_the_key",
+    "limits_are_sane",
+];
+
+/// Runs every check in [`CHECKS`], each on a fresh, empty store from `new_store`, and panics if
+/// any failed, naming each failed check with what the store did wrong.
+///
+/// ```
+/// use retry_core::idempotency::{MemoryStore, conformance};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// conformance::run(async || MemoryStore::new()).await;
+/// # }
+/// ```
+pub async fn run<S, F>(new_store: F)
+where
+    S: IdempotencyStore,
+    F: AsyncFnMut() -> S,
+{
+    let report = check_all(new_store).await;
+    if !report.passed() {
+        panic!("{report}");
+    }
+}
+
+/// Runs every check in [`CHECKS`], each on a fresh, empty store from `new_store`, and reports
+/// each one's outcome instead of panicking.
+///
+/// ```
+/// use retry_core::idempotency::{MemoryStore, conformance};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let report = conformance::check_all(async || MemoryStore::new()).await;
+/// assert!(report.passed(), "{report}");
+/// assert_eq!(report.results().len(), conformance::CHECKS.len());
+/// # }
+/// ```
+pub async fn check_all<S, F>(mut new_store: F) -> Report
+where
+    S: IdempotencyStore,
+    F: AsyncFnMut() -> S,
+{
+    let mut results = Vec::with_capacity(CHECKS.len());
+    // One arm per check: the checks are generic functions, so they are named here rather than
+    // kept in a table of function pointers.
+    macro_rules! checks {
+        ($($check:ident),* $(,)?) => {$(
+            let store = new_store().await;
+            let started = Instant::now();
+            let failure = caught(stringify!($check), $check(&store)).await.err();
+            results.push(CheckResult {
+                name: stringify!($check),
+                failure,
+                took: started.elapsed(),
+            });
+            drop(store);
+        )*};
+    }
+    checks!(
+        first_claim_gets_token_one,
+        concurrent_claims_have_one_winner,
+        done_key_replays_its_response,
+        kept_failure_answers_failed_with_its_text,
+        released_key_is_claimed_again_with_a_larger_token,
+        retried_complete_answers_ok,
+        retried_mark_failed_answers_ok,
+        retried_release_answers_ok,
+        settled_claim_keeps_its_outcome,
+        fenced_holder_can_do_nothing,
+        claims_the_store_never_gave_are_fenced,
+        takeover_only_after_the_lease_ran_out,
+        concurrent_takeovers_have_one_winner,
+        renew_keeps_a_claim_past_its_original_lease,
+        another_fingerprint_is_key_reused,
+        released_key_accepts_a_new_fingerprint,
+        keys_are_independent,
+        purge_deletes_by_age_only,
+        purge_never_deletes_a_live_lease,
+        takeover_refreshes_retention,
+        abandon_that_starts_a_release_frees_the_key,
+        limits_are_sane,
+    );
+    debug_assert_eq!(
+        results.iter().map(|r| r.name).collect::<Vec<_>>(),
+        CHECKS,
+        "CHECKS lists the checks as check_all runs them"
+    );
+    Report { results }
+}
+
+/// What [`check_all`] found: one [`CheckResult`] per check, in the order of [`CHECKS`].
+/// Displays as one line per check, failures with their messages.
+///
+/// ```
+/// use retry_core::idempotency::{MemoryStore, conformance};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let report = conformance::check_all(async || MemoryStore::new()).await;
+/// assert_eq!(report.failures().count(), 0);
+/// assert!(report.to_string().contains("ok   first_claim_gets_token_one"));
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Report {
+    results: Vec<CheckResult>,
+}
+
+impl Report {
+    /// Whether every check passed.
+    pub fn passed(&self) -> bool {
+        self.results.iter().all(CheckResult::passed)
+    }
+
+    /// Every check's result, in the order of [`CHECKS`].
+    pub fn results(&self) -> &[CheckResult] {
+        &self.results
+    }
+
+    /// The checks that failed.
+    pub fn failures(&self) -> impl Iterator<Item = &CheckResult> {
+        self.results.iter().filter(|r| !r.passed())
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let failed = self.failures().count();
+        writeln!(
+            f,
+            "idempotency store conformance: {} of {} checks passed",
+            self.results.len() - failed,
+            self.results.len()
+        )?;
+        for result in &self.results {
+            match &result.failure {
+                None => writeln!(f, "  ok   {} ({:?})", result.name, result.took)?,
+                // A message of several lines (an `assert_eq!`'s) stays under its check.
+                Some(message) => writeln!(
+                    f,
+                    "  FAIL {}: {}",
+                    result.name,
+                    message.replace('\n', "\n       ")
+                )?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One check's outcome.
+#[derive(Debug, Clone)]
+pub struct CheckResult {
+    name: &'static str,
+    failure: Option<String>,
+    took: Duration,
+}
+
+impl CheckResult {
+    /// The check's name: its function in this module.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Whether it passed.
+    pub fn passed(&self) -> bool {
+        self.failure.is_none()
+    }
+
+    /// What the store did wrong, if it failed (the check's panic message).
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// How long it ran.
+    pub fn took(&self) -> Duration {
+        self.took
+    }
+}
+
+// ---- the checks, by concern ----
+
+mod claims;
+mod leases;
+mod purge;
+mod settling;
+
+pub use claims::{
+    another_fingerprint_is_key_reused, concurrent_claims_have_one_winner,
+    done_key_replays_its_response, first_claim_gets_token_one,
+    kept_failure_answers_failed_with_its_text, keys_are_independent, limits_are_sane,
+    released_key_accepts_a_new_fingerprint, released_key_is_claimed_again_with_a_larger_token,
+};
+pub use leases::{
+    abandon_that_starts_a_release_frees_the_key, concurrent_takeovers_have_one_winner,
+    renew_keeps_a_claim_past_its_original_lease, takeover_only_after_the_lease_ran_out,
+};
+pub use purge::{
+    purge_deletes_by_age_only, purge_never_deletes_a_live_lease, takeover_refreshes_retention,
+};
+pub use settling::{
+    claims_the_store_never_gave_are_fenced, fenced_holder_can_do_nothing,
+    retried_complete_answers_ok, retried_mark_failed_answers_ok, retried_release_answers_ok,
+    settled_claim_keeps_its_outcome,
+};
+
+// ---- helpers ----
+
+/// A claim request for `key` with `lease` and a day's retention.
+fn request(key: &str, lease: Duration) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        biz_key: key,
+        fingerprint: None,
+        lease,
+        retention: DAY,
+    }
+}
+
+/// Claims, expecting to get the key; `what` says what the key is at that point.
+async fn claimed<S: IdempotencyStore + ?Sized>(
+    store: &S,
+    request: &ClaimRequest<'_>,
+    what: &str,
+) -> Claim {
+    match store.claim(request).await {
+        Ok(ClaimOutcome::Claimed(claim)) => {
+            assert_eq!(
+                claim.key, request.key,
+                "claim of {what}: the claim must carry the request's key"
+            );
+            claim
+        }
+        other => panic!(
+            "claim of {what} ({:?}): expected Claimed, the store answered {other:?}",
+            request.key
+        ),
+    }
+}
+
+/// Claims, expecting `expected`.
+async fn expect<S: IdempotencyStore + ?Sized>(
+    store: &S,
+    request: &ClaimRequest<'_>,
+    expected: ClaimOutcome,
+    what: &str,
+) {
+    match store.claim(request).await {
+        Ok(outcome) if outcome == expected => {}
+        other => panic!(
+            "claim of {what} ({:?}): expected {expected:?}, the store answered {other:?}",
+            request.key
+        ),
+    }
+}
+
+/// [`expect`], for an answer that only holds while a lease runs: one that came after
+/// `lease_end` cannot be judged, and fails saying so instead of judging the store on it.
+async fn expect_within<S: IdempotencyStore + ?Sized>(
+    store: &S,
+    request: &ClaimRequest<'_>,
+    expected: ClaimOutcome,
+    what: &str,
+    lease_end: Instant,
+) {
+    let outcome = store.claim(request).await;
+    if Instant::now() >= lease_end && outcome.as_ref().ok() != Some(&expected) {
+        panic!(
+            "claim of {what} ({:?}) answered {outcome:?} only after the lease it checks had run \
+             out: the store (or the machine) was too slow to judge; expected {expected:?} within \
+             the lease",
+            request.key
+        );
+    }
+    match outcome {
+        Ok(outcome) if outcome == expected => {}
+        other => panic!(
+            "claim of {what} ({:?}), answered within the lease: expected {expected:?}, the store \
+             answered {other:?}",
+            request.key
+        ),
+    }
+}
+
+/// Unwraps an operation the contract says succeeds.
+#[track_caller]
+fn ok<T>(result: Result<T, StoreError>, what: &str) -> T {
+    match result {
+        Ok(value) => value,
+        Err(e) => panic!("{what}: expected Ok, the store failed with {e:?} ({e})"),
+    }
+}
+
+/// Expects [`StoreError::Fenced`].
+#[track_caller]
+fn fenced(result: Result<(), StoreError>, what: &str) {
+    match result {
+        Err(StoreError::Fenced) => {}
+        Ok(()) => panic!("{what}: expected StoreError::Fenced, the store answered Ok"),
+        Err(e) => panic!("{what}: expected StoreError::Fenced, the store failed with {e:?} ({e})"),
+    }
+}
+
+/// Sleeps until `deadline` on the real clock, even where Tokio's clock is paused (then each
+/// sleep ends at once and the loop goes round until real time has caught up).
+async fn sleep_until(deadline: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        tokio::time::sleep(deadline - now).await;
+    }
+}
+
+/// [`CONCURRENT`] claims of one key, polled together.
+async fn claim_at_once<S: IdempotencyStore + ?Sized>(
+    store: &S,
+    request: &ClaimRequest<'_>,
+) -> Vec<Result<ClaimOutcome, StoreError>> {
+    join_all((0..CONCURRENT).map(|_| store.claim(request)).collect()).await
+}
+
+fn winners(outcomes: &[Result<ClaimOutcome, StoreError>]) -> Vec<Claim> {
+    outcomes
+        .iter()
+        .filter_map(|outcome| match outcome {
+            Ok(ClaimOutcome::Claimed(claim)) => Some(claim.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn assert_only_in_progress_besides_the_winner(
+    outcomes: &[Result<ClaimOutcome, StoreError>],
+    what: &str,
+) {
+    let others: Vec<_> = outcomes
+        .iter()
+        .filter(|o| {
+            !matches!(
+                o,
+                Ok(ClaimOutcome::Claimed(_)) | Ok(ClaimOutcome::InProgress)
+            )
+        })
+        .collect();
+    assert!(
+        others.is_empty(),
+        "{what}: every claim but the winner must get InProgress, {} got {others:?}",
+        others.len()
+    );
+}
+
+/// Polls every future until all are ready (in one task, so no `'static` or spawning needed).
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
+/// Runs one check, turning its panic (a failed assertion) into its message, and a check that
+/// does not finish within [`CHECK_TIMEOUT`] (a hung store) into a failure.
+async fn caught(name: &str, check: impl Future<Output = ()>) -> Result<(), String> {
+    let mut check = pin!(check);
+    let guarded = poll_fn(
+        |cx| match catch_unwind(AssertUnwindSafe(|| check.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(())) => Poll::Ready(Ok(())),
+            Err(payload) => Poll::Ready(Err(panic_message(&*payload))),
+        },
+    );
+    match tokio::time::timeout(CHECK_TIMEOUT, guarded).await {
+        Ok(result) => result,
+        Err(_) => Err(format!(
+            "{name} did not finish within {CHECK_TIMEOUT:?}: an operation of the store hangs"
+        )),
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(message) = payload.downcast_ref::<&str>() {
+        (*message).to_owned()
+    } else if let Some(message) = payload.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "the check panicked with a non-text payload".to_owned()
+    }
+}
