@@ -4,11 +4,7 @@
 use std::time::Instant;
 
 use super::{LONG, MARGIN, SHORT, claimed, expect, fenced, ok, request, sleep_until};
-use crate::idempotency::{Claim, ClaimOutcome, IdempotencyStore};
-
-// Only the docs name it (`StoreError::Fenced`).
-#[cfg(doc)]
-use crate::idempotency::StoreError;
+use crate::idempotency::{Claim, ClaimOutcome, IdempotencyStore, StoreError};
 
 /// A `complete` retried after its first try landed (its answer lost on the way back) answers
 /// `Ok` under the same token, and the key keeps the first response it stored, even if the retry
@@ -23,12 +19,10 @@ use crate::idempotency::StoreError;
 /// ```
 pub async fn retried_complete_answers_ok<S: IdempotencyStore + ?Sized>(store: &S) {
     let key = "conformance/retried-complete";
-    let done = claimed(store, &request(key, LONG), "a new key").await;
-    ok(store.complete(&done, "\"once\"").await, "complete");
-    ok(
-        store.complete(&done, "\"once\"").await,
-        "complete retried under the same token after it landed",
-    );
+    let done = settle_twice(store, key, "complete", async |done| {
+        store.complete(done, "\"once\"").await
+    })
+    .await;
     ok(
         store.complete(&done, "\"twice\"").await,
         "complete retried under the same token with another response",
@@ -54,12 +48,10 @@ pub async fn retried_complete_answers_ok<S: IdempotencyStore + ?Sized>(store: &S
 /// ```
 pub async fn retried_mark_failed_answers_ok<S: IdempotencyStore + ?Sized>(store: &S) {
     let key = "conformance/retried-failed";
-    let failed = claimed(store, &request(key, LONG), "a new key").await;
-    ok(store.mark_failed(&failed, "declined").await, "mark_failed");
-    ok(
-        store.mark_failed(&failed, "declined").await,
-        "mark_failed retried under the same token after it landed",
-    );
+    settle_twice(store, key, "mark_failed", async |failed| {
+        store.mark_failed(failed, "declined").await
+    })
+    .await;
     expect(
         store,
         &request(key, LONG),
@@ -82,12 +74,10 @@ pub async fn retried_mark_failed_answers_ok<S: IdempotencyStore + ?Sized>(store:
 /// ```
 pub async fn retried_release_answers_ok<S: IdempotencyStore + ?Sized>(store: &S) {
     let key = "conformance/retried-release";
-    let released = claimed(store, &request(key, LONG), "a new key").await;
-    ok(store.release(&released).await, "release");
-    ok(
-        store.release(&released).await,
-        "release retried under the same token after it landed",
-    );
+    let released = settle_twice(store, key, "release", async |released| {
+        store.release(released).await
+    })
+    .await;
     let again = claimed(
         store,
         &request(key, LONG),
@@ -291,4 +281,22 @@ pub async fn claims_the_store_never_gave_are_fenced<S: IdempotencyStore + ?Sized
         store.complete(&held, "\"mine\"").await,
         "complete by the real holder after strangers tried its key",
     );
+}
+
+/// Claims the new key `key` and settles the claim with `settle` (`what` names the operation),
+/// then again under the same token, as a retry whose first try landed: both must answer `Ok`.
+/// Returns the claim.
+async fn settle_twice<S: IdempotencyStore + ?Sized>(
+    store: &S,
+    key: &str,
+    what: &str,
+    settle: impl AsyncFn(&Claim) -> Result<(), StoreError>,
+) -> Claim {
+    let claim = claimed(store, &request(key, LONG), "a new key").await;
+    ok(settle(&claim).await, what);
+    ok(
+        settle(&claim).await,
+        &format!("{what} retried under the same token after it landed"),
+    );
+    claim
 }
