@@ -77,6 +77,33 @@ fn decorrelated_jitter_grows_from_the_previous_wait_within_the_cap() {
     }
 }
 
+/// Once `prev` is at the cap, `U[base, min(cap, 3·prev)]` is uniform over `[base, cap]`: no
+/// point mass at the cap (clamping `U[base, 3·prev]` to the cap put ~2/3 of the draws there).
+#[test]
+fn decorrelated_jitter_at_the_cap_has_no_point_mass_there() {
+    const N: usize = 100_000;
+    let (base, cap) = (Duration::from_millis(100), Duration::from_secs(10));
+    // Many failures in: `prev` has long been at or near the cap.
+    let mut backoff = Backoff::new(&policy(Jitter::Decorrelated).seed(7));
+    for _ in 0..1_000 {
+        backoff.next_delay();
+    }
+    let waits: Vec<Duration> = (0..N).map(|_| backoff.next_delay()).collect();
+    let at_cap = waits.iter().filter(|w| **w == cap).count();
+    assert!(
+        at_cap * 1_000 < N,
+        "{at_cap} of {N} draws exactly at the cap: a point mass"
+    );
+    // The top tenth of [base, cap] holds no more than its share (plus slack).
+    let top = cap - (cap - base) / 10;
+    let in_top = waits.iter().filter(|w| **w >= top).count();
+    assert!(
+        in_top * 100 < N * 25,
+        "{in_top} of {N} draws in the top tenth below the cap"
+    );
+    assert!(waits.iter().all(|w| *w >= base && *w <= cap));
+}
+
 #[test]
 fn no_jitter_doubles_exactly() {
     let waits: Vec<_> = Backoff::new(&policy(Jitter::None)).take(9).collect();

@@ -108,10 +108,12 @@ impl Backoff {
                 Jitter::None | Jitter::Full => d,
                 Jitter::Equal => self.uniform(d / 2, d),
                 Jitter::Decorrelated => {
-                    let hi = self.prev.saturating_mul(3).max(self.base);
-                    // The cap applies after jitter: decorrelated jitter grows from the previous
-                    // wait and would otherwise pass it (the others never exceed `d <= cap`).
-                    let wait = self.uniform(self.base, hi).min(self.cap);
+                    // Sampled below the cap, `U[base, min(cap, 3·prev)]`, never clamped after:
+                    // `min(cap, U[base, 3·prev])` puts about two thirds of the draws exactly at
+                    // the cap once `prev` nears it, which synchronises the clients again.
+                    let lo = self.base.min(self.cap);
+                    let hi = self.prev.saturating_mul(3).clamp(lo, self.cap);
+                    let wait = self.uniform(lo, hi);
                     self.prev = wait;
                     wait
                 }

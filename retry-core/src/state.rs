@@ -411,8 +411,11 @@ impl<'p> State<'p> {
             Decision::RetryAfter(asked) => asked,
             Decision::Retry => Duration::ZERO,
         };
-        // `Retry-After` is a floor: jitter may lengthen the wait but never shorten it.
-        let wait = failing.backoff.next_delay().max(floor);
+        // `Retry-After` is a floor, and the clients are still spread above it: the server's
+        // wait plus our jittered backoff. `max(floor, backoff)` would make the wait the same
+        // fixed point for every client the server answered alike (an HTTP-date sends them all
+        // to one instant), exactly the herd the jitter is there to break up.
+        let wait = floor.saturating_add(failing.backoff.next_delay());
         if let (Some(deadline), Some(started)) = (policy.get_deadline(), failing.started) {
             let spent = started.elapsed();
             if spent.saturating_add(wait) > deadline {
