@@ -231,3 +231,65 @@ fn compact(tokens: &TokenStream) -> String {
 fn escape_braces(text: &str) -> String {
     text.replace('{', "{{").replace('}', "}}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::AwaitProbes;
+    use quote::{ToTokens, quote};
+    use syn::visit_mut::VisitMut;
+
+    /// The number of probed sites in `block`, and the block after the rewrite.
+    fn probe(block: proc_macro2::TokenStream) -> (usize, String) {
+        let private = quote!(::retry_core::__private);
+        let mut block: syn::Block = syn::parse2(block).expect("a block");
+        let mut probes = AwaitProbes::new(&private, "outer".to_owned());
+        probes.visit_block_mut(&mut block);
+        (probes.items.len(), block.into_token_stream().to_string())
+    }
+
+    #[test]
+    fn probes_what_runs_in_this_task() {
+        let (sites, _) = probe(quote!({
+            a().await;
+            async { b().await }.await;
+            tokio::join!(c().await, async { d().await });
+        }));
+        assert_eq!(sites, 5);
+    }
+
+    #[test]
+    fn leaves_work_handed_to_another_task_or_isolated() {
+        let (sites, _) = probe(quote!({
+            tokio::spawn(async move { a().await });
+            tokio::task::spawn_blocking(move || block_on(async { b().await }));
+            set.spawn_on(async { c().await }, &handle);
+            std::thread::spawn(|| ());
+            retry_core::scope::isolated(d()).await;
+            scope::isolated(async { e().await }).await;
+        }));
+        assert_eq!(
+            sites, 2,
+            "only the awaits of the two `isolated(..)` themselves"
+        );
+    }
+
+    #[test]
+    fn the_receiver_of_a_spawning_method_is_still_this_tasks() {
+        let (sites, _) = probe(quote!({
+            connect().await.spawn(async { a().await });
+        }));
+        assert_eq!(sites, 1);
+    }
+
+    #[test]
+    fn macros_that_may_show_their_tokens_keep_them() {
+        let (sites, rewritten) = probe(quote!({
+            assert!(a().await);
+            assert_eq!(b().await, 1, "{}", c().await);
+            dbg!(d().await);
+            my_macro!(e().await);
+        }));
+        assert_eq!(sites, 0);
+        assert!(!rewritten.contains("__retry_await"), "{rewritten}");
+    }
+}
