@@ -11,7 +11,7 @@ use pin_project_lite::pin_project;
 use crate::classify::{ByClassify, Classifier, Decision};
 use crate::metrics::Site;
 use crate::policy::Policy;
-use crate::retrying::Retrying;
+use crate::retrying::{Retrying, SingleAttempt};
 use crate::state::{Next, NoHook, RetryHook, State};
 
 /// What tracing and metrics call a closure retry that was not given a [`RetryCall::name`].
@@ -149,6 +149,43 @@ impl<'p, Op, C, H> RetryCall<'p, Op, C, H> {
     pub fn name(mut self, name: &'static str) -> Self {
         self.name = name;
         self
+    }
+}
+
+impl<'p, Op, Fut, T, E, C, H> RetryCall<'p, Op, C, H>
+where
+    Op: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    C: Classifier<E>,
+    H: RetryHook<E>,
+{
+    /// Makes exactly one attempt, without retries: the explicit way to await a closure retry
+    /// inside another retry's body, as [`Retrying::single_attempt`] is for a retrying function.
+    ///
+    /// ```
+    /// use retry_core::{Policy, retryable};
+    /// use std::io;
+    ///
+    /// #[retryable(max = 3, base = "1ms")]
+    /// async fn outer(calls: &std::cell::Cell<u32>) -> io::Result<()> {
+    ///     Policy::new()
+    ///         .retry(|| {
+    ///             calls.set(calls.get() + 1);
+    ///             async { Err(io::ErrorKind::ConnectionReset.into()) }
+    ///         })
+    ///         .single_attempt()
+    ///         .await
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let calls = std::cell::Cell::new(0);
+    /// assert!(outer(&calls).await.is_err());
+    /// assert_eq!(calls.get(), 3, "one attempt per attempt of `outer`");
+    /// # }
+    /// ```
+    pub fn single_attempt(self) -> SingleAttempt<RetryFuture<'p, Op, Fut, C, H>> {
+        self.into_future().single_attempt()
     }
 }
 

@@ -151,23 +151,35 @@ where
 }
 
 /// The operand of an `.await` inside a `#[retryable]` body, on its way to the compile-time
-/// nesting check: `Probe(operand).check()` picks the inherent method below for a [`Retrying`]
+/// nesting check: `Probe(operand).check()` picks an inherent method below for a retrying
 /// operand (inherent methods win over trait methods) and [`ProbePlain::check`] for anything
-/// else. The macro then passes the result through a per-site function whose bound only
-/// [`Plain`] meets, so awaiting a retrying call fails to compile with the site's own message.
+/// else. The macro then passes the result through a per-site function whose two bounds only
+/// [`Plain`] meets (one fails for [`Nested`], the other for [`NestedClosure`], each with its own
+/// message), so awaiting a retrying call fails to compile with the site's own message.
 pub struct Probe<T>(pub T);
 
-/// An awaited operand that is not a [`Retrying`] future.
+/// An awaited operand that does not retry.
 pub struct Plain<T>(T);
 
-/// An awaited operand that is a [`Retrying`] future: a retry nested in another.
+/// An awaited operand that is a retrying function's future: a retry nested in another.
 pub struct Nested<T>(T);
+
+/// An awaited operand that is a [`Policy::retry`] call: a retry nested in another.
+pub struct NestedClosure<T>(T);
 
 impl<F> Probe<Retrying<F>> {
     /// Marks a retrying operand.
     #[inline]
     pub fn check(self) -> Nested<Retrying<F>> {
         Nested(self.0)
+    }
+}
+
+impl<'p, Op, C, H> Probe<crate::RetryCall<'p, Op, C, H>> {
+    /// Marks a closure retry, awaited through its `IntoFuture`.
+    #[inline]
+    pub fn check(self) -> NestedClosure<crate::RetryCall<'p, Op, C, H>> {
+        NestedClosure(self.0)
     }
 }
 
@@ -204,6 +216,14 @@ impl<T> Operand for Plain<T> {
 }
 
 impl<T> Operand for Nested<T> {
+    type Inner = T;
+    #[inline]
+    fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> Operand for NestedClosure<T> {
     type Inner = T;
     #[inline]
     fn into_inner(self) -> T {

@@ -6,7 +6,8 @@
 //! The scope is a thread-local frame set while a [`Retrying`](crate::Retrying) future is being
 //! polled. Everything polled inside that poll belongs to the same task, so the frame is in effect
 //! task-local without any runtime support; a task started with `tokio::spawn` is polled elsewhere
-//! and does not inherit it. Carry it across explicitly with [`in_current_scope`].
+//! and does not inherit it. Carry it across explicitly with [`in_current_scope`]; mark a future
+//! polled in this task as independent all the same with [`isolated`].
 
 use std::cell::Cell;
 use std::future::Future;
@@ -280,6 +281,87 @@ fn quietly_single<F: Future>(future: F, outer: &'static Site) -> InScope<F> {
     }
 }
 
+/// Runs `future` as an independent layer: no retry scope is active while it is polled, so a
+/// retry inside it makes all its attempts even when `future` is awaited inside another retry.
+/// The retries inside do not multiply with the outer ones by accident: the caller says they are
+/// a separate job, as a spawned task is.
+///
+/// For work that lives longer than one attempt of the retry around it: a supervisor whose loop
+/// retries each job on its own, a background refresh started from a retrying handler. Inside a
+/// `#[retryable]` body, the compile-time nesting check does not look into the argument of
+/// `isolated(..)` (nor into `tokio::spawn(..)` and the other `spawn*` calls), so
+/// `scope::isolated(audit(id)).await` compiles where `audit(id).await` is the error "retry in
+/// only one layer".
+///
+/// ```
+/// use retry_core::{retryable, scope};
+/// use std::sync::atomic::{AtomicU32, Ordering};
+///
+/// static AUDITS: AtomicU32 = AtomicU32::new(0);
+///
+/// #[retryable(max = 3, base = "1ms")]
+/// async fn audit() -> std::io::Result<()> {
+///     AUDITS.fetch_add(1, Ordering::SeqCst);
+///     Err(std::io::ErrorKind::ConnectionReset.into())
+/// }
+///
+/// #[retryable(max = 2, base = "1ms")]
+/// async fn handle() -> std::io::Result<bool> {
+///     let _ = scope::isolated(audit()).await;
+///     Ok(scope::isolated(async { scope::is_active() }).await)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// assert!(!handle().await.unwrap(), "no scope inside `isolated`");
+/// assert_eq!(AUDITS.load(Ordering::SeqCst), 3, "the audit made all its attempts");
+/// # }
+/// ```
+pub fn isolated<F: Future>(future: F) -> Isolated<F> {
+    Isolated { future }
+}
+
+pin_project! {
+    /// A future polled outside any retry scope; see [`isolated`].
+    #[must_use = "futures do nothing unless you `.await` or poll them"]
+    #[derive(Debug)]
+    pub struct Isolated<F> {
+        #[pin]
+        future: F,
+    }
+}
+
+impl<F: Future> Future for Isolated<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let _left = leave();
+        self.project().future.poll(cx)
+    }
+}
+
+/// Makes no frame current until the guard drops, then restores the one before (also on panic).
+#[inline]
+fn leave() -> Left {
+    Left {
+        previous: CURRENT.with(|c| c.replace(ptr::null())),
+    }
+}
+
+/// See [`leave`]. Never forgotten: its drop is what keeps the thread-local valid.
+struct Left {
+    previous: *const Frame,
+}
+
+impl Drop for Left {
+    #[inline]
+    fn drop(&mut self) {
+        // `previous` was current when this guard was made, so its own guard is still alive
+        // further up the stack (see `with_current`): restoring it keeps the invariant.
+        CURRENT.with(|c| c.set(self.previous));
+    }
+}
+
 /// `future` with no scope of its own, in the same type as the scoped ones.
 #[cfg_attr(not(feature = "tower"), allow(dead_code))]
 pub(crate) fn unscoped<F: Future>(future: F) -> InScope<F> {
@@ -365,6 +447,21 @@ mod tests {
         assert!(caught.is_err());
         assert_eq!(current_trace_id_here(), Some(7));
         assert!(with_current(|f| f.is_some_and(|f| !f.quiet)));
+    }
+
+    #[test]
+    fn leaving_the_scope_hides_it_until_the_guard_drops() {
+        let outer = Frame::outermost(&OUTER, 3);
+        let _outer = enter(&outer);
+        {
+            let _left = leave();
+            assert!(!is_active());
+            let inner = Frame::outermost(&OUTER, 4);
+            let _inner = enter(&inner);
+            assert_eq!(current_trace_id_here(), Some(4));
+        }
+        assert_eq!(current_trace_id_here(), Some(3));
+        assert_eq!(outer.trace_id(), 3, "an isolated call's id is its own");
     }
 
     #[test]
