@@ -365,7 +365,8 @@ fn rewrite(args: &IdempotentArgs, function: ItemFn, retry: Option<&RetryArgs>) -
     let (body, kind) = match retry {
         None => {
             let private_out = respan(private.clone(), output_span);
-            let once = quote_spanned!(output_span=> #private_out::attempt::<#output, _>(async { #(#stmts)* }));
+            let inferred = retryable::inferred(&output);
+            let once = quote_spanned!(output_span=> #private_out::attempt::<#inferred, _>(async { #(#stmts)* }));
             (once, quote!(Once))
         }
         Some(retry) => {
@@ -387,8 +388,9 @@ fn rewrite(args: &IdempotentArgs, function: ItemFn, retry: Option<&RetryArgs>) -
     };
     let flow = flow_expr(args, &name, &output, body, retry.is_some());
     sig.asyncness = None;
+    let future = retryable::opaque_future(&output);
     sig.output = syn::parse_quote_spanned! {output_span=>
-        #arrow #krate::Idempotent<impl ::core::future::Future<Output = #output>, #krate::idempotency::#kind>
+        #arrow #krate::Idempotent<#future, #krate::idempotency::#kind>
     };
     quote! {
         #(#attrs)*

@@ -162,6 +162,31 @@ struct Argument {
     outer: Ident,
     passing: Passing,
     ty: Type,
+    /// The parameter's `#[cfg]`/`#[cfg_attr]`, repeated on every statement that names it.
+    cfgs: Vec<syn::Attribute>,
+    /// Its lint attributes (`#[allow(..)]`...), on the binding the body sees.
+    lints: Vec<syn::Attribute>,
+}
+
+/// The attributes of a parameter that must follow it into the generated statements: its
+/// `#[cfg]`s (a parameter compiled out has no slot either) and its lint levels.
+fn parameter_attributes(attrs: &[syn::Attribute]) -> (Vec<syn::Attribute>, Vec<syn::Attribute>) {
+    let named = |attr: &syn::Attribute, names: &[&str]| {
+        attr.path()
+            .get_ident()
+            .is_some_and(|ident| names.iter().any(|name| ident == name))
+    };
+    let cfgs = attrs
+        .iter()
+        .filter(|a| named(a, &["cfg", "cfg_attr"]))
+        .cloned()
+        .collect();
+    let lints = attrs
+        .iter()
+        .filter(|a| named(a, &["allow", "expect", "warn", "deny", "forbid"]))
+        .cloned()
+        .collect();
+    (cfgs, lints)
 }
 
 /// The statements of one attempt; `items` go first (the nesting probes are items).
@@ -208,8 +233,9 @@ fn rewrite(
         Some(idempotent) => {
             // `#[idempotent]` below `#[retryable]`: every attempt claims the key anew.
             let private_out = respan(private.clone(), output_span);
+            let inferred = inferred(&output);
             let once = quote_spanned! {output_span=>
-                #private_out::attempt::<#output, _>(async { #items #(#stmts)* })
+                #private_out::attempt::<#inferred, _>(async { #items #(#stmts)* })
             };
             let flow = crate::idempotent::flow_expr(idempotent, &name, &output, once, false);
             AttemptBody {
@@ -228,8 +254,9 @@ fn rewrite(
         &quote!(::core::panic::Location::caller()),
     );
     sig.asyncness = None;
+    let future = opaque_future(&output);
     sig.output = syn::parse_quote_spanned! {output_span=>
-        #arrow #krate::Retrying<impl ::core::future::Future<Output = #output>>
+        #arrow #krate::Retrying<#future>
     };
     quote! {
         #(#attrs)*
@@ -240,6 +267,34 @@ fn rewrite(
             #retry
         }
     }
+}
+
+/// `impl Future<Output = output>` for the rewritten signature. The `impl` token carries a span of
+/// this crate (edition 2024), so the opaque type captures every lifetime in scope, as an
+/// `async fn`'s future does, in crates of every edition: with the user's span, an edition 2018
+/// or 2021 crate would capture none of the elided ones (E0700 on every `&self` method).
+pub(crate) fn opaque_future(output: &Type) -> TokenStream {
+    let impl_token = syn::Token![impl](Span::mixed_site().located_at(output.span()));
+    quote_spanned! {output.span()=> #impl_token ::core::future::Future<Output = #output>}
+}
+
+/// `output` as it may be written in expression position (turbofish): every `impl Trait` in it,
+/// which only the signature may name, becomes `_` and is inferred from the body.
+pub(crate) fn inferred(output: &Type) -> Type {
+    struct Infer;
+    impl VisitMut for Infer {
+        fn visit_type_mut(&mut self, ty: &mut Type) {
+            if let Type::ImplTrait(opaque) = ty {
+                let span = opaque.impl_token.span;
+                *ty = syn::parse_quote_spanned!(span=> _);
+            } else {
+                syn::visit_mut::visit_type_mut(self, ty);
+            }
+        }
+    }
+    let mut output = output.clone();
+    Infer.visit_type_mut(&mut output);
+    output
 }
 
 /// `crate = path`, or `::retry_core`.
@@ -282,11 +337,14 @@ pub(crate) fn retry_loop(
             Type::Reference(_) => Passing::Copy,
             _ => Passing::CloneUntilLast,
         };
+        let (cfgs, lints) = parameter_attributes(&typed.attrs);
         arguments.push(Argument {
             pat,
             outer,
             passing,
             ty: (*typed.ty).clone(),
+            cfgs,
+            lints,
         });
     }
 
@@ -315,21 +373,23 @@ pub(crate) fn retry_loop(
             outer,
             passing,
             ty,
+            cfgs,
+            lints,
         } = argument;
         let (slot, this_attempt) = (slot(i, ty.span()), this_attempt(i, ty.span()));
         match passing {
             Passing::Reborrow => {
-                per_attempt.push(quote!(let #this_attempt = &mut *#outer;));
+                per_attempt.push(quote!(#(#cfgs)* let #this_attempt = &mut *#outer;));
             }
             Passing::Copy => {
-                per_attempt.push(quote!(let #this_attempt = #outer;));
+                per_attempt.push(quote!(#(#cfgs)* let #this_attempt = #outer;));
             }
             Passing::CloneUntilLast => {
-                slots.push(quote!(let mut #slot = ::core::option::Option::Some(#outer);));
+                slots.push(quote!(#(#cfgs)* let mut #slot = ::core::option::Option::Some(#outer);));
                 // Spanned on the type, so a missing `Clone` points at the argument.
                 let private = private_at(ty.span());
                 per_attempt.push(quote_spanned! {ty.span()=>
-                    let #this_attempt = #private::take_or_clone(&mut #slot, #last);
+                    #(#cfgs)* let #this_attempt = #private::take_or_clone(&mut #slot, #last);
                 });
             }
         }
@@ -343,7 +403,7 @@ pub(crate) fn retry_loop(
             || args.policy.is_some()
             || args.budget.is_some();
         let allow = used_elsewhere.then(|| quote!(#[allow(unused_variables)]));
-        bindings.push(quote!(#allow let #pat = #this_attempt;));
+        bindings.push(quote!(#(#cfgs)* #(#lints)* #allow let #pat = #this_attempt;));
     }
 
     let state = Ident::new("__retry_state", Span::mixed_site());
@@ -436,8 +496,9 @@ pub(crate) fn retry_loop(
     });
     let by_move = (!mut_receiver && !body.args_used_elsewhere && body.idempotency_key.is_none())
         .then(|| quote!(move));
+    let inferred = inferred(output);
     let attempt_block = quote_spanned! {output_span=>
-        #private_out::attempt::<#output, _>(async #by_move {
+        #private_out::attempt::<#inferred, _>(async #by_move {
             #items
             #(#bindings)*
             #stmts
@@ -525,7 +586,7 @@ pub(crate) fn retry_loop(
                 let #wait = match #state.after_attempt(#site, #private_out::into_result(#outcome), #classifier_ref, &mut #hook) {
                     #private::Next::Return(#returned) => {
                         #park
-                        return #private_out::from_result::<#output>(#returned);
+                        return #private_out::from_result::<#inferred>(#returned);
                     }
                     #private::Next::Retry(#wait) => #wait,
                 };
