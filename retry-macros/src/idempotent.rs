@@ -270,7 +270,7 @@ fn parse_args(tokens: TokenStream, span: Span, errors: &mut Errors) -> Idempoten
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    let args = parse_args(attr, Span::call_site(), &mut errors);
+    let args = parse_args(attr.clone(), Span::call_site(), &mut errors);
     let mut function = match syn::parse2::<Item>(item.clone()) {
         Ok(Item::Fn(function)) => function,
         Ok(other) => {
@@ -285,6 +285,12 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
             return retryable::with_errors(errors, item);
         }
     };
+    if let Some(instrument) = crate::instrument::take(&mut function.attrs) {
+        // `#[instrument]` below: it expands first, then this attribute again, so its span goes
+        // around the retries as `#[retryable]` places it (crate::instrument).
+        let krate = retryable::crate_path(args.krate.as_ref());
+        return quote!(#instrument #[#krate::idempotent(#attr)] #function);
+    }
     retryable::check_async_result(&function.sig, "idempotent", &mut errors);
     if let Some(second) = retryable::take_attr(&mut function, "idempotent") {
         errors.at(
@@ -371,7 +377,11 @@ fn rewrite(args: &IdempotentArgs, function: ItemFn, retry: Option<&RetryArgs>) -
         }
         Some(retry) => {
             let mut probes = crate::nesting::AwaitProbes::new(&private, name.clone());
-            let mut block = block.clone();
+            let (stmts, around) = retryable::attempt_statements((*block).clone());
+            let mut block = syn::Block {
+                brace_token: block.brace_token,
+                stmts,
+            };
             syn::visit_mut::VisitMut::visit_block_mut(&mut probes, &mut block);
             let stmts = &block.stmts;
             let body = AttemptBody {
@@ -379,6 +389,7 @@ fn rewrite(args: &IdempotentArgs, function: ItemFn, retry: Option<&RetryArgs>) -
                 stmts: quote!(#(#stmts)*),
                 args_used_elsewhere: true,
                 idempotency_key: None,
+                around,
             };
             (
                 retryable::retry_loop(retry, &mut sig, &output, body, &quote!(#caller)),

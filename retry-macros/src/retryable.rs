@@ -25,9 +25,9 @@ pub(crate) fn parse_args(attr: TokenStream, errors: &mut Errors) -> RetryArgs {
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    let args = parse_args(attr, &mut errors);
+    let args = parse_args(attr.clone(), &mut errors);
 
-    let function = match syn::parse2::<Item>(item.clone()) {
+    let mut function = match syn::parse2::<Item>(item.clone()) {
         Ok(Item::Fn(function)) => function,
         Ok(other) => {
             let message = match other {
@@ -44,6 +44,13 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
             return with_errors(errors, item);
         }
     };
+    if let Some(instrument) = crate::instrument::take(&mut function.attrs) {
+        // `#[instrument]` below: it expands first, then this attribute again (crate::instrument).
+        let krate = crate_path(args.krate.as_ref());
+        return quote!(#instrument #[#krate::retryable(#attr)] #function);
+    }
+    // A method of an `#[async_trait]` impl, made an `async fn` again; boxed in `rewrite`.
+    let boxed = crate::boxed::unbox(&mut function);
     check_signature(&function, &mut errors);
     let mut function = strip_second_retryable(function);
     // `#[idempotent]` below: a claim per attempt.
@@ -58,10 +65,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         // "cannot find function" errors.
         return with_errors(errors, function.into_token_stream());
     }
-    match idempotent {
-        None => rewrite(&args, function, None),
-        Some(idempotent) => rewrite(&args, function, Some(&idempotent)),
-    }
+    rewrite(&args, function, idempotent.as_ref(), boxed)
 }
 
 /// Removes the first attribute named `name` (by its last path segment) and returns it.
@@ -198,19 +202,36 @@ pub(crate) struct AttemptBody {
     pub(crate) args_used_elsewhere: bool,
     /// `#[idempotent]` below: its encoded key, for the dead letter.
     pub(crate) idempotency_key: Option<TokenStream>,
+    /// `#[tracing::instrument]`: its span, around all the attempts.
+    pub(crate) around: Option<crate::instrument::Around>,
+}
+
+/// The statements of one attempt, and the span of `#[tracing::instrument]` when the function was
+/// instrumented: the span then goes around the loop, and each attempt awaits the body's future.
+pub(crate) fn attempt_statements(
+    block: syn::Block,
+) -> (Vec<syn::Stmt>, Option<crate::instrument::Around>) {
+    match crate::instrument::split(&block) {
+        Some((around, future)) => (
+            vec![syn::Stmt::Expr(syn::parse_quote!(#future.await), None)],
+            Some(around),
+        ),
+        None => (block.stmts, None),
+    }
 }
 
 fn rewrite(
     args: &RetryArgs,
     function: ItemFn,
     idempotent: Option<&crate::idempotent::IdempotentArgs>,
+    boxed: Option<crate::boxed::Boxed>,
 ) -> TokenStream {
     let ItemFn {
         attrs,
         vis,
         modifiers: _,
         mut sig,
-        mut block,
+        block,
     } = function;
     let krate = crate_path(args.krate.as_ref());
     let private = quote!(#krate::__private);
@@ -219,6 +240,11 @@ fn rewrite(
         unreachable!("checked in check_signature")
     };
     let output_span = output.span();
+    let (stmts, around) = attempt_statements(*block);
+    let mut block = syn::Block {
+        brace_token: syn::token::Brace::default(),
+        stmts,
+    };
     let mut probes = AwaitProbes::new(&private, name.clone());
     probes.visit_block_mut(&mut block);
     let items = probes.into_items();
@@ -229,6 +255,7 @@ fn rewrite(
             stmts: quote!(#(#stmts)*),
             args_used_elsewhere: false,
             idempotency_key: None,
+            around,
         },
         Some(idempotent) => {
             // `#[idempotent]` below `#[retryable]`: every attempt claims the key anew.
@@ -243,9 +270,27 @@ fn rewrite(
                 stmts: quote!(#flow.await),
                 args_used_elsewhere: false,
                 idempotency_key: crate::idempotent::letter_key(idempotent, &name),
+                around,
             }
         }
     };
+    if let Some(boxed) = boxed {
+        // `#[async_trait]`: its signature, and the loop boxed as its future was.
+        let mut sig = boxed.sig;
+        let retry = retry_loop(
+            args,
+            &mut sig,
+            &output,
+            body,
+            &quote!(::core::panic::Location::caller()),
+        );
+        return quote! {
+            #(#attrs)*
+            #vis #sig {
+                ::std::boxed::Box::pin(#retry)
+            }
+        };
+    }
     let retry = retry_loop(
         args,
         &mut sig,
@@ -558,16 +603,17 @@ pub(crate) fn retry_loop(
     // With nothing to evaluate from the arguments before they move into their slots (`dlq`,
     // `policy`, `budget`), the slots are made before the future: the future then holds each
     // by-value argument once (its slot), not also the moved-from original.
-    let (slots_before, slots_inside) =
-        if args.dlq.is_none() && args.policy.is_none() && args.budget.is_none() {
-            (quote!(#(#slots)*), TokenStream::new())
-        } else {
-            (TokenStream::new(), quote!(#(#slots)*))
-        };
-    quote! {{
-        #site_items
-        #slots_before
-        #private::retrying(#site, #caller, async move {
+    // The span of `#[tracing::instrument]` reads the arguments too.
+    let (slots_before, slots_inside) = if args.dlq.is_none()
+        && args.policy.is_none()
+        && args.budget.is_none()
+        && body.around.is_none()
+    {
+        (quote!(#(#slots)*), TokenStream::new())
+    } else {
+        (TokenStream::new(), quote!(#(#slots)*))
+    };
+    let retries = quote! {
             #policy_ref
             #dlq_prelude
             #slots_inside
@@ -594,7 +640,15 @@ pub(crate) fn retry_loop(
                     #private::pause(#wait).await;
                 }
             }
-        })
+    };
+    let retries = match &body.around {
+        Some(around) => around.wrap(retries),
+        None => retries,
+    };
+    quote! {{
+        #site_items
+        #slots_before
+        #private::retrying(#site, #caller, async move { #retries })
     }}
 }
 
