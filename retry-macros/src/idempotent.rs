@@ -291,6 +291,11 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         let krate = retryable::crate_path(args.krate.as_ref());
         return quote!(#instrument #[#krate::idempotent(#attr)] #function);
     }
+    // A method of an `#[async_trait]` impl, made an `async fn` again; boxed in `rewrite`.
+    let boxed = crate::boxed::unbox(&mut function);
+    if let (Some(_), Some(tx)) = (&boxed, &args.transaction) {
+        errors.at(tx.span(), "`transaction` cannot take a parameter out of an `#[async_trait]` method, whose signature the trait fixes; write the method without `#[async_trait]` (Rust 1.75 has `async fn` in traits)");
+    }
     retryable::check_async_result(&function.sig, "idempotent", &mut errors);
     if let Some(second) = retryable::take_attr(&mut function, "idempotent") {
         errors.at(
@@ -321,7 +326,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         // the attribute would have read.
         return retryable::with_errors(errors, quote!(#[allow(unused_variables)] #item));
     }
-    rewrite(&args, function, retry.as_ref())
+    rewrite(&args, function, retry.as_ref(), boxed)
 }
 
 /// One claim holds while every retry inside it runs: its lease must outlast them all, or a
@@ -351,7 +356,12 @@ fn check_lease_outlasts(
     }
 }
 
-fn rewrite(args: &IdempotentArgs, function: ItemFn, retry: Option<&RetryArgs>) -> TokenStream {
+fn rewrite(
+    args: &IdempotentArgs,
+    function: ItemFn,
+    retry: Option<&RetryArgs>,
+    boxed: Option<crate::boxed::Boxed>,
+) -> TokenStream {
     let ItemFn {
         attrs,
         vis,
@@ -366,6 +376,8 @@ fn rewrite(args: &IdempotentArgs, function: ItemFn, retry: Option<&RetryArgs>) -
         unreachable!("checked in check_async_result")
     };
     let output_span = output.span();
+    // `#[async_trait]`: its signature is the one to emit (and to rename arguments in).
+    let boxed = boxed.map(|boxed| sig = boxed.sig).is_some();
     let stmts = &block.stmts;
     let caller = Ident::new("__retry_caller", Span::mixed_site());
     let (body, kind) = match retry {
@@ -398,6 +410,16 @@ fn rewrite(args: &IdempotentArgs, function: ItemFn, retry: Option<&RetryArgs>) -
         }
     };
     let flow = flow_expr(args, &name, &output, body, retry.is_some());
+    if boxed {
+        return quote! {
+            #(#attrs)*
+            #vis #sig {
+                let #caller = ::core::panic::Location::caller();
+                let _ = #caller;
+                ::std::boxed::Box::pin(#flow)
+            }
+        };
+    }
     sig.asyncness = None;
     let future = retryable::opaque_future(&output);
     sig.output = syn::parse_quote_spanned! {output_span=>

@@ -391,6 +391,42 @@ trait Fetch {
 }
 
 #[async_trait::async_trait]
+trait Deposit {
+    async fn once(&self, inbox: &MemoryStore, id: u64) -> Result<u64, FetchError>;
+    async fn claimed_retries(&self, inbox: &MemoryStore, id: u64) -> Result<u64, FetchError>;
+    async fn retried_claims(&self, inbox: &MemoryStore, id: u64) -> Result<u64, FetchError>;
+}
+
+#[async_trait::async_trait]
+impl Deposit for Client {
+    #[idempotent(key = id, store = inbox)]
+    async fn once(&self, inbox: &MemoryStore, id: u64) -> Result<u64, FetchError> {
+        self.call(1)?;
+        Ok(id)
+    }
+
+    #[idempotent(key = id, store = inbox)]
+    #[retryable(
+        max = 3,
+        base = "1ms",
+        jitter = "none",
+        deadline = "5s",
+        attempt_timeout = "1s"
+    )]
+    async fn claimed_retries(&self, inbox: &MemoryStore, id: u64) -> Result<u64, FetchError> {
+        self.call(3)?;
+        Ok(id)
+    }
+
+    #[retryable(max = 3, base = "1ms", jitter = "none")]
+    #[idempotent(key = id, store = inbox, on_err = "release")]
+    async fn retried_claims(&self, inbox: &MemoryStore, id: u64) -> Result<u64, FetchError> {
+        self.call(3)?;
+        Ok(id)
+    }
+}
+
+#[async_trait::async_trait]
 impl Fetch for Client {
     #[retryable(max = 3, base = "1ms", jitter = "none")]
     async fn fetch_one(&self, id: u64) -> Result<u64, FetchError> {
@@ -428,4 +464,17 @@ async fn async_trait_methods() {
     assert_eq!(client.calls(), 3);
     let mut counter = Counter::default();
     assert_eq!(counter.bump_one().await, Ok(3));
+
+    let inbox = MemoryStore::new();
+    let client = Client::default();
+    let dynamic: &dyn Deposit = &client;
+    assert_eq!(dynamic.once(&inbox, 1).await, Ok(1));
+    assert_eq!(dynamic.once(&inbox, 1).await, Ok(1));
+    assert_eq!(client.calls(), 1);
+    let client = Client::default();
+    assert_eq!(client.claimed_retries(&inbox, 2).await, Ok(2));
+    assert_eq!(client.calls(), 3);
+    let client = Client::default();
+    assert_eq!(client.retried_claims(&inbox, 3).await, Ok(3));
+    assert_eq!(client.calls(), 3);
 }
