@@ -253,6 +253,20 @@ async fn instrument_above_retry(client: &Client, id: u64) -> Result<u64, FetchEr
     Ok(id)
 }
 
+impl std::fmt::Display for FetchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self)
+    }
+}
+
+// `err` and `ret` events: one per failed attempt, and the value returned, inside the one span.
+#[retryable(max = 3, base = "1ms", jitter = "none")]
+#[tracing::instrument(skip(client), err, ret, level = "debug")]
+async fn instrument_err_ret(client: &Client, id: u64) -> Result<u64, FetchError> {
+    client.call(3)?;
+    Ok(id)
+}
+
 impl Client {
     #[retryable(max = 3, base = "1ms", jitter = "none")]
     #[tracing::instrument(skip(self))]
@@ -366,6 +380,28 @@ async fn instrument_above_retryable_spans_every_attempt() {
     let _guard = seen.install();
     assert_eq!(instrument_above_retry(&Client::default(), 4).await, Ok(4));
     seen.assert_one_span_around("instrument_above_retry", 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn instrument_err_and_ret_events_are_inside_the_span() {
+    let seen = Seen::default();
+    let _guard = seen.install();
+    assert_eq!(instrument_err_ret(&Client::default(), 4).await, Ok(4));
+    seen.assert_one_span_around("instrument_err_ret", 3);
+    // Two failed attempts (`err`) and the result (`ret`) besides the attempts' own events.
+    assert!(seen.events.lock().unwrap().len() >= 3 + 2 + 1);
+}
+
+fn assert_send<T: Send>(_: &T) {}
+
+#[test]
+fn instrumented_futures_are_send() {
+    let client = Client::default();
+    assert_send(&retry_above_instrument(&client, 1));
+    assert_send(&instrument_above_retry(&client, 1));
+    assert_send(&fetch(&client, 1));
+    let mut counter = Counter::default();
+    assert_send(&counter.instrumented_bump(1));
 }
 
 #[tokio::test(start_paused = true)]
