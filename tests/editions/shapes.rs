@@ -389,7 +389,8 @@ async fn instrument_err_and_ret_events_are_inside_the_span() {
     assert_eq!(instrument_err_ret(&Client::default(), 4).await, Ok(4));
     seen.assert_one_span_around("instrument_err_ret", 3);
     // Two failed attempts (`err`) and the result (`ret`) besides the attempts' own events.
-    assert!(seen.events.lock().unwrap().len() >= 3 + 2 + 1);
+    let events = seen.events.lock().unwrap().clone();
+    assert!(events.len() >= 6, "events: {:?}", events);
 }
 
 fn assert_send<T: Send>(_: &T) {}
