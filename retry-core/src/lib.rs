@@ -105,6 +105,12 @@ pub use state::{GiveUp, NoHook, RetryHook};
 /// futures work: by-value arguments are cloned for every attempt but the last (they must be
 /// `Clone`), `&mut` arguments are re-borrowed, and methods must take `&self` or `&mut self`.
 /// Each compile error it gives is shown, with its message, in `tests/ui/`.
+///
+/// It works in crates of every edition (2018, 2021, 2024: the returned future captures the
+/// arguments' lifetimes as an `async fn`'s does), and next to the attributes a function already
+/// has: `#[tracing::instrument]`, above or below it, gives one span around all the attempts (the
+/// waits between them included), and on a method of an `#[async_trait]` impl the boxed future is
+/// the retry loop. `tests/editions/shapes.rs` builds every such shape in each edition.
 pub use retry_macros::retryable;
 
 /// Makes an `async fn` answer duplicates with its first stored response instead of running

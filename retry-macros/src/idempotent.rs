@@ -270,7 +270,7 @@ fn parse_args(tokens: TokenStream, span: Span, errors: &mut Errors) -> Idempoten
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    let args = parse_args(attr, Span::call_site(), &mut errors);
+    let args = parse_args(attr.clone(), Span::call_site(), &mut errors);
     let mut function = match syn::parse2::<Item>(item.clone()) {
         Ok(Item::Fn(function)) => function,
         Ok(other) => {
@@ -285,6 +285,17 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
             return retryable::with_errors(errors, item);
         }
     };
+    if let Some(instrument) = crate::instrument::take(&mut function.attrs) {
+        // `#[instrument]` below: it expands first, then this attribute again, so its span goes
+        // around the retries as `#[retryable]` places it (crate::instrument).
+        let krate = retryable::crate_path(args.krate.as_ref());
+        return quote!(#instrument #[#krate::idempotent(#attr)] #function);
+    }
+    // A method of an `#[async_trait]` impl, made an `async fn` again; boxed in `rewrite`.
+    let boxed = crate::boxed::unbox(&mut function);
+    if let (Some(_), Some(tx)) = (&boxed, &args.transaction) {
+        errors.at(tx.span(), "`transaction` cannot take a parameter out of an `#[async_trait]` method, whose signature the trait fixes; write the method without `#[async_trait]` (Rust 1.75 has `async fn` in traits)");
+    }
     retryable::check_async_result(&function.sig, "idempotent", &mut errors);
     if let Some(second) = retryable::take_attr(&mut function, "idempotent") {
         errors.at(
@@ -315,7 +326,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         // the attribute would have read.
         return retryable::with_errors(errors, quote!(#[allow(unused_variables)] #item));
     }
-    rewrite(&args, function, retry.as_ref())
+    rewrite(&args, function, retry.as_ref(), boxed)
 }
 
 /// One claim holds while every retry inside it runs: its lease must outlast them all, or a
@@ -345,7 +356,12 @@ fn check_lease_outlasts(
     }
 }
 
-fn rewrite(args: &IdempotentArgs, function: ItemFn, retry: Option<&RetryArgs>) -> TokenStream {
+fn rewrite(
+    args: &IdempotentArgs,
+    function: ItemFn,
+    retry: Option<&RetryArgs>,
+    boxed: Option<crate::boxed::Boxed>,
+) -> TokenStream {
     let ItemFn {
         attrs,
         vis,
@@ -360,17 +376,24 @@ fn rewrite(args: &IdempotentArgs, function: ItemFn, retry: Option<&RetryArgs>) -
         unreachable!("checked in check_async_result")
     };
     let output_span = output.span();
+    // `#[async_trait]`: its signature is the one to emit (and to rename arguments in).
+    let boxed = boxed.map(|boxed| sig = boxed.sig).is_some();
     let stmts = &block.stmts;
     let caller = Ident::new("__retry_caller", Span::mixed_site());
     let (body, kind) = match retry {
         None => {
             let private_out = respan(private.clone(), output_span);
-            let once = quote_spanned!(output_span=> #private_out::attempt::<#output, _>(async { #(#stmts)* }));
+            let inferred = retryable::inferred(&output);
+            let once = quote_spanned!(output_span=> #private_out::attempt::<#inferred, _>(async { #(#stmts)* }));
             (once, quote!(Once))
         }
         Some(retry) => {
             let mut probes = crate::nesting::AwaitProbes::new(&private, name.clone());
-            let mut block = block.clone();
+            let (stmts, around) = retryable::attempt_statements((*block).clone());
+            let mut block = syn::Block {
+                brace_token: block.brace_token,
+                stmts,
+            };
             syn::visit_mut::VisitMut::visit_block_mut(&mut probes, &mut block);
             let stmts = &block.stmts;
             let body = AttemptBody {
@@ -378,6 +401,7 @@ fn rewrite(args: &IdempotentArgs, function: ItemFn, retry: Option<&RetryArgs>) -
                 stmts: quote!(#(#stmts)*),
                 args_used_elsewhere: true,
                 idempotency_key: None,
+                around,
             };
             (
                 retryable::retry_loop(retry, &mut sig, &output, body, &quote!(#caller)),
@@ -386,9 +410,20 @@ fn rewrite(args: &IdempotentArgs, function: ItemFn, retry: Option<&RetryArgs>) -
         }
     };
     let flow = flow_expr(args, &name, &output, body, retry.is_some());
+    if boxed {
+        return quote! {
+            #(#attrs)*
+            #vis #sig {
+                let #caller = ::core::panic::Location::caller();
+                let _ = #caller;
+                ::std::boxed::Box::pin(#flow)
+            }
+        };
+    }
     sig.asyncness = None;
+    let future = retryable::opaque_future(&output);
     sig.output = syn::parse_quote_spanned! {output_span=>
-        #arrow #krate::Idempotent<impl ::core::future::Future<Output = #output>, #krate::idempotency::#kind>
+        #arrow #krate::Idempotent<#future, #krate::idempotency::#kind>
     };
     quote! {
         #(#attrs)*

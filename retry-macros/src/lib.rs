@@ -2,10 +2,12 @@
 //! which re-exports them; the code they generate calls `retry_core::__private`.
 
 mod args;
+mod boxed;
 mod classify;
 mod duration;
 mod errors;
 mod idempotent;
+mod instrument;
 mod nesting;
 mod respan;
 mod retryable;

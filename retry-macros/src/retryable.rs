@@ -25,9 +25,9 @@ pub(crate) fn parse_args(attr: TokenStream, errors: &mut Errors) -> RetryArgs {
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    let args = parse_args(attr, &mut errors);
+    let args = parse_args(attr.clone(), &mut errors);
 
-    let function = match syn::parse2::<Item>(item.clone()) {
+    let mut function = match syn::parse2::<Item>(item.clone()) {
         Ok(Item::Fn(function)) => function,
         Ok(other) => {
             let message = match other {
@@ -44,6 +44,13 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
             return with_errors(errors, item);
         }
     };
+    if let Some(instrument) = crate::instrument::take(&mut function.attrs) {
+        // `#[instrument]` below: it expands first, then this attribute again (crate::instrument).
+        let krate = crate_path(args.krate.as_ref());
+        return quote!(#instrument #[#krate::retryable(#attr)] #function);
+    }
+    // A method of an `#[async_trait]` impl, made an `async fn` again; boxed in `rewrite`.
+    let boxed = crate::boxed::unbox(&mut function);
     check_signature(&function, &mut errors);
     let mut function = strip_second_retryable(function);
     // `#[idempotent]` below: a claim per attempt.
@@ -58,10 +65,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         // "cannot find function" errors.
         return with_errors(errors, function.into_token_stream());
     }
-    match idempotent {
-        None => rewrite(&args, function, None),
-        Some(idempotent) => rewrite(&args, function, Some(&idempotent)),
-    }
+    rewrite(&args, function, idempotent.as_ref(), boxed)
 }
 
 /// Removes the first attribute named `name` (by its last path segment) and returns it.
@@ -162,6 +166,31 @@ struct Argument {
     outer: Ident,
     passing: Passing,
     ty: Type,
+    /// The parameter's `#[cfg]`/`#[cfg_attr]`, repeated on every statement that names it.
+    cfgs: Vec<syn::Attribute>,
+    /// Its lint attributes (`#[allow(..)]`...), on the binding the body sees.
+    lints: Vec<syn::Attribute>,
+}
+
+/// The attributes of a parameter that must follow it into the generated statements: its
+/// `#[cfg]`s (a parameter compiled out has no slot either) and its lint levels.
+fn parameter_attributes(attrs: &[syn::Attribute]) -> (Vec<syn::Attribute>, Vec<syn::Attribute>) {
+    let named = |attr: &syn::Attribute, names: &[&str]| {
+        attr.path()
+            .get_ident()
+            .is_some_and(|ident| names.iter().any(|name| ident == name))
+    };
+    let cfgs = attrs
+        .iter()
+        .filter(|a| named(a, &["cfg", "cfg_attr"]))
+        .cloned()
+        .collect();
+    let lints = attrs
+        .iter()
+        .filter(|a| named(a, &["allow", "expect", "warn", "deny", "forbid"]))
+        .cloned()
+        .collect();
+    (cfgs, lints)
 }
 
 /// The statements of one attempt; `items` go first (the nesting probes are items).
@@ -173,19 +202,36 @@ pub(crate) struct AttemptBody {
     pub(crate) args_used_elsewhere: bool,
     /// `#[idempotent]` below: its encoded key, for the dead letter.
     pub(crate) idempotency_key: Option<TokenStream>,
+    /// `#[tracing::instrument]`: its span, around all the attempts.
+    pub(crate) around: Option<crate::instrument::Around>,
+}
+
+/// The statements of one attempt, and the span of `#[tracing::instrument]` when the function was
+/// instrumented: the span then goes around the loop, and each attempt awaits the body's future.
+pub(crate) fn attempt_statements(
+    block: syn::Block,
+) -> (Vec<syn::Stmt>, Option<crate::instrument::Around>) {
+    match crate::instrument::split(&block) {
+        Some((around, future)) => (
+            vec![syn::Stmt::Expr(syn::parse_quote!(#future.await), None)],
+            Some(around),
+        ),
+        None => (block.stmts, None),
+    }
 }
 
 fn rewrite(
     args: &RetryArgs,
     function: ItemFn,
     idempotent: Option<&crate::idempotent::IdempotentArgs>,
+    boxed: Option<crate::boxed::Boxed>,
 ) -> TokenStream {
     let ItemFn {
         attrs,
         vis,
         modifiers: _,
         mut sig,
-        mut block,
+        block,
     } = function;
     let krate = crate_path(args.krate.as_ref());
     let private = quote!(#krate::__private);
@@ -194,6 +240,11 @@ fn rewrite(
         unreachable!("checked in check_signature")
     };
     let output_span = output.span();
+    let (stmts, around) = attempt_statements(*block);
+    let mut block = syn::Block {
+        brace_token: syn::token::Brace::default(),
+        stmts,
+    };
     let mut probes = AwaitProbes::new(&private, name.clone());
     probes.visit_block_mut(&mut block);
     let items = probes.into_items();
@@ -204,12 +255,14 @@ fn rewrite(
             stmts: quote!(#(#stmts)*),
             args_used_elsewhere: false,
             idempotency_key: None,
+            around,
         },
         Some(idempotent) => {
             // `#[idempotent]` below `#[retryable]`: every attempt claims the key anew.
             let private_out = respan(private.clone(), output_span);
+            let inferred = inferred(&output);
             let once = quote_spanned! {output_span=>
-                #private_out::attempt::<#output, _>(async { #items #(#stmts)* })
+                #private_out::attempt::<#inferred, _>(async { #items #(#stmts)* })
             };
             let flow = crate::idempotent::flow_expr(idempotent, &name, &output, once, false);
             AttemptBody {
@@ -217,9 +270,27 @@ fn rewrite(
                 stmts: quote!(#flow.await),
                 args_used_elsewhere: false,
                 idempotency_key: crate::idempotent::letter_key(idempotent, &name),
+                around,
             }
         }
     };
+    if let Some(boxed) = boxed {
+        // `#[async_trait]`: its signature, and the loop boxed as its future was.
+        let mut sig = boxed.sig;
+        let retry = retry_loop(
+            args,
+            &mut sig,
+            &output,
+            body,
+            &quote!(::core::panic::Location::caller()),
+        );
+        return quote! {
+            #(#attrs)*
+            #vis #sig {
+                ::std::boxed::Box::pin(#retry)
+            }
+        };
+    }
     let retry = retry_loop(
         args,
         &mut sig,
@@ -228,8 +299,9 @@ fn rewrite(
         &quote!(::core::panic::Location::caller()),
     );
     sig.asyncness = None;
+    let future = opaque_future(&output);
     sig.output = syn::parse_quote_spanned! {output_span=>
-        #arrow #krate::Retrying<impl ::core::future::Future<Output = #output>>
+        #arrow #krate::Retrying<#future>
     };
     quote! {
         #(#attrs)*
@@ -240,6 +312,34 @@ fn rewrite(
             #retry
         }
     }
+}
+
+/// `impl Future<Output = output>` for the rewritten signature. The `impl` token carries a span of
+/// this crate (edition 2024), so the opaque type captures every lifetime in scope, as an
+/// `async fn`'s future does, in crates of every edition: with the user's span, an edition 2018
+/// or 2021 crate would capture none of the elided ones (E0700 on every `&self` method).
+pub(crate) fn opaque_future(output: &Type) -> TokenStream {
+    let impl_token = syn::Token![impl](Span::mixed_site().located_at(output.span()));
+    quote_spanned! {output.span()=> #impl_token ::core::future::Future<Output = #output>}
+}
+
+/// `output` as it may be written in expression position (turbofish): every `impl Trait` in it,
+/// which only the signature may name, becomes `_` and is inferred from the body.
+pub(crate) fn inferred(output: &Type) -> Type {
+    struct Infer;
+    impl VisitMut for Infer {
+        fn visit_type_mut(&mut self, ty: &mut Type) {
+            if let Type::ImplTrait(opaque) = ty {
+                let span = opaque.impl_token.span;
+                *ty = syn::parse_quote_spanned!(span=> _);
+            } else {
+                syn::visit_mut::visit_type_mut(self, ty);
+            }
+        }
+    }
+    let mut output = output.clone();
+    Infer.visit_type_mut(&mut output);
+    output
 }
 
 /// `crate = path`, or `::retry_core`.
@@ -282,11 +382,14 @@ pub(crate) fn retry_loop(
             Type::Reference(_) => Passing::Copy,
             _ => Passing::CloneUntilLast,
         };
+        let (cfgs, lints) = parameter_attributes(&typed.attrs);
         arguments.push(Argument {
             pat,
             outer,
             passing,
             ty: (*typed.ty).clone(),
+            cfgs,
+            lints,
         });
     }
 
@@ -315,21 +418,23 @@ pub(crate) fn retry_loop(
             outer,
             passing,
             ty,
+            cfgs,
+            lints,
         } = argument;
         let (slot, this_attempt) = (slot(i, ty.span()), this_attempt(i, ty.span()));
         match passing {
             Passing::Reborrow => {
-                per_attempt.push(quote!(let #this_attempt = &mut *#outer;));
+                per_attempt.push(quote!(#(#cfgs)* let #this_attempt = &mut *#outer;));
             }
             Passing::Copy => {
-                per_attempt.push(quote!(let #this_attempt = #outer;));
+                per_attempt.push(quote!(#(#cfgs)* let #this_attempt = #outer;));
             }
             Passing::CloneUntilLast => {
-                slots.push(quote!(let mut #slot = ::core::option::Option::Some(#outer);));
+                slots.push(quote!(#(#cfgs)* let mut #slot = ::core::option::Option::Some(#outer);));
                 // Spanned on the type, so a missing `Clone` points at the argument.
                 let private = private_at(ty.span());
                 per_attempt.push(quote_spanned! {ty.span()=>
-                    let #this_attempt = #private::take_or_clone(&mut #slot, #last);
+                    #(#cfgs)* let #this_attempt = #private::take_or_clone(&mut #slot, #last);
                 });
             }
         }
@@ -343,7 +448,7 @@ pub(crate) fn retry_loop(
             || args.policy.is_some()
             || args.budget.is_some();
         let allow = used_elsewhere.then(|| quote!(#[allow(unused_variables)]));
-        bindings.push(quote!(#allow let #pat = #this_attempt;));
+        bindings.push(quote!(#(#cfgs)* #(#lints)* #allow let #pat = #this_attempt;));
     }
 
     let state = Ident::new("__retry_state", Span::mixed_site());
@@ -436,8 +541,9 @@ pub(crate) fn retry_loop(
     });
     let by_move = (!mut_receiver && !body.args_used_elsewhere && body.idempotency_key.is_none())
         .then(|| quote!(move));
+    let inferred = inferred(output);
     let attempt_block = quote_spanned! {output_span=>
-        #private_out::attempt::<#output, _>(async #by_move {
+        #private_out::attempt::<#inferred, _>(async #by_move {
             #items
             #(#bindings)*
             #stmts
@@ -497,16 +603,17 @@ pub(crate) fn retry_loop(
     // With nothing to evaluate from the arguments before they move into their slots (`dlq`,
     // `policy`, `budget`), the slots are made before the future: the future then holds each
     // by-value argument once (its slot), not also the moved-from original.
-    let (slots_before, slots_inside) =
-        if args.dlq.is_none() && args.policy.is_none() && args.budget.is_none() {
-            (quote!(#(#slots)*), TokenStream::new())
-        } else {
-            (TokenStream::new(), quote!(#(#slots)*))
-        };
-    quote! {{
-        #site_items
-        #slots_before
-        #private::retrying(#site, #caller, async move {
+    // The span of `#[tracing::instrument]` reads the arguments too.
+    let (slots_before, slots_inside) = if args.dlq.is_none()
+        && args.policy.is_none()
+        && args.budget.is_none()
+        && body.around.is_none()
+    {
+        (quote!(#(#slots)*), TokenStream::new())
+    } else {
+        (TokenStream::new(), quote!(#(#slots)*))
+    };
+    let retries = quote! {
             #policy_ref
             #dlq_prelude
             #slots_inside
@@ -525,7 +632,7 @@ pub(crate) fn retry_loop(
                 let #wait = match #state.after_attempt(#site, #private_out::into_result(#outcome), #classifier_ref, &mut #hook) {
                     #private::Next::Return(#returned) => {
                         #park
-                        return #private_out::from_result::<#output>(#returned);
+                        return #private_out::from_result::<#inferred>(#returned);
                     }
                     #private::Next::Retry(#wait) => #wait,
                 };
@@ -533,7 +640,15 @@ pub(crate) fn retry_loop(
                     #private::pause(#wait).await;
                 }
             }
-        })
+    };
+    let retries = match &body.around {
+        Some(around) => around.wrap(retries),
+        None => retries,
+    };
+    quote! {{
+        #site_items
+        #slots_before
+        #private::retrying(#site, #caller, async move { #retries })
     }}
 }
 
