@@ -166,6 +166,34 @@ impl From<retry_core::Elapsed> for FetchError {
     }
 }
 
+/// Audits a payment; retried on its own.
+#[retryable(max = 3, base = "1ms", jitter = "none")]
+async fn audit(auditor: Arc<Client>) -> Result<u32, FetchError> {
+    auditor.call(3)
+}
+
+/// Hands the audit to a task of its own: an independent layer, at compile time as at run
+/// time, so its retries are neither rejected nor collapsed into this one's.
+#[retryable(max = 2, base = "1ms", jitter = "none")]
+async fn settle_and_audit(client: &Client, auditor: Arc<Client>) -> Result<u32, FetchError> {
+    let audited = tokio::spawn(async move { audit(auditor).await });
+    let audited = audited.await.map_err(|_| FetchError::Fatal)??;
+    client.call(1)?;
+    Ok(audited)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_spawned_retry_is_an_independent_layer() {
+    let (client, auditor) = (Client::default(), Arc::new(Client::default()));
+    assert_eq!(settle_and_audit(&client, auditor.clone()).await, Ok(3));
+    assert_eq!(
+        auditor.calls(),
+        3,
+        "the spawned audit made all its attempts"
+    );
+    assert_eq!(client.calls(), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn borrowing_function() {
     let client = Client::default();
