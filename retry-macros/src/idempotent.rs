@@ -295,10 +295,13 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
             ),
         );
     }
+    // Emitted beside errors: `transaction = tx` takes a parameter out of the signature.
+    let written_sig = function.sig.clone();
     // `#[retryable]` below: one claim, retries inside it.
     let mut args = args;
     take_transaction_param(&mut args, &mut function.sig, &mut errors);
-    let retry = retryable::take_attr(&mut function, "retryable").map(|attr| {
+    let consumed = retryable::take_attr(&mut function, "retryable");
+    let retry = consumed.as_ref().map(|attr| {
         let tokens = match &attr.meta {
             syn::Meta::List(list) => list.tokens.clone(),
             _ => TokenStream::new(),
@@ -311,9 +314,11 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         retry_args
     });
     if !errors.is_empty() {
-        // The function as written (its `#[retryable]` included), quiet about arguments only
-        // the attribute would have read.
-        return retryable::with_errors(errors, quote!(#[allow(unused_variables)] #item));
+        // The function without the `#[retryable]` this macro took (its arguments were checked
+        // here).
+        let mut original = function;
+        original.sig = written_sig;
+        return retryable::with_errors(errors, retryable::fallback(original, consumed.as_ref()));
     }
     rewrite(&args, function, retry.as_ref())
 }

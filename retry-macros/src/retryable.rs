@@ -47,16 +47,21 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     check_signature(&function, &mut errors);
     let mut function = strip_second_retryable(function);
     // `#[idempotent]` below: a claim per attempt.
-    let idempotent = take_attr(&mut function, "idempotent").map(|attr| {
-        let mut idempotent = crate::idempotent::parse_attr(&attr, &mut errors);
+    // Emitted beside errors: `transaction = tx` takes a parameter out of the signature.
+    let written_sig = function.sig.clone();
+    let consumed = take_attr(&mut function, "idempotent");
+    let idempotent = consumed.as_ref().map(|attr| {
+        let mut idempotent = crate::idempotent::parse_attr(attr, &mut errors);
         crate::idempotent::take_transaction_param(&mut idempotent, &mut function.sig, &mut errors);
-        crate::idempotent::check_below_retry(&idempotent, &attr, &mut errors);
+        crate::idempotent::check_below_retry(&idempotent, attr, &mut errors);
         idempotent
     });
     if !errors.is_empty() {
-        // The user's function, unchanged, keeps IDEs working and avoids a cascade of
-        // "cannot find function" errors.
-        return with_errors(errors, function.into_token_stream());
+        // The user's function keeps IDEs working and avoids a cascade of "cannot find
+        // function" errors.
+        let mut original = function;
+        original.sig = written_sig;
+        return with_errors(errors, fallback(original, consumed.as_ref()));
     }
     match idempotent {
         None => rewrite(&args, function, None),
@@ -76,6 +81,21 @@ pub(crate) fn take_attr(function: &mut ItemFn, name: &str) -> Option<syn::Attrib
 pub(crate) fn with_errors(errors: Errors, item: TokenStream) -> TokenStream {
     let errors = errors.into_compile_errors();
     quote!(#errors #item)
+}
+
+/// The user's function as emitted beside errors: quiet about arguments only the expansion
+/// would have read, and about the import of an attribute (`consumed`) this macro took off it.
+pub(crate) fn fallback(mut function: ItemFn, consumed: Option<&syn::Attribute>) -> TokenStream {
+    if let Some(attr) = consumed {
+        // In the body, not beside the function: a method cannot have items beside it.
+        let path = attr.path();
+        let uses = syn::parse_quote!(#[allow(unused_imports)] use #path as _;);
+        function.block.stmts.insert(0, uses);
+    }
+    quote! {
+        #[allow(unused_variables)]
+        #function
+    }
 }
 
 pub(crate) fn first_token_span(item: &Item) -> Span {
