@@ -346,9 +346,12 @@ pub(crate) fn retry_loop(
             }
             Passing::CloneUntilLast => {
                 slots.push(quote!(let mut #slot = ::core::option::Option::Some(#outer);));
-                // Spanned on the type, so a missing `Clone` points at the argument.
-                let private = private_at(ty.span());
-                per_attempt.push(quote_spanned! {ty.span()=>
+                // Spanned on the type, so a missing `Clone` points at the argument: every token
+                // of the call has the slot's hygiene, or rustc would widen the span of the
+                // argument `&mut slot` to the whole attribute.
+                let at = Span::mixed_site().located_at(ty.span());
+                let private = private_at(at);
+                per_attempt.push(quote_spanned! {at=>
                     let #this_attempt = #private::take_or_clone(&mut #slot, #last);
                 });
             }
