@@ -68,18 +68,6 @@ impl<T, E> RetryOutput for Result<T, E> {
     }
 }
 
-/// See [`RetryOutput::into_result`].
-#[inline]
-pub fn into_result<R: RetryOutput>(output: R) -> Result<R::Ok, R::Err> {
-    output.into_result()
-}
-
-/// See [`RetryOutput::from_result`].
-#[inline]
-pub fn from_result<R: RetryOutput>(result: Result<R::Ok, R::Err>) -> R {
-    R::from_result(result)
-}
-
 /// Fixes the output type of one attempt's `async` block to the function's return type, so `?`
 /// inside the body converts errors as it does in the original function.
 #[inline]
@@ -372,5 +360,31 @@ where
             tracing::error!(function = site.function(), msg_id = %letter.msg_id, %error, "dead letter NOT parked");
             Err(E::from(DlqFailed { letter, error }))
         }
+    }
+}
+
+// ---- Bound checks: one check per bound, then paths that do not ask again ----
+//
+// A bound the user can miss is checked by one helper, spanned where the user wrote the token at
+// fault; the generated code then reaches the runtime through what that helper returned, whose
+// uses carry no bound. A missed bound is then reported once, not at every use.
+
+/// The conversions of a `#[retryable]` function's output type to and from a plain `Result`,
+/// from [`output`]. Plain function pointers: using them asks nothing more of `R`.
+pub struct Output<R, T, E> {
+    /// See [`RetryOutput::into_result`].
+    pub into: fn(R) -> Result<T, E>,
+    /// See [`RetryOutput::from_result`].
+    pub from: fn(Result<T, E>) -> R,
+}
+
+/// Checks that `R` is a `Result` (the one error a user sees when it is not) and returns its
+/// conversions. When it is not, `T` and `E` are left unknown, and rustc reports nothing more
+/// about them.
+#[inline]
+pub fn output<R: RetryOutput>() -> Output<R, R::Ok, R::Err> {
+    Output {
+        into: R::into_result,
+        from: R::from_result,
     }
 }

@@ -444,6 +444,9 @@ pub(crate) fn retry_loop(
 
     let AttemptBody { items, stmts, .. } = &body;
     let private_out = private_at(output_span);
+    // The output type is checked to be a `Result` by `attempt` and `output`, all at the same
+    // span, which rustc reports once.
+    let output_check = quote_spanned!(output_span=> #private_out::output::<#output>());
     // `async move` hands each attempt its arguments by value: a non-move block borrows a `Copy`
     // argument from the loop, and the future keeps it twice. Not with a `&mut self` receiver
     // (it would move into the first attempt), nor when other code reads the arguments.
@@ -545,10 +548,10 @@ pub(crate) fn retry_loop(
                 };
                 // Outside the `match`, so its scrutinee is not held across the pause; a zero
                 // wait makes no `Pause` at all.
-                let #wait = match #state.after_attempt(#site, #private_out::into_result(#outcome), #classifier_ref, &mut #hook) {
+                let #wait = match #state.after_attempt(#site, (#output_check.into)(#outcome), #classifier_ref, &mut #hook) {
                     #private::Next::Return(#returned) => {
                         #park
-                        return #private_out::from_result::<#output>(#returned);
+                        return (#output_check.from)(#returned);
                     }
                     #private::Next::Retry(#wait) => #wait,
                 };
