@@ -285,9 +285,9 @@ impl<F> Probe<Idempotent<F, Retries>> {
 
 use crate::dlq::{DeadLetter, DeadLetterSink, DlqFailed, FailureClass};
 
-/// `dlq(sink = expr)`, checked to be a sink where the user wrote it.
+/// `dlq(sink = expr)`, checked to be a sink where the user wrote it; see [`ParkSink`].
 #[inline]
-pub fn sink<S: DeadLetterSink + ?Sized>(sink: &S) -> &S {
+pub fn sink<S: DeadLetterSink>(sink: &S) -> &dyn ParkSink {
     sink
 }
 
@@ -319,17 +319,14 @@ pub fn letter_input<I: std::fmt::Display + ?Sized, O: serde::Serialize + ?Sized>
 /// On give-up, parks the call's dead letter before its error returns. Parked: the error as is.
 /// Not parked (the sink failed): `E::from(DlqFailed)`, so the caller does not acknowledge the
 /// message. A call collapsed to one attempt by nesting parks nothing: its outer layer decides.
-pub async fn park_on_give_up<S, T, E>(
+pub async fn park_on_give_up<T, E>(
     site: &'static Site,
     state: &State<'_>,
     result: Result<T, E>,
-    sink: &S,
+    sink: &dyn ParkSink,
     input: &LetterInput,
-) -> Result<T, E>
-where
-    S: DeadLetterSink + ?Sized,
-    E: From<DlqFailed>,
-{
+    not_parked: fn(DlqFailed) -> E,
+) -> Result<T, E> {
     let (Err(_), Some(give_up), Some(failures)) = (&result, state.gave_up(), state.failures())
     else {
         return result;
@@ -351,14 +348,14 @@ where
         error_type: std::any::type_name::<E>().to_owned(),
         idempotency_key: input.idempotency_key.clone(),
     };
-    match sink.park(&letter).await {
+    match sink.park_boxed(&letter).await {
         Ok(()) => {
             tracing::info!(function = site.function(), msg_id = %letter.msg_id, class = %letter.class, "parked a dead letter");
             result
         }
         Err(error) => {
             tracing::error!(function = site.function(), msg_id = %letter.msg_id, %error, "dead letter NOT parked");
-            Err(E::from(DlqFailed { letter, error }))
+            Err(not_parked(DlqFailed { letter, error }))
         }
     }
 }
@@ -387,4 +384,41 @@ pub fn output<R: RetryOutput>() -> Output<R, R::Ok, R::Err> {
         into: R::into_result,
         from: R::from_result,
     }
+}
+
+/// A dead-letter sink as [`sink`] returns it: parking through it asks nothing more of the sink's
+/// type, so a `sink = ...` that is not a sink is reported once, where it is written. The parking
+/// future is boxed: it is made only when a call gives up.
+pub trait ParkSink: Sync {
+    /// [`DeadLetterSink::park`], boxed.
+    fn park_boxed<'a>(
+        &'a self,
+        letter: &'a DeadLetter,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), crate::dlq::DlqError>> + Send + 'a>>;
+}
+
+impl<S: DeadLetterSink + ?Sized> ParkSink for S {
+    fn park_boxed<'a>(
+        &'a self,
+        letter: &'a DeadLetter,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), crate::dlq::DlqError>> + Send + 'a>> {
+        Box::pin(self.park(letter))
+    }
+}
+
+/// `E: From<DlqFailed>`, under a name whose error says what to write.
+#[diagnostic::on_unimplemented(
+    message = "`dlq(...)` needs the error type `{Self}` to implement `From<DlqFailed>`",
+    label = "`{Self}` cannot carry a dead letter that was not parked",
+    note = "add `impl From<retry_core::dlq::DlqFailed> for {Self}`: a call whose dead letter could not be parked fails with it, so the message is not acknowledged"
+)]
+pub trait FromDlqFailed: From<DlqFailed> {}
+
+impl<E: From<DlqFailed>> FromDlqFailed for E {}
+
+/// `E: From<DlqFailed>` for the error type of a function with `dlq(...)`, checked once, at `dlq`;
+/// [`park_on_give_up`] converts through what it returns.
+#[inline]
+pub fn not_parked<E: FromDlqFailed>() -> fn(DlqFailed) -> E {
+    E::from
 }

@@ -495,7 +495,12 @@ pub(crate) fn retry_loop(
                 Some(path) => quote!(::core::option::Option::Some(#path as fn(_) -> _)),
                 None => quote!(::core::option::Option::None),
             };
-            let sink_private = respan(private.clone(), sink.span());
+            // The one check that `sink` is a sink: every token at the sink's span, with the
+            // hygiene of the binding it reads.
+            let sink_at = Span::mixed_site().located_at(sink.span());
+            let sink_private = respan(private.clone(), sink_at);
+            let sink_held = Ident::new("__retry_dlq_sink", sink_at);
+            let sink_check = quote_spanned!(sink_at=> #sink_private::sink(&#sink_held));
             let park_private = respan(private.clone(), dlq.span);
             (
                 {
@@ -512,9 +517,13 @@ pub(crate) fn retry_loop(
                     // The same hygienic names, located at `dlq` so unmet bounds point there.
                     let at = |name: &str| Ident::new(name, Span::mixed_site().located_at(dlq.span));
                     let (state, returned) = (at("__retry_state"), at("__retry_returned"));
-                    let (held, input) = (at("__retry_dlq_sink"), at("__retry_dlq_input"));
+                    let input = at("__retry_dlq_input");
+                    // The one check that the error converts from `DlqFailed`, at `dlq`.
+                    let dlq_at = Span::mixed_site().located_at(dlq.span);
+                    let dlq_private = respan(private.clone(), dlq_at);
+                    let not_parked = quote_spanned!(dlq_at=> #dlq_private::not_parked());
                     quote_spanned! {dlq.span=>
-                        let #returned = #park_private::park_on_give_up(#site, &#state, #returned, #sink_private::sink(&#held), &#input).await;
+                        let #returned = #park_private::park_on_give_up(#site, &#state, #returned, #sink_check, &#input, #not_parked).await;
                     }
                 },
             )
