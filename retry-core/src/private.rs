@@ -211,10 +211,10 @@ pub fn idempotent<F: Future, K>(key: String, flow: F) -> Idempotent<F, K> {
     crate::idempotency::flow::wrap(key, flow)
 }
 
-/// `store = expr`, checked to be a store where the user wrote it.
+/// `store = expr`, checked to be a store where the user wrote it; see [`IsStore`].
 #[inline]
-pub fn store<S: IdempotencyStore + ?Sized>(store: &S) -> &S {
-    store
+pub fn store<M, S: IsStore<M> + ?Sized>(store: &S) -> &S::Store {
+    store.store()
 }
 
 /// The digest of `fingerprint = expr`.
@@ -421,4 +421,44 @@ impl<E: From<DlqFailed>> FromDlqFailed for E {}
 #[inline]
 pub fn not_parked<E: FromDlqFailed>() -> fn(DlqFailed) -> E {
     E::from
+}
+
+/// Marks the impl of a check whose bounds hold.
+pub struct Holds;
+
+/// Marks the second impl of a check, which never applies (no type is [`Never`]). With two impls
+/// to choose from, rustc weighs the check's bounds when it resolves it; when they fail, the
+/// check's result is left unknown, and nothing that uses it is reported again.
+pub struct NeverHolds;
+
+/// Implemented by no type; see [`NeverHolds`].
+pub trait Never {}
+
+/// `S: IdempotencyStore`, checked once by [`store`]; the flow then uses the `Store` it gives.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an idempotency store",
+    label = "`store = ...` must name an `IdempotencyStore`",
+    note = "use a `MemoryStore`, a `SqliteStore` (feature `sqlite`), or implement `retry_core::idempotency::IdempotencyStore`"
+)]
+pub trait IsStore<M> {
+    /// The store: `Self`, when it is one.
+    type Store: ?Sized;
+    /// The store itself.
+    fn store(&self) -> &Self::Store;
+}
+
+impl<S: IdempotencyStore + ?Sized> IsStore<Holds> for S {
+    type Store = S;
+    #[inline]
+    fn store(&self) -> &S {
+        self
+    }
+}
+
+impl<S: Never + ?Sized> IsStore<NeverHolds> for S {
+    type Store = S;
+    #[inline]
+    fn store(&self) -> &S {
+        self
+    }
 }
