@@ -258,7 +258,7 @@ pub fn on_err<E>(decide: fn(&E) -> OnErr) -> fn(&E) -> OnErr {
 }
 
 /// Claims, runs `body` and stores its response; see `retry_core::idempotency`.
-pub async fn run_idempotent<S, B, T, E>(
+pub async fn run_idempotent<S, B, T, E, M>(
     store: &S,
     call: IdempotentCall,
     on_err: fn(&E) -> OnErr,
@@ -267,8 +267,8 @@ pub async fn run_idempotent<S, B, T, E>(
 where
     S: IdempotencyStore + ?Sized,
     B: Future<Output = Result<T, E>>,
-    T: serde::Serialize + serde::de::DeserializeOwned,
-    E: From<IdempotencyError> + core::fmt::Debug,
+    T: StoredResponse<M>,
+    E: StoredError,
 {
     crate::idempotency::flow::run(store, call, on_err, body).await
 }
@@ -462,3 +462,31 @@ impl<S: Never + ?Sized> IsStore<NeverHolds> for S {
         self
     }
 }
+
+/// `T: Serialize + DeserializeOwned` for the response `T` of an `#[idempotent]` function, under a
+/// name whose error says what to write; required by [`run_idempotent`].
+#[diagnostic::on_unimplemented(
+    message = "`#[idempotent]` stores the response, so `{Self}` must implement `Serialize` and `DeserializeOwned`",
+    label = "the response type must be serializable",
+    note = "derive `serde::Serialize` and `serde::Deserialize` on `{Self}`: a resend gets the stored response back"
+)]
+pub trait StoredResponse<M>: serde::Serialize + serde::de::DeserializeOwned {}
+
+impl<T: serde::Serialize + serde::de::DeserializeOwned> StoredResponse<Holds> for T {}
+
+/// Implemented by no type: the second impl of [`StoredResponse`], so a response missing both
+/// `Serialize` and `Deserialize` is reported once, not once for each (see [`NeverHolds`]).
+pub trait NeverStored: serde::Serialize + serde::de::DeserializeOwned {}
+
+impl<T: NeverStored> StoredResponse<NeverHolds> for T {}
+
+/// `E: From<IdempotencyError> + Debug` for the error `E` of an `#[idempotent]` function, under a
+/// name whose error says what to write; required by [`run_idempotent`].
+#[diagnostic::on_unimplemented(
+    message = "`#[idempotent]` needs the error type `{Self}` to implement `From<IdempotencyError>` and `Debug`",
+    label = "the error type must convert from `IdempotencyError` and implement `Debug`",
+    note = "a call that cannot claim its key (a duplicate in progress, a store that fails) returns `{Self}::from(IdempotencyError)`; a kept failure is stored as its `Debug` text"
+)]
+pub trait StoredError: From<IdempotencyError> + core::fmt::Debug {}
+
+impl<E: From<IdempotencyError> + core::fmt::Debug> StoredError for E {}

@@ -517,13 +517,28 @@ pub(crate) fn flow_expr(
             })
         }};
     }
-    let run_call = quote_spanned!(output.span()=> #run(#store, #call, #on_err, #body));
+    // Every token of the call and its `.await` at one span, the output type's, with the
+    // hygiene of the locals it reads: rustc then reports an unmet bound on `T` or `E` once.
+    let at = Span::mixed_site().located_at(output.span());
+    let run = respan(run, at);
+    let (store_arg, on_err_arg, body_arg) = (
+        Ident::new("__retry_store", at),
+        Ident::new("__retry_on_err", at),
+        Ident::new("__retry_body", at),
+    );
+    let call_arg = Ident::new("__retry_call", at);
+    let run_call = quote_spanned! {at=>
+        let #store_arg = #store;
+        let #on_err_arg = #on_err;
+        let #body_arg = #body;
+        #run(#store_arg, #call_arg, #on_err_arg, #body_arg).await
+    };
     // The settings are evaluated when the function is called, so the returned future knows its
     // key before it is polled (a redrive checks it against the dead letter's).
     quote! {{
         #settings
         #private::idempotent::<_, #kind>(::core::clone::Clone::clone(&#call.key), async move {
-            #run_call.await
+            #run_call
         })
     }}
 }
