@@ -24,7 +24,7 @@ pub fn retrying<F: Future>(
 
 /// The argument for an attempt: the original on the last attempt, a clone before it.
 #[inline]
-pub fn take_or_clone<T: Clone>(slot: &mut Option<T>, last: bool) -> T {
+pub fn take_or_clone<T: AttemptArgument>(slot: &mut Option<T>, last: bool) -> T {
     match slot.take() {
         Some(value) if last => value,
         Some(value) => {
@@ -130,7 +130,7 @@ impl Future for Pause {
 pub async fn with_timeout<T, E, F>(limit: Duration, attempt: F) -> Result<T, E>
 where
     F: Future<Output = Result<T, E>>,
-    E: From<Elapsed>,
+    E: FromElapsed,
 {
     match tokio::time::timeout(limit, attempt).await {
         Ok(outcome) => outcome,
@@ -490,3 +490,25 @@ impl<T: NeverStored> StoredResponse<NeverHolds> for T {}
 pub trait StoredError: From<IdempotencyError> + core::fmt::Debug {}
 
 impl<E: From<IdempotencyError> + core::fmt::Debug> StoredError for E {}
+
+/// `T: Clone` for a by-value argument of a `#[retryable]` function, under a name whose error
+/// says what to write; required by [`take_or_clone`].
+#[diagnostic::on_unimplemented(
+    message = "`#[retryable]` gives every attempt its own `{Self}`, so this by-value argument must implement `Clone`",
+    label = "`{Self}` is not `Clone`",
+    note = "derive or implement `Clone` for `{Self}`, or take the argument by reference (`&{Self}`) so every attempt borrows it"
+)]
+pub trait AttemptArgument: Clone {}
+
+impl<T: Clone> AttemptArgument for T {}
+
+/// `E: From<Elapsed>` for the error type of a function with `attempt_timeout`, under a name whose
+/// error says what to write; required by [`with_timeout`].
+#[diagnostic::on_unimplemented(
+    message = "`attempt_timeout` needs the error type `{Self}` to implement `From<Elapsed>`",
+    label = "an attempt that times out fails with `{Self}::from(Elapsed)`",
+    note = "add `impl From<retry_core::Elapsed> for {Self}`, usually a variant marked `#[classify(retry)]`"
+)]
+pub trait FromElapsed: From<Elapsed> {}
+
+impl<E: From<Elapsed>> FromElapsed for E {}
