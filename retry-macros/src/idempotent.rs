@@ -527,11 +527,14 @@ pub(crate) fn flow_expr(
         Ident::new("__retry_body", at),
     );
     let call_arg = Ident::new("__retry_call", at);
+    // In a block of their own, so the locals are not kept in the future across the `.await`.
     let run_call = quote_spanned! {at=>
-        let #store_arg = #store;
-        let #on_err_arg = #on_err;
-        let #body_arg = #body;
-        #run(#store_arg, #call_arg, #on_err_arg, #body_arg).await
+        {
+            let #store_arg = #store;
+            let #on_err_arg = #on_err;
+            let #body_arg = #body;
+            #run(#store_arg, #call_arg, #on_err_arg, #body_arg)
+        }.await
     };
     // The settings are evaluated when the function is called, so the returned future knows its
     // key before it is polled (a redrive checks it against the dead letter's).
