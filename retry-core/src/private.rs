@@ -24,7 +24,7 @@ pub fn retrying<F: Future>(
 
 /// The argument for an attempt: the original on the last attempt, a clone before it.
 #[inline]
-pub fn take_or_clone<T: Clone>(slot: &mut Option<T>, last: bool) -> T {
+pub fn take_or_clone<T: AttemptArgument>(slot: &mut Option<T>, last: bool) -> T {
     match slot.take() {
         Some(value) if last => value,
         Some(value) => {
@@ -66,18 +66,6 @@ impl<T, E> RetryOutput for Result<T, E> {
     fn from_result(result: Self) -> Self {
         result
     }
-}
-
-/// See [`RetryOutput::into_result`].
-#[inline]
-pub fn into_result<R: RetryOutput>(output: R) -> Result<R::Ok, R::Err> {
-    output.into_result()
-}
-
-/// See [`RetryOutput::from_result`].
-#[inline]
-pub fn from_result<R: RetryOutput>(result: Result<R::Ok, R::Err>) -> R {
-    R::from_result(result)
 }
 
 /// Fixes the output type of one attempt's `async` block to the function's return type, so `?`
@@ -142,7 +130,7 @@ impl Future for Pause {
 pub async fn with_timeout<T, E, F>(limit: Duration, attempt: F) -> Result<T, E>
 where
     F: Future<Output = Result<T, E>>,
-    E: From<Elapsed>,
+    E: FromElapsed,
 {
     match tokio::time::timeout(limit, attempt).await {
         Ok(outcome) => outcome,
@@ -243,10 +231,10 @@ pub fn idempotent<F: Future, K>(key: String, flow: F) -> Idempotent<F, K> {
     crate::idempotency::flow::wrap(key, flow)
 }
 
-/// `store = expr`, checked to be a store where the user wrote it.
+/// `store = expr`, checked to be a store where the user wrote it; see [`IsStore`].
 #[inline]
-pub fn store<S: IdempotencyStore + ?Sized>(store: &S) -> &S {
-    store
+pub fn store<M, S: IsStore<M> + ?Sized>(store: &S) -> &S::Store {
+    store.store()
 }
 
 /// The digest of `fingerprint = expr`.
@@ -290,7 +278,7 @@ pub fn on_err<E>(decide: fn(&E) -> OnErr) -> fn(&E) -> OnErr {
 }
 
 /// Claims, runs `body` and stores its response; see `retry_core::idempotency`.
-pub async fn run_idempotent<S, B, T, E>(
+pub async fn run_idempotent<S, B, T, E, M>(
     store: &S,
     call: IdempotentCall,
     on_err: fn(&E) -> OnErr,
@@ -299,8 +287,8 @@ pub async fn run_idempotent<S, B, T, E>(
 where
     S: IdempotencyStore + ?Sized,
     B: Future<Output = Result<T, E>>,
-    T: serde::Serialize + serde::de::DeserializeOwned,
-    E: From<IdempotencyError> + core::fmt::Debug,
+    T: StoredResponse<M>,
+    E: StoredError,
 {
     crate::idempotency::flow::run(store, call, on_err, body).await
 }
@@ -317,9 +305,9 @@ impl<F> Probe<Idempotent<F, Retries>> {
 
 use crate::dlq::{DeadLetter, DeadLetterSink, DlqFailed, FailureClass};
 
-/// `dlq(sink = expr)`, checked to be a sink where the user wrote it.
+/// `dlq(sink = expr)`, checked to be a sink where the user wrote it; see [`ParkSink`].
 #[inline]
-pub fn sink<S: DeadLetterSink + ?Sized>(sink: &S) -> &S {
+pub fn sink<S: DeadLetterSink>(sink: &S) -> &dyn ParkSink {
     sink
 }
 
@@ -351,17 +339,14 @@ pub fn letter_input<I: std::fmt::Display + ?Sized, O: serde::Serialize + ?Sized>
 /// On give-up, parks the call's dead letter before its error returns. Parked: the error as is.
 /// Not parked (the sink failed): `E::from(DlqFailed)`, so the caller does not acknowledge the
 /// message. A call collapsed to one attempt by nesting parks nothing: its outer layer decides.
-pub async fn park_on_give_up<S, T, E>(
+pub async fn park_on_give_up<T, E>(
     site: &'static Site,
     state: &State<'_>,
     result: Result<T, E>,
-    sink: &S,
+    sink: &dyn ParkSink,
     input: &LetterInput,
-) -> Result<T, E>
-where
-    S: DeadLetterSink + ?Sized,
-    E: From<DlqFailed>,
-{
+    not_parked: fn(DlqFailed) -> E,
+) -> Result<T, E> {
     let (Err(_), Some(give_up), Some(failures)) = (&result, state.gave_up(), state.failures())
     else {
         return result;
@@ -383,14 +368,167 @@ where
         error_type: std::any::type_name::<E>().to_owned(),
         idempotency_key: input.idempotency_key.clone(),
     };
-    match sink.park(&letter).await {
+    match sink.park_boxed(&letter).await {
         Ok(()) => {
             tracing::info!(function = site.function(), msg_id = %letter.msg_id, class = %letter.class, "parked a dead letter");
             result
         }
         Err(error) => {
             tracing::error!(function = site.function(), msg_id = %letter.msg_id, %error, "dead letter NOT parked");
-            Err(E::from(DlqFailed { letter, error }))
+            Err(not_parked(DlqFailed { letter, error }))
         }
     }
 }
+
+// ---- Bound checks: one check per bound, then paths that do not ask again ----
+//
+// A bound the user can miss is checked by one helper, spanned where the user wrote the token at
+// fault; the generated code then reaches the runtime through what that helper returned, whose
+// uses carry no bound. A missed bound is then reported once, not at every use.
+
+/// The conversions of a `#[retryable]` function's output type to and from a plain `Result`,
+/// from [`output`]. Plain function pointers: using them asks nothing more of `R`.
+pub struct Output<R, T, E> {
+    /// See [`RetryOutput::into_result`].
+    pub into: fn(R) -> Result<T, E>,
+    /// See [`RetryOutput::from_result`].
+    pub from: fn(Result<T, E>) -> R,
+}
+
+/// Checks that `R` is a `Result` (the one error a user sees when it is not) and returns its
+/// conversions. When it is not, `T` and `E` are left unknown, and rustc reports nothing more
+/// about them.
+#[inline]
+pub fn output<R: RetryOutput>() -> Output<R, R::Ok, R::Err> {
+    Output {
+        into: R::into_result,
+        from: R::from_result,
+    }
+}
+
+/// A dead-letter sink as [`sink`] returns it: parking through it asks nothing more of the sink's
+/// type, so a `sink = ...` that is not a sink is reported once, where it is written. The parking
+/// future is boxed: it is made only when a call gives up.
+pub trait ParkSink: Sync {
+    /// [`DeadLetterSink::park`], boxed.
+    fn park_boxed<'a>(
+        &'a self,
+        letter: &'a DeadLetter,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), crate::dlq::DlqError>> + Send + 'a>>;
+}
+
+impl<S: DeadLetterSink + ?Sized> ParkSink for S {
+    fn park_boxed<'a>(
+        &'a self,
+        letter: &'a DeadLetter,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), crate::dlq::DlqError>> + Send + 'a>> {
+        Box::pin(self.park(letter))
+    }
+}
+
+/// `E: From<DlqFailed>`, under a name whose error says what to write.
+#[diagnostic::on_unimplemented(
+    message = "`dlq(...)` needs the error type `{Self}` to implement `From<DlqFailed>`",
+    label = "`{Self}` cannot carry a dead letter that was not parked",
+    note = "add `impl From<retry_core::dlq::DlqFailed> for {Self}`: a call whose dead letter could not be parked fails with it, so the message is not acknowledged"
+)]
+pub trait FromDlqFailed: From<DlqFailed> {}
+
+impl<E: From<DlqFailed>> FromDlqFailed for E {}
+
+/// `E: From<DlqFailed>` for the error type of a function with `dlq(...)`, checked once, at `dlq`;
+/// [`park_on_give_up`] converts through what it returns.
+#[inline]
+pub fn not_parked<E: FromDlqFailed>() -> fn(DlqFailed) -> E {
+    E::from
+}
+
+/// Marks the impl of a check whose bounds hold.
+pub struct Holds;
+
+/// Marks the second impl of a check, which never applies (no type is [`Never`]). With two impls
+/// to choose from, rustc weighs the check's bounds when it resolves it; when they fail, the
+/// check's result is left unknown, and nothing that uses it is reported again.
+pub struct NeverHolds;
+
+/// Implemented by no type; see [`NeverHolds`].
+pub trait Never {}
+
+/// `S: IdempotencyStore`, checked once by [`store`]; the flow then uses the `Store` it gives.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an idempotency store",
+    label = "`store = ...` must name an `IdempotencyStore`",
+    note = "use a `MemoryStore`, a `SqliteStore` (feature `sqlite`), or implement `retry_core::idempotency::IdempotencyStore`"
+)]
+pub trait IsStore<M> {
+    /// The store: `Self`, when it is one.
+    type Store: ?Sized;
+    /// The store itself.
+    fn store(&self) -> &Self::Store;
+}
+
+impl<S: IdempotencyStore + ?Sized> IsStore<Holds> for S {
+    type Store = S;
+    #[inline]
+    fn store(&self) -> &S {
+        self
+    }
+}
+
+impl<S: Never + ?Sized> IsStore<NeverHolds> for S {
+    type Store = S;
+    #[inline]
+    fn store(&self) -> &S {
+        self
+    }
+}
+
+/// `T: Serialize + DeserializeOwned` for the response `T` of an `#[idempotent]` function, under a
+/// name whose error says what to write; required by [`run_idempotent`].
+#[diagnostic::on_unimplemented(
+    message = "`#[idempotent]` stores the response, so `{Self}` must implement `Serialize` and `DeserializeOwned`",
+    label = "the response type must be serializable",
+    note = "derive `serde::Serialize` and `serde::Deserialize` on `{Self}`: a resend gets the stored response back"
+)]
+pub trait StoredResponse<M>: serde::Serialize + serde::de::DeserializeOwned {}
+
+impl<T: serde::Serialize + serde::de::DeserializeOwned> StoredResponse<Holds> for T {}
+
+/// Implemented by no type: the second impl of [`StoredResponse`], so a response missing both
+/// `Serialize` and `Deserialize` is reported once, not once for each (see [`NeverHolds`]).
+pub trait NeverStored: serde::Serialize + serde::de::DeserializeOwned {}
+
+impl<T: NeverStored> StoredResponse<NeverHolds> for T {}
+
+/// `E: From<IdempotencyError> + Debug` for the error `E` of an `#[idempotent]` function, under a
+/// name whose error says what to write; required by [`run_idempotent`].
+#[diagnostic::on_unimplemented(
+    message = "`#[idempotent]` needs the error type `{Self}` to implement `From<IdempotencyError>` and `Debug`",
+    label = "the error type must convert from `IdempotencyError` and implement `Debug`",
+    note = "a call that cannot claim its key (a duplicate in progress, a store that fails) returns `{Self}::from(IdempotencyError)`; a kept failure is stored as its `Debug` text"
+)]
+pub trait StoredError: From<IdempotencyError> + core::fmt::Debug {}
+
+impl<E: From<IdempotencyError> + core::fmt::Debug> StoredError for E {}
+
+/// `T: Clone` for a by-value argument of a `#[retryable]` function, under a name whose error
+/// says what to write; required by [`take_or_clone`].
+#[diagnostic::on_unimplemented(
+    message = "`#[retryable]` gives every attempt its own `{Self}`, so this by-value argument must implement `Clone`",
+    label = "`{Self}` is not `Clone`",
+    note = "derive or implement `Clone` for `{Self}`, or take the argument by reference (`&{Self}`) so every attempt borrows it"
+)]
+pub trait AttemptArgument: Clone {}
+
+impl<T: Clone> AttemptArgument for T {}
+
+/// `E: From<Elapsed>` for the error type of a function with `attempt_timeout`, under a name whose
+/// error says what to write; required by [`with_timeout`].
+#[diagnostic::on_unimplemented(
+    message = "`attempt_timeout` needs the error type `{Self}` to implement `From<Elapsed>`",
+    label = "an attempt that times out fails with `{Self}::from(Elapsed)`",
+    note = "add `impl From<retry_core::Elapsed> for {Self}`, usually a variant marked `#[classify(retry)]`"
+)]
+pub trait FromElapsed: From<Elapsed> {}
+
+impl<E: From<Elapsed>> FromElapsed for E {}

@@ -3,7 +3,8 @@
 //!
 //! Parsing collects what each attribute says, checking reads it against the fields it names, and
 //! expansion writes one `match` arm per variant. Every mistake is collected, so the user sees all
-//! of them at once; on any mistake only the errors are emitted.
+//! of them at once; on any mistake the errors are emitted beside a fallback impl (thiserror does
+//! the same), so no "`X` does not implement `Classify`" errors follow from the mistake.
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
@@ -28,6 +29,8 @@ const WRITE_ONE_OF: &str = "`#[classify(retry)]`, `#[classify(stop)]`, `#[classi
 
 pub(crate) fn expand(input: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
+    // The impl emitted beside the errors, once the type's name and generics are known.
+    let mut fallback = None;
     let expanded = match syn::parse2::<Item>(input) {
         Ok(Item::Enum(item)) => {
             let container = parse_container(&item.attrs, Place::Enum, &item.ident, &mut errors);
@@ -42,31 +45,35 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
                     Some((&variant.ident, action))
                 })
                 .collect::<Vec<_>>();
+            let target = Target {
+                ident: &item.ident,
+                generics: &item.generics,
+                krate: container.krate,
+            };
+            fallback = Some(target.fallback());
             // Only expanded when every variant was read; `errors` says why otherwise.
-            (variants.len() == item.variants.len()).then(|| {
-                let target = Target {
-                    ident: &item.ident,
-                    generics: &item.generics,
-                    krate: container.krate,
-                };
-                target.expand_enum(&variants)
-            })
+            (variants.len() == item.variants.len()).then(|| target.expand_enum(&variants))
         }
         Ok(Item::Struct(item)) => {
             let owner = Owner::Struct(&item.ident);
             let mut found = parse_container(&item.attrs, Place::Struct, &item.ident, &mut errors);
             found.reported |= check_fields(&item.fields, &owner, &mut errors);
-            let krate = found.krate.clone();
-            resolve(found, &item.fields, &owner, &mut errors).map(|action| {
-                let target = Target {
-                    ident: &item.ident,
-                    generics: &item.generics,
-                    krate,
-                };
-                target.expand_struct(&action)
-            })
+            let target = Target {
+                ident: &item.ident,
+                generics: &item.generics,
+                krate: found.krate.clone(),
+            };
+            fallback = Some(target.fallback());
+            resolve(found, &item.fields, &owner, &mut errors)
+                .map(|action| target.expand_struct(&action))
         }
         Ok(Item::Union(item)) => {
+            let target = Target {
+                ident: &item.ident,
+                generics: &item.generics,
+                krate: None,
+            };
+            fallback = Some(target.fallback());
             errors.at(
                 item.union_token.span,
                 format!(
@@ -95,7 +102,10 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
         None if errors.is_empty() => {
             quote!(::core::compile_error!("`#[derive(Classify)]` could not read this type");)
         }
-        _ => errors.into_compile_errors(),
+        _ => {
+            let errors = errors.into_compile_errors();
+            quote!(#errors #fallback)
+        }
     }
 }
 
@@ -616,6 +626,22 @@ impl Target<'_> {
         match &self.krate {
             Some(path) => quote!(#path::__private),
             None => quote!(::retry_core::__private),
+        }
+    }
+
+    /// The impl emitted beside errors: it never runs (the crate does not compile), and it keeps
+    /// every use of the type as a `Classify` error from being reported too.
+    fn fallback(&self) -> TokenStream {
+        let private = self.private();
+        let ident = self.ident;
+        let (impl_generics, ty_generics, where_clause) = self.generics.split_for_impl();
+        quote! {
+            #[automatically_derived]
+            impl #impl_generics #private::Classify for #ident #ty_generics #where_clause {
+                fn classify(&self) -> #private::Decision {
+                    #private::Decision::Stop
+                }
+            }
         }
     }
 

@@ -306,10 +306,13 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
             ),
         );
     }
+    // Emitted beside errors: `transaction = tx` takes a parameter out of the signature.
+    let written_sig = function.sig.clone();
     // `#[retryable]` below: one claim, retries inside it.
     let mut args = args;
     take_transaction_param(&mut args, &mut function.sig, &mut errors);
-    let retry = retryable::take_attr(&mut function, "retryable").map(|attr| {
+    let consumed = retryable::take_attr(&mut function, "retryable");
+    let retry = consumed.as_ref().map(|attr| {
         let tokens = match &attr.meta {
             syn::Meta::List(list) => list.tokens.clone(),
             _ => TokenStream::new(),
@@ -322,9 +325,11 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         retry_args
     });
     if !errors.is_empty() {
-        // The function as written (its `#[retryable]` included), quiet about arguments only
-        // the attribute would have read.
-        return retryable::with_errors(errors, quote!(#[allow(unused_variables)] #item));
+        // The function without the `#[retryable]` this macro took (its arguments were checked
+        // here).
+        let mut original = function;
+        original.sig = written_sig;
+        return retryable::with_errors(errors, retryable::fallback(original, consumed.as_ref()));
     }
     rewrite(&args, function, retry.as_ref(), boxed)
 }
@@ -547,13 +552,31 @@ pub(crate) fn flow_expr(
             })
         }};
     }
-    let run_call = quote_spanned!(output.span()=> #run(#store, #call, #on_err, #body));
+    // Every token of the call and its `.await` at one span, the output type's, with the
+    // hygiene of the locals it reads: rustc then reports an unmet bound on `T` or `E` once.
+    let at = Span::mixed_site().located_at(output.span());
+    let run = respan(run, at);
+    let (store_arg, on_err_arg, body_arg) = (
+        Ident::new("__retry_store", at),
+        Ident::new("__retry_on_err", at),
+        Ident::new("__retry_body", at),
+    );
+    let call_arg = Ident::new("__retry_call", at);
+    // In a block of their own, so the locals are not kept in the future across the `.await`.
+    let run_call = quote_spanned! {at=>
+        {
+            let #store_arg = #store;
+            let #on_err_arg = #on_err;
+            let #body_arg = #body;
+            #run(#store_arg, #call_arg, #on_err_arg, #body_arg)
+        }.await
+    };
     // The settings are evaluated when the function is called, so the returned future knows its
     // key before it is polled (a redrive checks it against the dead letter's).
     quote! {{
         #settings
         #private::idempotent::<_, #kind>(::core::clone::Clone::clone(&#call.key), async move {
-            #run_call.await
+            #run_call
         })
     }}
 }

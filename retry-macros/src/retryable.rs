@@ -54,16 +54,21 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     check_signature(&function, &mut errors);
     let mut function = strip_second_retryable(function);
     // `#[idempotent]` below: a claim per attempt.
-    let idempotent = take_attr(&mut function, "idempotent").map(|attr| {
-        let mut idempotent = crate::idempotent::parse_attr(&attr, &mut errors);
+    // Emitted beside errors: `transaction = tx` takes a parameter out of the signature.
+    let written_sig = function.sig.clone();
+    let consumed = take_attr(&mut function, "idempotent");
+    let idempotent = consumed.as_ref().map(|attr| {
+        let mut idempotent = crate::idempotent::parse_attr(attr, &mut errors);
         crate::idempotent::take_transaction_param(&mut idempotent, &mut function.sig, &mut errors);
-        crate::idempotent::check_below_retry(&idempotent, &attr, &mut errors);
+        crate::idempotent::check_below_retry(&idempotent, attr, &mut errors);
         idempotent
     });
     if !errors.is_empty() {
-        // The user's function, unchanged, keeps IDEs working and avoids a cascade of
-        // "cannot find function" errors.
-        return with_errors(errors, function.into_token_stream());
+        // The user's function keeps IDEs working and avoids a cascade of "cannot find
+        // function" errors.
+        let mut original = function;
+        original.sig = written_sig;
+        return with_errors(errors, fallback(original, consumed.as_ref()));
     }
     rewrite(&args, function, idempotent.as_ref(), boxed)
 }
@@ -80,6 +85,21 @@ pub(crate) fn take_attr(function: &mut ItemFn, name: &str) -> Option<syn::Attrib
 pub(crate) fn with_errors(errors: Errors, item: TokenStream) -> TokenStream {
     let errors = errors.into_compile_errors();
     quote!(#errors #item)
+}
+
+/// The user's function as emitted beside errors: quiet about arguments only the expansion
+/// would have read, and about the import of an attribute (`consumed`) this macro took off it.
+pub(crate) fn fallback(mut function: ItemFn, consumed: Option<&syn::Attribute>) -> TokenStream {
+    if let Some(attr) = consumed {
+        // In the body, not beside the function: a method cannot have items beside it.
+        let path = attr.path();
+        let uses = syn::parse_quote!(#[allow(unused_imports)] use #path as _;);
+        function.block.stmts.insert(0, uses);
+    }
+    quote! {
+        #[allow(unused_variables)]
+        #function
+    }
 }
 
 pub(crate) fn first_token_span(item: &Item) -> Span {
@@ -431,9 +451,12 @@ pub(crate) fn retry_loop(
             }
             Passing::CloneUntilLast => {
                 slots.push(quote!(#(#cfgs)* let mut #slot = ::core::option::Option::Some(#outer);));
-                // Spanned on the type, so a missing `Clone` points at the argument.
-                let private = private_at(ty.span());
-                per_attempt.push(quote_spanned! {ty.span()=>
+                // Spanned on the type, so a missing `Clone` points at the argument: every token
+                // of the call has the slot's hygiene, or rustc would widen the span of the
+                // argument `&mut slot` to the whole attribute.
+                let at = Span::mixed_site().located_at(ty.span());
+                let private = private_at(at);
+                per_attempt.push(quote_spanned! {at=>
                     #(#cfgs)* let #this_attempt = #private::take_or_clone(&mut #slot, #last);
                 });
             }
@@ -526,6 +549,11 @@ pub(crate) fn retry_loop(
 
     let AttemptBody { items, stmts, .. } = &body;
     let private_out = private_at(output_span);
+    // The output type is checked to be a `Result` by `attempt` and `output`, all at the same
+    // span, which rustc reports once.
+    // `impl Trait` in the return type becomes `_` here: this is expression position.
+    let inferred_output = inferred(output);
+    let output_check = quote_spanned!(output_span=> #private_out::output::<#inferred_output>());
     // `async move` hands each attempt its arguments by value: a non-move block borrows a `Copy`
     // argument from the loop, and the future keeps it twice. Not with a `&mut self` receiver
     // (it would move into the first attempt), nor when other code reads the arguments.
@@ -575,7 +603,12 @@ pub(crate) fn retry_loop(
                 Some(path) => quote!(::core::option::Option::Some(#path as fn(_) -> _)),
                 None => quote!(::core::option::Option::None),
             };
-            let sink_private = respan(private.clone(), sink.span());
+            // The one check that `sink` is a sink: every token at the sink's span, with the
+            // hygiene of the binding it reads.
+            let sink_at = Span::mixed_site().located_at(sink.span());
+            let sink_private = respan(private.clone(), sink_at);
+            let sink_held = Ident::new("__retry_dlq_sink", sink_at);
+            let sink_check = quote_spanned!(sink_at=> #sink_private::sink(&#sink_held));
             let park_private = respan(private.clone(), dlq.span);
             (
                 {
@@ -592,9 +625,13 @@ pub(crate) fn retry_loop(
                     // The same hygienic names, located at `dlq` so unmet bounds point there.
                     let at = |name: &str| Ident::new(name, Span::mixed_site().located_at(dlq.span));
                     let (state, returned) = (at("__retry_state"), at("__retry_returned"));
-                    let (held, input) = (at("__retry_dlq_sink"), at("__retry_dlq_input"));
+                    let input = at("__retry_dlq_input");
+                    // The one check that the error converts from `DlqFailed`, at `dlq`.
+                    let dlq_at = Span::mixed_site().located_at(dlq.span);
+                    let dlq_private = respan(private.clone(), dlq_at);
+                    let not_parked = quote_spanned!(dlq_at=> #dlq_private::not_parked());
                     quote_spanned! {dlq.span=>
-                        let #returned = #park_private::park_on_give_up(#site, &#state, #returned, #sink_private::sink(&#held), &#input).await;
+                        let #returned = #park_private::park_on_give_up(#site, &#state, #returned, #sink_check, &#input, #not_parked).await;
                     }
                 },
             )
@@ -629,10 +666,10 @@ pub(crate) fn retry_loop(
                 };
                 // Outside the `match`, so its scrutinee is not held across the pause; a zero
                 // wait makes no `Pause` at all.
-                let #wait = match #state.after_attempt(#site, #private_out::into_result(#outcome), #classifier_ref, &mut #hook) {
+                let #wait = match #state.after_attempt(#site, (#output_check.into)(#outcome), #classifier_ref, &mut #hook) {
                     #private::Next::Return(#returned) => {
                         #park
-                        return #private_out::from_result::<#inferred>(#returned);
+                        return (#output_check.from)(#returned);
                     }
                     #private::Next::Retry(#wait) => #wait,
                 };

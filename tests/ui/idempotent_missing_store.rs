@@ -1,4 +1,4 @@
-use retry_core::idempotency::{IdempotencyError, MemoryStore};
+use retry_core::idempotency::IdempotencyError;
 use retry_core::idempotent;
 
 #[derive(Debug)]
