@@ -33,7 +33,7 @@ pub use monitor::{Pending, pending, spawn_monitor};
 pub use postgres::PgDeadLetters;
 pub use redrive::{
     AssumeIdempotent, Filter, Outcome, Redrive, RedriveError, RedriveFuture, RedriveReport,
-    assume_idempotent,
+    RedriveRun, assume_idempotent,
 };
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]

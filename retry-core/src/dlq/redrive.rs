@@ -301,6 +301,11 @@ impl std::error::Error for RedriveError {
     }
 }
 
+/// The future of a redrive run ([`Redrive::run`], [`Redrive::run_letters`]): its report, or why
+/// it stopped.
+pub type RedriveRun<'r> =
+    std::pin::Pin<Box<dyn Future<Output = Result<RedriveReport, RedriveError>> + Send + 'r>>;
+
 /// A redrive run over a [`DeadLetterStore`]; see the [module docs](self) for its five steps.
 ///
 /// ```
@@ -426,21 +431,28 @@ impl<'s, S: DeadLetterStore + ?Sized> Redrive<'s, S> {
     /// # Errors
     /// [`RedriveError::Select`] when the letters cannot be listed (nothing sent);
     /// [`RedriveError::Audit`] when the run's record cannot be written.
-    pub async fn run<Req, Fut, T, E>(
+    ///
+    /// The run is a boxed `Send` future: the target's bound is then checked once, where `run` is
+    /// called (a bound on an `async fn` is checked again at its future and at its `.await`, so
+    /// a target that is not idempotent was reported three times). A redrive is a batch of
+    /// network calls; one allocation per run does not show.
+    pub fn run<'r, Req, Fut, T, E>(
         self,
-        mut target: impl FnMut(Req) -> Fut,
-    ) -> Result<RedriveReport, RedriveError>
+        mut target: impl FnMut(Req) -> Fut + Send + 'r,
+    ) -> RedriveRun<'r>
     where
+        's: 'r,
+        S: Sync,
         Req: DeserializeOwned,
-        Fut: RedriveFuture<Output = Result<T, E>>,
-        E: fmt::Display,
+        Fut: RedriveFuture<Output = Result<T, E>> + Send + 'r,
+        T: Send + 'r,
+        E: fmt::Display + Send + 'r,
     {
-        self.execute(|letter| {
+        Box::pin(self.execute(move |letter| {
             serde_json::from_value(letter.original.clone())
                 .map(&mut target)
                 .map_err(|e| format!("original does not decode as the target's input: {e}"))
-        })
-        .await
+        }))
     }
 
     /// Like [`run`](Self::run), but `target` gets the whole letter (its `msg_id`, its key): what
@@ -448,15 +460,18 @@ impl<'s, S: DeadLetterStore + ?Sized> Redrive<'s, S> {
     ///
     /// # Errors
     /// As [`run`](Self::run).
-    pub async fn run_letters<Fut, T, E>(
+    pub fn run_letters<'r, Fut, T, E>(
         self,
-        mut target: impl FnMut(&DeadLetter) -> Fut,
-    ) -> Result<RedriveReport, RedriveError>
+        mut target: impl FnMut(&DeadLetter) -> Fut + Send + 'r,
+    ) -> RedriveRun<'r>
     where
-        Fut: RedriveFuture<Output = Result<T, E>>,
-        E: fmt::Display,
+        's: 'r,
+        S: Sync,
+        Fut: RedriveFuture<Output = Result<T, E>> + Send + 'r,
+        T: Send + 'r,
+        E: fmt::Display + Send + 'r,
     {
-        self.execute(|letter| Ok(target(letter))).await
+        Box::pin(self.execute(move |letter| Ok(target(letter))))
     }
 
     async fn execute<Fut, T, E>(
