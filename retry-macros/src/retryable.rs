@@ -429,6 +429,15 @@ pub(crate) fn retry_loop(
             Passing::Copy => {
                 per_attempt.push(quote!(#(#cfgs)* let #this_attempt = #outer;));
             }
+            // `dlq(..)`: the argument stays where it is, each attempt gets a clone (the last
+            // one too), so `id` and `original` can still be read when the call gives up; a
+            // successful call never serialises its original.
+            Passing::CloneUntilLast if args.dlq.is_some() => {
+                let private = private_at(ty.span());
+                per_attempt.push(quote_spanned! {ty.span()=>
+                    #(#cfgs)* let #this_attempt = #private::clone_arg(&#outer);
+                });
+            }
             Passing::CloneUntilLast => {
                 slots.push(quote!(#(#cfgs)* let mut #slot = ::core::option::Option::Some(#outer);));
                 // Spanned on the type, so a missing `Clone` points at the argument.
@@ -553,7 +562,8 @@ pub(crate) fn retry_loop(
         Some(limit) => {
             let (private, span) = (private_at(limit.span), limit.span);
             let limit = duration_tokens(limit.value);
-            quote_spanned!(span=> #private::with_timeout(#limit, #attempt_block).await)
+            // Bounded by the time left before the deadline too, so the call never outlives it.
+            quote_spanned!(span=> #private::with_timeout(#state.attempt_limit(#limit), #attempt_block).await)
         }
         None => quote!(#attempt_block.await),
     };
@@ -563,39 +573,41 @@ pub(crate) fn retry_loop(
     let outcome = Ident::new("__retry_outcome", at_output);
     let returned = Ident::new("__retry_returned", at_output);
     let wait = Ident::new("__retry_wait", Span::mixed_site());
-    // `dlq(...)`: `id`, `original` and the sink are evaluated before the first attempt (and
-    // before by-value arguments move into their slots).
+    // `dlq(...)`: the sink is evaluated before the first attempt; `id` and `original` only on
+    // give-up (by-value arguments are cloned for every attempt, so they are still there).
     let (dlq_prelude, park) = match &args.dlq {
         None => (TokenStream::new(), TokenStream::new()),
         Some(dlq) => {
             let (sink, id, original) = (&dlq.sink, &dlq.id, &dlq.original);
             let held = Ident::new("__retry_dlq_sink", Span::mixed_site());
-            let input = Ident::new("__retry_dlq_input", Span::mixed_site());
             let redact = match &dlq.redact {
                 Some(path) => quote!(::core::option::Option::Some(#path as fn(_) -> _)),
                 None => quote!(::core::option::Option::None),
             };
             let sink_private = respan(private.clone(), sink.span());
             let park_private = respan(private.clone(), dlq.span);
+            let key = match &body.idempotency_key {
+                Some(key) => quote!(::core::option::Option::Some(#key)),
+                None => quote!(::core::option::Option::None),
+            };
             (
-                {
-                    let key = match &body.idempotency_key {
-                        Some(key) => quote!(::core::option::Option::Some(#key)),
-                        None => quote!(::core::option::Option::None),
-                    };
-                    quote! {
-                        let #held = #sink;
-                        let #input = #private::letter_input(&(#id), &(#original), #redact, #key);
-                    }
+                quote! {
+                    let #held = #sink;
                 },
                 {
                     // The same hygienic names, located at `dlq` so unmet bounds point there.
                     let at = |name: &str| Ident::new(name, Span::mixed_site().located_at(dlq.span));
                     let (state, returned) = (at("__retry_state"), at("__retry_returned"));
                     let (held, input) = (at("__retry_dlq_sink"), at("__retry_dlq_input"));
-                    quote_spanned! {dlq.span=>
-                        let #returned = #park_private::park_on_give_up(#site, &#state, #returned, #sink_private::sink(&#held), &#input).await;
-                    }
+                    // `id` and `original` are read only on give-up, by a closure called before
+                    // the `.await` (so it is not kept in the future).
+                    let make_input = quote! {
+                        let #input = #private::letter_on_give_up(&#state, &#returned, || #private::letter_input(&(#id), &(#original), #redact, #key));
+                    };
+                    let park = quote_spanned! {dlq.span=>
+                        let #returned = #park_private::park_on_give_up(#site, &#state, #returned, #sink_private::sink(&#held), #input).await;
+                    };
+                    quote!(#make_input #park)
                 },
             )
         }
@@ -676,6 +688,7 @@ fn policy_knobs(args: &RetryArgs, private: &TokenStream) -> TokenStream {
         ("base", &args.base),
         ("cap", &args.cap),
         ("deadline", &args.deadline),
+        ("attempt_timeout", &args.attempt_timeout),
         ("max_retry_after", &args.max_retry_after),
     ] {
         if let Some(d) = value {
