@@ -266,8 +266,9 @@ fn nested(
 ) {
     let function = site.function();
     let outer_function = outer.function();
-    if quiet {
-        // Asked for by the caller: expected, not a mistake to warn about.
+    if quiet || !first_time_at(caller) {
+        // Asked for by the caller (expected, not a mistake), or already said at this call site:
+        // once per call site is news, once per call would flood the log during an outage.
         tracing::debug!(
             function,
             outer = outer_function,
@@ -285,6 +286,22 @@ fn nested(
         );
     }
     metrics::nested_suppressed(site);
+}
+
+/// Whether no nested retry was reported at `caller` yet (and marks it reported). Only nested
+/// starts come here, so the lock is off the common path.
+fn first_time_at(caller: &'static Location<'static>) -> bool {
+    static WARNED: std::sync::Mutex<Vec<(&'static str, u32, u32)>> =
+        std::sync::Mutex::new(Vec::new());
+    let key = (caller.file(), caller.line(), caller.column());
+    let mut warned = WARNED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if warned.contains(&key) {
+        return false;
+    }
+    warned.push(key);
+    true
 }
 
 impl<F> std::fmt::Debug for Retrying<F> {

@@ -387,28 +387,51 @@ impl<'p> State<'p> {
         failing.decision = Some(decision);
         match self.judge(site, decision, failing) {
             Ok(wait) => {
-                tracing::debug!(
-                    attempt = self.attempt,
-                    ?decision,
-                    wait_ms = wait.as_millis() as u64,
-                    "attempt failed; retrying"
-                );
+                // At INFO, with the error: a retry is what an operator looks for first when a
+                // dependency is struggling. Only failures pay for the words.
+                if tracing::enabled!(tracing::Level::INFO) {
+                    let error = classifier.reason(&error).unwrap_or_default();
+                    tracing::info!(
+                        function = site.function(),
+                        attempt = self.attempt,
+                        ?decision,
+                        error,
+                        wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                        "attempt failed; retrying"
+                    );
+                }
                 metrics::retried(site);
                 on_retry.before_wait(self.attempt, &error, wait);
                 Next::Retry(wait)
             }
             Err(give_up) => {
                 // "not retryable: 404 Not Found", "gave up after 5 attempts: 503 Service Unavailable"
-                let reason = match classifier.reason(&error) {
+                let cause = classifier.reason(&error);
+                let reason = match &cause {
                     Some(cause) => format!("{give_up}: {cause}"),
                     None => give_up.to_string(),
                 };
+                let (function, cause) = (site.function(), cause.unwrap_or_default());
                 // Giving up after retrying is news; a first attempt that was never going to be
                 // retried (a 404, a nested single attempt) is the caller's business.
                 if self.attempt > 1 {
-                    tracing::warn!(attempt = self.attempt, ?decision, reason, "giving up");
+                    tracing::warn!(
+                        function,
+                        attempt = self.attempt,
+                        ?decision,
+                        error = cause,
+                        reason,
+                        "giving up"
+                    );
                 } else {
-                    tracing::debug!(attempt = self.attempt, ?decision, reason, "giving up");
+                    tracing::debug!(
+                        function,
+                        attempt = self.attempt,
+                        ?decision,
+                        error = cause,
+                        reason,
+                        "giving up"
+                    );
                 }
                 metrics::gave_up(site, give_up.label());
                 failing.gave_up = Some(give_up);
