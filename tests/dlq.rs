@@ -319,7 +319,7 @@ async fn a_single_attempt_parks_nothing_and_says_the_outer_layer_owns_the_give_u
         };
         assert!(failed.outer_layer_owns_give_up(), "{failed}");
         assert!(failed.sink_error().is_none());
-        assert_eq!(failed.classify(), decision, "the replaced error's decision");
+        assert_eq!(failed.decision(), decision, "the replaced error's decision");
         assert_eq!(failed.letter.msg_id, "M-single");
     }
     assert_eq!(calls.load(Ordering::SeqCst), 2, "one attempt each");

@@ -186,6 +186,7 @@ fn at_info_retries_and_give_ups_name_the_function_and_the_error() {
         .expect("a give-up");
     assert!(give_up.starts_with("WARN"), "{give_up}");
     assert!(give_up.contains("function=\"unavailable\""), "{give_up}");
+    assert!(give_up.contains("module=\"tracing_events\""), "{give_up}");
     assert!(
         give_up.contains("error=\"503 Service Unavailable\""),
         "{give_up}"

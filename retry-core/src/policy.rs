@@ -91,8 +91,10 @@ impl FromStr for Jitter {
 
 /// A retry policy: the same knobs as `#[retryable(...)]`, built at run time (e.g. from config).
 ///
-/// Every method is `const`, so a policy can live in a `static`. Out-of-range values are clamped
-/// rather than rejected: at least one attempt is always made.
+/// Every builder method but [`budget`](Self::budget) is `const`, so a policy can live in a
+/// `static`. `max_attempts(0)` is clamped to one (at least one attempt is always made); a zero
+/// [`deadline`](Self::deadline) or [`attempt_timeout`](Self::attempt_timeout) is refused with a
+/// panic, a compile-time error in a `static`. Read the knobs back with [`knobs`](Self::knobs).
 ///
 /// ```
 /// use retry_core::{Jitter, Policy};

@@ -19,8 +19,8 @@ pin_project! {
     /// where one retrying call is awaited inside another.
     ///
     /// When it starts inside another retry in the same task (see [`scope`](crate::scope)), it
-    /// makes a single attempt and says so once, in a `tracing` warning and the
-    /// `retry_core_nested_suppressed_total` metric.
+    /// makes a single attempt and says so: a `tracing` warning once per call site (then at
+    /// DEBUG), and the `retry_core_nested_suppressed_total` metric every time.
     ///
     /// ```
     /// use retry_core::{retryable, Retrying};
@@ -244,8 +244,8 @@ fn start(site: &'static Site, caller: &'static Location<'static>, single: bool) 
 /// The `retry` span of a call starting now, if a subscriber wants it, with the call's trace id
 /// (drawn now: a nested retry shares its outer call's).
 fn start_span(site: &'static Site) -> Option<Traced> {
-    let function = site.function();
-    let span = tracing::debug_span!("retry", function, trace_id = tracing::field::Empty);
+    let (function, module) = (site.function(), site.module());
+    let span = tracing::debug_span!("retry", function, module, trace_id = tracing::field::Empty);
     if span.is_disabled() {
         return None;
     }

@@ -40,8 +40,9 @@ pub enum GiveUp {
     },
     /// The shared [`RetryBudget`](crate::RetryBudget) had no retry left.
     BudgetExhausted,
-    /// An outer retry is running in the same task, so this one made a single attempt and leaves
-    /// the retrying to the outer layer.
+    /// An outer retry is running in the same task (or `.single_attempt()` was asked for), so
+    /// this one made a single attempt and leaves the retrying, the budget and the dead letter
+    /// to the outer layer, whatever its error.
     SingleAttempt,
     /// The next wait would cross the policy's deadline.
     Deadline {
@@ -393,6 +394,7 @@ impl<'p> State<'p> {
                     let error = classifier.reason(&error).unwrap_or_default();
                     tracing::info!(
                         function = site.function(),
+                        module = site.module(),
                         attempt = self.attempt,
                         ?decision,
                         error,
@@ -501,8 +503,8 @@ mod tests {
     use crate::classify::ByClassify;
     use std::io;
 
-    static LABELS: [::metrics::Label; 1] = Site::labels("state_test");
-    static SITE: Site = Site::new("state_test", &LABELS);
+    static LABELS: [::metrics::Label; 2] = Site::labels("state_test", "");
+    static SITE: Site = Site::new("state_test", "", &LABELS);
 
     /// Runs one call whose every attempt fails with `kind`, to its give-up.
     fn failing_call(policy: &Policy, kind: io::ErrorKind) -> State<'_> {

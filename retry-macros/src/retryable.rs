@@ -468,8 +468,8 @@ pub(crate) fn retry_loop(
     let site_static = Ident::new("__RETRY_CORE_SITE", Span::call_site());
     let labels_static = Ident::new("__RETRY_CORE_LABELS", Span::call_site());
     let site_items = quote! {
-        static #labels_static: [#private::metrics::Label; 1] = #private::Site::labels(#name);
-        static #site_static: #private::Site = #private::Site::new(#name, &#labels_static);
+        static #labels_static: [#private::metrics::Label; 2] = #private::Site::labels(#name, ::core::module_path!());
+        static #site_static: #private::Site = #private::Site::new(#name, ::core::module_path!(), &#labels_static);
     };
     let site = quote!(&#site_static);
     // A literal policy is a `static`, borrowed straight into the state; `policy = expr` is held

@@ -112,9 +112,9 @@ impl std::error::Error for DlqError {
 /// Functions with `dlq(...)` need `E: From<DlqFailed>`; [`why`](Self::why) tells the sink
 /// failing from a call that left the give-up to an outer layer.
 ///
-/// Its [`Classify`](crate::Classify) impl lets an outer retry treat it as the error it replaced:
-/// a collapsed call's error keeps its own decision, a sink failure is not retried (the call has
-/// given up already). An error enum can delegate to it with `#[classify(delegate)]`.
+/// [`decision`](Self::decision) lets an outer retry treat it as the error it replaced: a
+/// collapsed call's error keeps its own decision, a sink failure is not retried (the call has
+/// given up already).
 ///
 /// ```
 /// use retry_core::dlq::{DlqError, DlqFailed, NotParked};
@@ -125,6 +125,7 @@ impl std::error::Error for DlqError {
 /// let failed = DlqFailed::new(letter(), NotParked::OuterLayer { decision: retry_core::Decision::Retry });
 /// assert!(failed.outer_layer_owns_give_up());
 /// assert!(failed.sink_error().is_none());
+/// assert_eq!(failed.decision(), retry_core::Decision::Retry);
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]
@@ -168,6 +169,17 @@ impl DlqFailed {
     pub fn outer_layer_owns_give_up(&self) -> bool {
         matches!(self.why, NotParked::OuterLayer { .. })
     }
+
+    /// How an outer retry should treat this outcome: as the error it replaced, when the call
+    /// left the give-up to the outer layer; [`Decision::Stop`](crate::Decision::Stop) when the
+    /// sink failed (the call has given up already). For an error enum's `Classify` impl.
+    /// (A method, not a `Classify` impl: `DlqFailed` is never a function's error type itself.)
+    pub fn decision(&self) -> crate::Decision {
+        match self.why {
+            NotParked::Sink(_) => crate::Decision::Stop,
+            NotParked::OuterLayer { decision } => decision,
+        }
+    }
 }
 
 impl fmt::Display for DlqFailed {
@@ -186,18 +198,5 @@ impl fmt::Display for DlqFailed {
 impl std::error::Error for DlqFailed {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.sink_error().map(|e| e as _)
-    }
-}
-
-impl crate::Classify for DlqFailed {
-    fn classify(&self) -> crate::Decision {
-        match self.why {
-            NotParked::Sink(_) => crate::Decision::Stop,
-            NotParked::OuterLayer { decision } => decision,
-        }
-    }
-
-    fn reason(&self) -> Option<String> {
-        Some(self.to_string())
     }
 }
