@@ -419,6 +419,7 @@ impl<'p> State<'p> {
                 if self.attempt > 1 {
                     tracing::warn!(
                         function,
+                        module = site.module(),
                         attempt = self.attempt,
                         ?decision,
                         error = cause,
@@ -428,6 +429,7 @@ impl<'p> State<'p> {
                 } else {
                     tracing::debug!(
                         function,
+                        module = site.module(),
                         attempt = self.attempt,
                         ?decision,
                         error = cause,
