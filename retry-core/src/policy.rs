@@ -239,6 +239,11 @@ impl Policy {
     /// [`deadline`](Self::deadline) comes, if that is sooner) is cut off and fails with
     /// `E::from(`[`Elapsed`](crate::Elapsed)`)`, which is then classified like any error.
     ///
+    /// Applied today where `E: From<Elapsed>` is known: `#[retryable(attempt_timeout = "..")]`
+    /// (alone or beside `policy = expr`, whose deadline then cuts it). [`Policy::retry`] and
+    /// `policy = expr` alone do not read it yet: that needs the `E: From<Elapsed>` bound on the
+    /// closure API, which is being reworked.
+    ///
     /// ```
     /// # use std::time::Duration;
     /// let p = retry_core::Policy::new().attempt_timeout(Duration::from_secs(2));
