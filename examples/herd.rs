@@ -400,7 +400,7 @@ fn simulate(c: &Config, jitter: Jitter) -> Outcome {
             if free > 0 {
                 free -= 1;
                 succeeded += 1;
-            } else if attempts[i] >= policy.get_max_attempts() {
+            } else if attempts[i] >= policy.knobs().max_attempts {
                 gave_up += 1;
             } else {
                 let wait = clock.ticks_ceil(backoffs[i].next_delay()).max(1);

@@ -262,3 +262,91 @@ async fn a_letter_carries_the_idempotency_key_of_the_call() {
         Some("~s6:charges6:bank-a,n9")
     );
 }
+
+/// Counts serialisations: `dlq(original = ..)` must serialise only on give-up.
+#[derive(Debug, Clone)]
+struct Counted<'a>(&'a AtomicU32);
+
+impl Serialize for Counted<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        serializer.serialize_str("counted")
+    }
+}
+
+#[retryable(max = 3, base = "10ms", dlq(sink = letters, id = "M-lazy", original = original))]
+async fn lazily_parked(
+    letters: &MemoryDeadLetters,
+    original: Counted<'_>,
+    fail: bool,
+) -> Result<(), FetchError> {
+    if fail {
+        Err(FetchError::Upstream(503))
+    } else {
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_original_is_serialised_only_on_give_up() {
+    let (letters, serialised) = (MemoryDeadLetters::new(), AtomicU32::new(0));
+    for _ in 0..3 {
+        lazily_parked(&letters, Counted(&serialised), false)
+            .await
+            .unwrap();
+    }
+    assert_eq!(serialised.load(Ordering::SeqCst), 0, "no give-up, no JSON");
+    assert!(
+        lazily_parked(&letters, Counted(&serialised), true)
+            .await
+            .is_err()
+    );
+    assert_eq!(serialised.load(Ordering::SeqCst), 1);
+    assert_eq!(letters.count().await.unwrap(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_single_attempt_parks_nothing_and_says_the_outer_layer_owns_the_give_up() {
+    let (letters, calls) = (MemoryDeadLetters::new(), AtomicU32::new(0));
+    // Transient and permanent errors alike: nothing parked, and not the function's own error.
+    for (status, decision) in [(503, Decision::Retry), (400, Decision::Stop)] {
+        let err = submit(&letters, order("M-single"), status, &calls)
+            .single_attempt()
+            .await
+            .unwrap_err();
+        let FetchError::NotParked(failed) = err else {
+            panic!("a consumer acking on the function's own error would lose the message: {err:?}");
+        };
+        assert!(failed.outer_layer_owns_give_up(), "{failed}");
+        assert!(failed.sink_error().is_none());
+        assert_eq!(failed.decision(), decision, "the replaced error's decision");
+        assert_eq!(failed.letter.msg_id, "M-single");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "one attempt each");
+    assert_eq!(letters.count().await.unwrap(), 0, "nothing parked");
+}
+
+/// Hides the nesting from the compiler: the inner retry collapses at run time.
+async fn hidden_submit(letters: &MemoryDeadLetters, calls: &AtomicU32) -> Result<(), FetchError> {
+    submit(letters, order("M-inner"), 400, calls).await
+}
+
+#[retryable(max = 2, base = "10ms", dlq(sink = letters, id = "M-outer", original = "outer"))]
+async fn outer_submit(letters: &MemoryDeadLetters, calls: &AtomicU32) -> Result<(), FetchError> {
+    hidden_submit(letters, calls).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_collapsed_nested_call_whose_error_is_stop_parks_nothing_of_its_own() {
+    let (letters, calls) = (MemoryDeadLetters::new(), AtomicU32::new(0));
+    assert!(outer_submit(&letters, &calls).await.is_err());
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "Stop: the outer layer does not retry"
+    );
+    let parked = letters.list().await.unwrap();
+    let ids: Vec<_> = parked.iter().map(|l| l.msg_id.as_str()).collect();
+    assert_eq!(ids, ["M-outer"], "one letter, the outer layer's");
+    assert_eq!(parked[0].class, FailureClass::Data);
+}

@@ -112,9 +112,9 @@ fn whole_lines(path: &Path) -> Vec<DeadLetter> {
 fn assert_not_parked(failed: &DlqFailed, msg_id: &str, doing: &[&str], path: &Path, cause: &str) {
     assert_eq!(failed.letter.msg_id, msg_id, "the caller keeps the letter");
     assert!(
-        matches!(failed.error, DlqError::Io(_)),
+        matches!(failed.sink_error(), Some(DlqError::Io(_))),
         "{:?}",
-        failed.error
+        failed.why
     );
     let message = failed.to_string();
     let file = |doing: &str| format!("{doing} dead-letter file {}: ", path.display());

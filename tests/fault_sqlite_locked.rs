@@ -283,9 +283,9 @@ async fn letters_given_up_on_a_locked_file_come_back_to_the_caller_and_park_once
         };
         assert_eq!(failed.letter.msg_id, id);
         assert!(
-            matches!(failed.error, DlqError::Io(_)),
+            matches!(failed.sink_error(), Some(DlqError::Io(_))),
             "{:?}",
-            failed.error
+            failed.why
         );
         // The cause (the file, locked) and the call's own reason, for the caller to log.
         let message = failed.to_string();

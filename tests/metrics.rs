@@ -52,10 +52,18 @@ fn calls_retries_give_ups_and_nested_suppressions_are_counted_by_function() {
     metrics::with_local_recorder(&recorder, || {
         paused_runtime().block_on(async { assert!(outer().await.is_err()) })
     });
-    let function = |f: &str| vec![("function".to_owned(), f.to_owned())];
+    // `module`: the functions' module path (this test crate's root), so a `fetch` in one module
+    // is told from a `fetch` in another.
+    let function = |f: &str| {
+        vec![
+            ("function".to_owned(), f.to_owned()),
+            ("module".to_owned(), "metrics".to_owned()),
+        ]
+    };
     let gave_up = |f: &str, reason: &str| {
         vec![
             ("function".to_owned(), f.to_owned()),
+            ("module".to_owned(), "metrics".to_owned()),
             ("reason".to_owned(), reason.to_owned()),
         ]
     };
@@ -125,5 +133,54 @@ fn the_dead_letter_queue_reports_pending_letters_and_the_oldest_age() {
             .iter()
             .any(|(n, v)| n == names::DLQ_OLDEST_AGE && *v >= 3600.0),
         "{gauges:?}"
+    );
+}
+
+mod client {
+    pub struct Client;
+    impl Client {
+        #[retry_core::retryable(max = 2, base = "1ms")]
+        pub async fn fetch(&self) -> std::io::Result<()> {
+            Err(std::io::ErrorKind::ConnectionReset.into())
+        }
+    }
+}
+
+mod cache {
+    pub struct Cache;
+    impl Cache {
+        #[retry_core::retryable(max = 2, base = "1ms")]
+        pub async fn fetch(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+}
+
+#[test]
+fn two_methods_of_one_name_in_different_modules_are_counted_apart() {
+    let recorder = DebuggingRecorder::new();
+    metrics::with_local_recorder(&recorder, || {
+        paused_runtime().block_on(async {
+            assert!(client::Client.fetch().await.is_err());
+            assert!(cache::Cache.fetch().await.is_ok());
+        })
+    });
+    let calls: Vec<_> = counters(&recorder)
+        .into_iter()
+        .filter(|(name, _, _)| name == names::CALLS)
+        .map(|(_, labels, n)| (labels, n))
+        .collect();
+    let labels = |module: &str| {
+        vec![
+            ("function".to_owned(), "fetch".to_owned()),
+            ("module".to_owned(), module.to_owned()),
+        ]
+    };
+    assert_eq!(
+        calls,
+        [
+            (labels("metrics::cache"), 1),
+            (labels("metrics::client"), 1)
+        ]
     );
 }

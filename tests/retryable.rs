@@ -344,3 +344,39 @@ fn the_future_of_a_send_body_is_send() {
     assert_eq!(out.as_deref(), Ok("sent"));
     assert_eq!(upstream.calls(), 2);
 }
+
+#[retryable(
+    max = 5,
+    base = "500ms",
+    jitter = "none",
+    deadline = "10s",
+    attempt_timeout = "4s"
+)]
+async fn hangs(attempts: &std::sync::atomic::AtomicU32) -> std::io::Result<()> {
+    attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    std::future::pending().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_gets_only_the_time_left_before_the_deadline() {
+    let attempts = std::sync::atomic::AtomicU32::new(0);
+    let started = tokio::time::Instant::now();
+    let err = hangs(&attempts).await.unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    // 0–4 s, wait 0.5 s, 4.5–8.5 s, wait 1 s, then 9.5 s: the third attempt gets the 0.5 s
+    // left, not its 4 s, and the call ends at its deadline.
+    assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert_eq!(started.elapsed(), Duration::from_secs(10));
+}
+
+#[test]
+#[should_panic(expected = "`deadline` must be longer than zero")]
+fn a_zero_deadline_is_refused() {
+    let _ = retry_core::Policy::new().deadline(Duration::ZERO);
+}
+
+#[test]
+#[should_panic(expected = "`attempt_timeout` must be longer than zero")]
+fn a_zero_attempt_timeout_is_refused() {
+    let _ = retry_core::Policy::new().attempt_timeout(Duration::ZERO);
+}

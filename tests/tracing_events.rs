@@ -112,10 +112,10 @@ fn nested_retries_warn_once_and_give_ups_say_why() {
             assert!(asks_for_ten_minutes_too().await.is_err());
         })
     });
-    // Two outer attempts, each starting the inner retry once: one warning each, not one per
-    // inner attempt.
+    // Two outer attempts, each starting the inner retry once at the same call site: one
+    // warning for the call site, then DEBUG.
     let messages = warnings.messages.lock().unwrap().clone();
-    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages.len(), 1, "{messages:?}");
     let first = &messages[0];
     assert!(first.contains("function=\"inner\""), "{first}");
     assert!(first.contains("outer=\"outer\""), "{first}");
@@ -134,5 +134,61 @@ fn nested_retries_warn_once_and_give_ups_say_why() {
             "gave up after 3 attempts: 503 Service Unavailable",
             "Retry-After 600 s exceeds max_retry_after 300 s",
         ]
+    );
+    at_info_retries_and_give_ups_name_the_function_and_the_error();
+}
+
+/// Every WARN and INFO event's fields.
+#[derive(Clone, Default)]
+struct Infos(Arc<Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Infos {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Fields(String);
+        impl tracing::field::Visit for Fields {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={:?} ", field.name(), value));
+            }
+        }
+        if *event.metadata().level() <= tracing::Level::INFO {
+            let mut fields = Fields(format!("{} ", event.metadata().level()));
+            event.record(&mut fields);
+            self.0.lock().unwrap().push(fields.0);
+        }
+    }
+}
+
+/// Part of the one test above (one subscriber at a time, see the module's doc).
+fn at_info_retries_and_give_ups_name_the_function_and_the_error() {
+    let infos = Infos::default();
+    let subscriber = tracing_subscriber::registry()
+        .with(infos.clone())
+        .with(tracing_subscriber::filter::LevelFilter::INFO);
+    tracing::subscriber::with_default(subscriber, || {
+        paused_runtime().block_on(async {
+            assert!(unavailable().await.is_err());
+        })
+    });
+    let events = infos.0.lock().unwrap().clone();
+    let retries: Vec<_> = events.iter().filter(|e| e.contains("retrying")).collect();
+    assert_eq!(retries.len(), 2, "{events:?}");
+    for retry in retries {
+        assert!(retry.starts_with("INFO"), "{retry}");
+        assert!(retry.contains("function=\"unavailable\""), "{retry}");
+        assert!(
+            retry.contains("error=\"503 Service Unavailable\""),
+            "{retry}"
+        );
+    }
+    let give_up = events
+        .iter()
+        .find(|e| e.contains("giving up"))
+        .expect("a give-up");
+    assert!(give_up.starts_with("WARN"), "{give_up}");
+    assert!(give_up.contains("function=\"unavailable\""), "{give_up}");
+    assert!(give_up.contains("module=\"tracing_events\""), "{give_up}");
+    assert!(
+        give_up.contains("error=\"503 Service Unavailable\""),
+        "{give_up}"
     );
 }

@@ -75,15 +75,15 @@ pub struct Backoff {
 impl Backoff {
     /// The waits of `policy`, starting after the first failed attempt.
     pub fn new(policy: &Policy) -> Self {
-        let (base, cap) = (nanos(policy.get_base()), nanos(policy.get_cap()));
+        let (base, cap) = (nanos(policy.knobs().base), nanos(policy.knobs().cap));
         Backoff {
             base,
             cap,
-            jitter: policy.get_jitter(),
+            jitter: policy.knobs().jitter,
             ceiling: base.min(cap),
             prev: base,
-            full: matches!(policy.get_jitter(), Jitter::Full),
-            seed: policy.get_seed(),
+            full: matches!(policy.knobs().jitter, Jitter::Full),
+            seed: policy.knobs().seed,
             // A constant once optimised; replaced before its first draw.
             rng: SmallRng::seed_from_u64(0),
             seeded: false,

@@ -1,17 +1,19 @@
 //! A retry budget shared by many calls: retries may add at most a fraction of the traffic,
 //! whatever the number of callers, so a struggling dependency sees a bounded surge.
 
-use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
+use std::sync::{PoisonError, TryLockError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::sync::Mutex;
+use crate::sync::{AtomicU64, Mutex, MutexGuard};
 
 /// The window is kept as this many slots; a slot's deposits expire together.
 const SLOTS: usize = 10;
 
-/// A token bucket for retries, in the model of Finagle's `RetryBudget` and tower's `TpsBudget`:
+/// A token bucket for retries, in the model of Finagle's `RetryBudget` and tower's `TpsBudget`
+/// (counters on atomics: the call path, a deposit, takes no lock):
 /// every call deposits, every retry withdraws, deposits expire after `ttl`, and a floor of
 /// `min_per_sec` retries per second is always allowed so a quiet service can still retry.
 ///
@@ -32,24 +34,21 @@ const SLOTS: usize = 10;
 /// ```
 #[derive(Debug)]
 pub struct RetryBudget {
-    ttl: Duration,
+    /// Length of one slot of the window, in nanoseconds (at least 1).
+    slot_nanos: u128,
     floor: u64,
     /// Retries earned per deposit, in thousandths.
     ratio_milli: u64,
-    window: Mutex<Window>,
-}
-
-#[derive(Debug)]
-struct Window {
-    slots: [Slot; SLOTS],
-    current: usize,
-    current_started: Instant,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-struct Slot {
-    deposits: u64,
-    withdrawals: u64,
+    /// Where slot numbers count from.
+    origin: Instant,
+    /// The slot number the window is at (slots since `origin`); its slot is `epoch % SLOTS`.
+    epoch: AtomicU64,
+    deposits: [AtomicU64; SLOTS],
+    withdrawals: [AtomicU64; SLOTS],
+    /// Serialises withdrawals and window moves: both are rare (a retry; once per slot), and a
+    /// withdrawal counted into a slot being cleared would be lost, granting a retry the budget
+    /// does not hold. Deposits, one per call, never wait for it.
+    moving: Mutex<()>,
 }
 
 /// Lets `#[retryable(budget = expr)]` take a `RetryBudget`, a `&RetryBudget` or an
@@ -62,7 +61,17 @@ impl AsRef<RetryBudget> for RetryBudget {
 
 impl RetryBudget {
     /// A budget whose deposits last `ttl`, allowing `min_per_sec` retries per second plus
-    /// `retry_ratio` (0.0 to 1000.0; clamped) retries per call.
+    /// `retry_ratio` (0.0 to 1000.0; clamped) retries per call. Any `ttl` and `min_per_sec` are
+    /// accepted (e.g. from configuration): `ttl` is taken as at least 10 ms, and the floor
+    /// saturates instead of overflowing.
+    ///
+    /// ```
+    /// use retry_core::RetryBudget;
+    /// use std::time::Duration;
+    ///
+    /// let budget = RetryBudget::new(Duration::MAX, u32::MAX, f32::INFINITY);
+    /// assert_eq!(budget.remaining(), u64::MAX);
+    /// ```
     pub fn new(ttl: Duration, min_per_sec: u32, retry_ratio: f32) -> Self {
         let ttl = ttl.max(Duration::from_millis(SLOTS as u64));
         let ratio = if retry_ratio.is_finite() {
@@ -70,32 +79,49 @@ impl RetryBudget {
         } else {
             0.0
         };
+        // u128: `min_per_sec * ttl` in milliseconds overflows u64 for a long `ttl`.
+        let floor = u128::from(min_per_sec).saturating_mul(ttl.as_millis()) / 1000;
         RetryBudget {
-            ttl,
-            floor: (u64::from(min_per_sec) * ttl.as_millis() as u64) / 1000,
+            slot_nanos: (ttl.as_nanos() / SLOTS as u128).max(1),
+            floor: u64::try_from(floor).unwrap_or(u64::MAX),
             ratio_milli: (ratio * 1000.0).round() as u64,
-            window: Mutex::new(Window {
-                slots: [Slot::default(); SLOTS],
-                current: 0,
-                current_started: Instant::now(),
-            }),
+            origin: Instant::now(),
+            epoch: AtomicU64::new(0),
+            deposits: std::array::from_fn(|_| AtomicU64::new(0)),
+            withdrawals: std::array::from_fn(|_| AtomicU64::new(0)),
+            moving: Mutex::new(()),
         }
     }
 
-    /// Records a call (its first attempt).
+    /// Records a call (its first attempt). Lock-free: one atomic add, and once per slot of the
+    /// window a move of the window, by whichever caller gets there first.
     pub fn deposit(&self) {
-        self.with_window(|w| w.slots[w.current].deposits += 1);
+        let now = self.now_epoch();
+        let mut epoch = self.epoch.load(Ordering::Acquire);
+        if now > epoch {
+            // Nobody waits: if another caller is moving the window, this deposit goes into
+            // the slot that was current a moment ago, and expires a slot later than it would.
+            let guard = match self.moving.try_lock() {
+                Ok(guard) => Some(guard),
+                Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            };
+            if let Some(guard) = guard {
+                epoch = self.move_to(now, &guard);
+            }
+        }
+        self.deposits[slot(epoch)].fetch_add(1, Ordering::AcqRel);
     }
 
     /// Takes one retry from the budget; `false` when it is empty.
     pub fn withdraw(&self) -> bool {
-        self.with_window(|w| {
-            let available = self.remaining_in(w) > 0;
-            if available {
-                w.slots[w.current].withdrawals += 1;
-            }
-            available
-        })
+        let guard = self.lock();
+        let epoch = self.move_to(self.now_epoch(), &guard);
+        let available = self.remaining_now() > 0;
+        if available {
+            self.withdrawals[slot(epoch)].fetch_add(1, Ordering::AcqRel);
+        }
+        available
     }
 
     /// Retries the budget would allow now.
@@ -105,36 +131,54 @@ impl RetryBudget {
     /// assert_eq!(budget.remaining(), 5);
     /// ```
     pub fn remaining(&self) -> u64 {
-        self.with_window(|w| self.remaining_in(w))
+        let guard = self.lock();
+        self.move_to(self.now_epoch(), &guard);
+        self.remaining_now()
     }
 
-    fn remaining_in(&self, w: &Window) -> u64 {
-        let (deposits, withdrawals) = w
-            .slots
-            .iter()
-            .fold((0, 0), |(d, r), s| (d + s.deposits, r + s.withdrawals));
-        (self.floor + deposits * self.ratio_milli / 1000).saturating_sub(withdrawals)
+    fn remaining_now(&self) -> u64 {
+        let sum = |counters: &[AtomicU64; SLOTS]| {
+            counters
+                .iter()
+                .fold(0u64, |sum, c| sum.saturating_add(c.load(Ordering::Acquire)))
+        };
+        let earned = u128::from(sum(&self.deposits)) * u128::from(self.ratio_milli) / 1000;
+        let earned = u64::try_from(earned).unwrap_or(u64::MAX);
+        self.floor
+            .saturating_add(earned)
+            .saturating_sub(sum(&self.withdrawals))
     }
 
-    fn with_window<R>(&self, f: impl FnOnce(&mut Window) -> R) -> R {
-        // The counters stay consistent even if a holder panicked: each update is one add.
-        let mut window = self.window.lock().unwrap_or_else(PoisonError::into_inner);
-        self.expire(&mut window);
-        f(&mut window)
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        // Guards no data of its own: a holder that panicked left every counter consistent.
+        self.moving.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Moves the window forward, clearing slots older than `ttl`.
-    fn expire(&self, w: &mut Window) {
-        let slot_len = self.ttl / SLOTS as u32;
-        let elapsed = w.current_started.elapsed();
-        let passed = (elapsed.as_nanos() / slot_len.as_nanos().max(1)) as usize;
-        if passed == 0 {
-            return;
+    /// The slot number of the present moment.
+    fn now_epoch(&self) -> u64 {
+        let passed = self.origin.elapsed().as_nanos() / self.slot_nanos;
+        u64::try_from(passed).unwrap_or(u64::MAX)
+    }
+
+    /// Moves the window to slot `now`, clearing the slots it passes (their counts are older
+    /// than `ttl`); returns the epoch the window is at. Only with `moving` held.
+    fn move_to(&self, now: u64, _moving: &MutexGuard<'_, ()>) -> u64 {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        if now <= epoch {
+            return epoch;
         }
-        for step in 1..=passed.min(SLOTS) {
-            w.slots[(w.current + step) % SLOTS] = Slot::default();
+        let passed = (now - epoch).min(SLOTS as u64);
+        for step in 1..=passed {
+            let index = slot(epoch.wrapping_add(step));
+            self.deposits[index].store(0, Ordering::Release);
+            self.withdrawals[index].store(0, Ordering::Release);
         }
-        w.current = (w.current + passed) % SLOTS;
-        w.current_started += slot_len * passed.min(u32::MAX as usize) as u32;
+        self.epoch.store(now, Ordering::Release);
+        now
     }
+}
+
+/// The index in the window of slot number `epoch`.
+fn slot(epoch: u64) -> usize {
+    (epoch % SLOTS as u64) as usize
 }

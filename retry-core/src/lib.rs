@@ -31,7 +31,7 @@ pub use budget::RetryBudget;
 pub use call::{RetryCall, RetryFuture};
 pub use classify::{ByClassify, Classifier, Classify, Decision, Elapsed};
 pub use idempotency::{IdempotencyError, Idempotent};
-pub use policy::{Jitter, Policy, UnknownJitter};
+pub use policy::{Jitter, Knobs, Policy, UnknownJitter};
 pub use retrying::{Retrying, SingleAttempt};
 pub use state::{GiveUp, NoHook, RetryHook};
 

@@ -2,11 +2,15 @@
 //!
 //! | name | kind | labels | counts |
 //! |---|---|---|---|
-//! | `retry_core_calls_total` | counter | `function` | retrying calls started |
-//! | `retry_core_retries_total` | counter | `function` | waits before another attempt |
-//! | `retry_core_give_ups_total` | counter | `function`, `reason` | calls that returned their last error after failing |
-//! | `retry_core_nested_suppressed_total` | counter | `function` | inner retries collapsed to one attempt |
-//! | `retry_core_budget_refusals_total` | counter | `function` | retries skipped because the budget was empty |
+//! | `retry_core_calls_total` | counter | `function`, `module` | retrying calls started |
+//! | `retry_core_retries_total` | counter | `function`, `module` | waits before another attempt |
+//! | `retry_core_give_ups_total` | counter | `function`, `module`, `reason` | calls that returned their last error after failing |
+//! | `retry_core_nested_suppressed_total` | counter | `function`, `module` | inner retries collapsed to one attempt |
+//! | `retry_core_budget_refusals_total` | counter | `function`, `module` | retries skipped because the budget was empty |
+//!
+//! `module` is the module path of a `#[retryable]` function (`app::client` for `Client::fetch`,
+//! `app::cache` for `Cache::fetch`), so two functions of one name are told apart; it is empty
+//! for a closure retry, whose `.name(..)` is the whole label.
 //! | `retry_core_idempotency_duplicates_total` | counter | `function` | duplicates answered with the stored response |
 //! | `retry_core_idempotency_fenced_total` | counter | `function` | late completions refused after a takeover |
 //! | `retry_core_idempotency_not_stored_total` | counter | `function` | responses of finished calls that could not be stored |
@@ -53,6 +57,7 @@ pub mod names {
 #[derive(Debug)]
 pub struct Site {
     function: &'static str,
+    module: &'static str,
     calls: ::metrics::Key,
     retries: ::metrics::Key,
     nested: ::metrics::Key,
@@ -60,15 +65,24 @@ pub struct Site {
 }
 
 impl Site {
-    /// The `function` label of `function`, for [`Site::new`]'s `labels`.
-    pub const fn labels(function: &'static str) -> [::metrics::Label; 1] {
-        [::metrics::Label::from_static_parts("function", function)]
+    /// The `function` and `module` labels, for [`Site::new`]'s `labels`.
+    pub const fn labels(function: &'static str, module: &'static str) -> [::metrics::Label; 2] {
+        [
+            ::metrics::Label::from_static_parts("function", function),
+            ::metrics::Label::from_static_parts("module", module),
+        ]
     }
 
-    /// The site of `function`; `labels` are its [`Site::labels`], in a `static` of their own.
-    pub const fn new(function: &'static str, labels: &'static [::metrics::Label; 1]) -> Site {
+    /// The site of `function` in `module` (`module_path!()`; empty for a closure retry);
+    /// `labels` are its [`Site::labels`], in a `static` of their own.
+    pub const fn new(
+        function: &'static str,
+        module: &'static str,
+        labels: &'static [::metrics::Label; 2],
+    ) -> Site {
         Site {
             function,
+            module,
             calls: ::metrics::Key::from_static_parts(names::CALLS, labels),
             retries: ::metrics::Key::from_static_parts(names::RETRIES, labels),
             nested: ::metrics::Key::from_static_parts(names::NESTED_SUPPRESSED, labels),
@@ -81,23 +95,48 @@ impl Site {
         self.function
     }
 
+    /// The function's module path; empty for a closure retry.
+    pub(crate) const fn module(&self) -> &'static str {
+        self.module
+    }
+
     /// The site of a closure retry named `function` at run time: made once per distinct name
     /// and kept for the life of the process (names are `&'static str`, so there are as many
     /// sites as names in the program).
     /// Inlined, so an unnamed closure retry (the name a constant) resolves at compile time.
     #[inline]
     pub(crate) fn named(function: &'static str) -> &'static Site {
-        static LABELS: [::metrics::Label; 1] = Site::labels(crate::call::DEFAULT_NAME);
-        static CLOSURE: Site = Site::new(crate::call::DEFAULT_NAME, &LABELS);
+        static LABELS: [::metrics::Label; 2] = Site::labels(crate::call::DEFAULT_NAME, "");
+        static CLOSURE: Site = Site::new(crate::call::DEFAULT_NAME, "", &LABELS);
         if function == CLOSURE.function {
             return &CLOSURE;
         }
         Site::interned(function)
     }
 
-    /// The site of a name other than the default, made at its first use.
-    #[cold]
+    /// The site of a name other than the default: the last one this thread used when it is
+    /// the same name (a loop calling one named retry takes no lock), else from the registry.
     fn interned(function: &'static str) -> &'static Site {
+        crate::sync::thread_local_cell! {
+            /// The site this thread looked up last.
+            static LAST: std::cell::Cell<Option<&'static Site>> = std::cell::Cell::new(None);
+        }
+        let last = LAST.try_with(std::cell::Cell::get).ok().flatten();
+        // Pointer first: the same literal is the same `&'static str` almost always.
+        if let Some(site) =
+            last.filter(|site| std::ptr::eq(site.function, function) || site.function == function)
+        {
+            return site;
+        }
+        let site = Site::registered(function);
+        // Err: the thread is exiting; the next lookup takes the lock again.
+        let _ = LAST.try_with(|last| last.set(Some(site)));
+        site
+    }
+
+    /// The registry of named sites: a lock, taken only when a thread changes names.
+    #[cold]
+    fn registered(function: &'static str) -> &'static Site {
         static NAMED: std::sync::Mutex<Vec<&'static Site>> = std::sync::Mutex::new(Vec::new());
         let mut named = NAMED
             .lock()
@@ -105,8 +144,9 @@ impl Site {
         if let Some(site) = named.iter().find(|site| site.function == function) {
             return site;
         }
-        let labels: &'static [::metrics::Label; 1] = Box::leak(Box::new(Site::labels(function)));
-        let site: &'static Site = Box::leak(Box::new(Site::new(function, labels)));
+        let labels: &'static [::metrics::Label; 2] =
+            Box::leak(Box::new(Site::labels(function, "")));
+        let site: &'static Site = Box::leak(Box::new(Site::new(function, "", labels)));
         named.push(site);
         site
     }
@@ -129,8 +169,13 @@ pub(crate) fn retried(site: &'static Site) {
 }
 
 pub(crate) fn gave_up(site: &'static Site, reason: &'static str) {
-    ::metrics::counter!(names::GIVE_UPS, "function" => site.function, "reason" => reason)
-        .increment(1);
+    ::metrics::counter!(
+        names::GIVE_UPS,
+        "function" => site.function,
+        "module" => site.module,
+        "reason" => reason
+    )
+    .increment(1);
 }
 
 pub(crate) fn nested_suppressed(site: &'static Site) {

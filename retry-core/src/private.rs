@@ -37,6 +37,13 @@ pub fn take_or_clone<T: AttemptArgument>(slot: &mut Option<T>, last: bool) -> T 
     }
 }
 
+/// The argument for an attempt of a `dlq(..)` function: always a clone, so the original is
+/// still there for the dead letter when the call gives up.
+#[inline]
+pub fn clone_arg<T: Clone>(value: &T) -> T {
+    value.clone()
+}
+
 /// The output of a `#[retryable]` function: a `Result`, seen through this trait so a function
 /// returning anything else gets one clear error instead of several type mismatches.
 #[diagnostic::on_unimplemented(
@@ -303,7 +310,7 @@ impl<F> Probe<Idempotent<F, Retries>> {
 
 // ---- dlq(...) ----
 
-use crate::dlq::{DeadLetter, DeadLetterSink, DlqFailed, FailureClass};
+use crate::dlq::{DeadLetter, DeadLetterSink, DlqFailed, FailureClass, NotParked};
 
 /// `dlq(sink = expr)`, checked to be a sink where the user wrote it; see [`ParkSink`].
 #[inline]
@@ -311,7 +318,7 @@ pub fn sink<S: DeadLetterSink>(sink: &S) -> &dyn ParkSink {
     sink
 }
 
-/// What `dlq(id = ..., original = ...)` evaluated before the first attempt.
+/// What `dlq(id = ..., original = ...)` evaluated on give-up.
 #[derive(Debug)]
 pub struct LetterInput {
     msg_id: String,
@@ -319,8 +326,8 @@ pub struct LetterInput {
     idempotency_key: Option<String>,
 }
 
-/// Evaluates `id` and `original` (through `redact`, when given) before the first attempt. An
-/// original that cannot be serialised is parked as a note saying so, rather than not at all.
+/// Evaluates `id` and `original` (through `redact`, when given). An original that cannot be
+/// serialised is parked as a note saying so, rather than not at all.
 pub fn letter_input<I: std::fmt::Display + ?Sized, O: serde::Serialize + ?Sized>(
     id: &I,
     original: &O,
@@ -331,34 +338,55 @@ pub fn letter_input<I: std::fmt::Display + ?Sized, O: serde::Serialize + ?Sized>
         .unwrap_or_else(|e| serde_json::Value::String(format!("<original not serialisable: {e}>")));
     LetterInput {
         msg_id: id.to_string(),
-        original: redact.map_or(original.clone(), |redact| redact(original)),
+        original: match redact {
+            Some(redact) => redact(original),
+            None => original,
+        },
         idempotency_key,
     }
 }
 
+/// The letter's input, made by `input` only when the call has given up: a successful call
+/// neither serialises its original nor formats its id. Called before [`park_on_give_up`], not
+/// inside it, so the closure (which borrows the arguments) is not held across an `.await`.
+#[inline]
+pub fn letter_on_give_up<T, E>(
+    state: &State<'_>,
+    result: &Result<T, E>,
+    input: impl FnOnce() -> LetterInput,
+) -> Option<LetterInput> {
+    match (result, state.gave_up(), state.failures()) {
+        (Err(_), Some(_), Some(_)) => Some(input()),
+        _ => None,
+    }
+}
+
 /// On give-up, parks the call's dead letter before its error returns. Parked: the error as is.
-/// Not parked (the sink failed): `E::from(DlqFailed)`, so the caller does not acknowledge the
-/// message. A call collapsed to one attempt by nesting parks nothing: its outer layer decides.
+/// Not parked, `E::from(DlqFailed)`, so the caller does not acknowledge the message: the sink
+/// failed ([`NotParked::Sink`](crate::dlq::NotParked::Sink)), or the call was collapsed to one
+/// attempt (nesting, `.single_attempt()`) and parks nothing, whatever its error: the outer
+/// layer owns the give-up ([`NotParked::OuterLayer`](crate::dlq::NotParked::OuterLayer)).
 pub async fn park_on_give_up<T, E>(
     site: &'static Site,
     state: &State<'_>,
     result: Result<T, E>,
     sink: &dyn ParkSink,
-    input: &LetterInput,
+    input: Option<LetterInput>,
     not_parked: fn(DlqFailed) -> E,
 ) -> Result<T, E> {
-    let (Err(_), Some(give_up), Some(failures)) = (&result, state.gave_up(), state.failures())
+    let (Err(_), Some(give_up), Some(failures), Some(input)) =
+        (&result, state.gave_up(), state.failures(), input)
     else {
         return result;
     };
     let class = match give_up {
-        crate::GiveUp::SingleAttempt => return result,
         crate::GiveUp::NotRetryable => FailureClass::Data,
+        _ if state.last_decision() == Some(crate::Decision::Stop) => FailureClass::Data,
         _ => FailureClass::System,
     };
     let letter = DeadLetter {
-        msg_id: input.msg_id.clone(),
-        original: input.original.clone(),
+        msg_id: input.msg_id,
+        original: input.original,
         reason: failures.reason.clone(),
         attempts: state.attempts(),
         first_failed_at: crate::time::format_rfc3339(failures.first),
@@ -366,8 +394,16 @@ pub async fn park_on_give_up<T, E>(
         trace_id: format!("{:016x}", crate::scope::current_trace_id()),
         class,
         error_type: std::any::type_name::<E>().to_owned(),
-        idempotency_key: input.idempotency_key.clone(),
+        idempotency_key: input.idempotency_key,
     };
+    if state.collapsed() {
+        tracing::debug!(function = site.function(), msg_id = %letter.msg_id, "single attempt: dead letter left to the outer layer");
+        let decision = state.last_decision().unwrap_or(crate::Decision::Stop);
+        return Err(not_parked(DlqFailed::new(
+            letter,
+            NotParked::OuterLayer { decision },
+        )));
+    }
     match sink.park_boxed(&letter).await {
         Ok(()) => {
             tracing::info!(function = site.function(), msg_id = %letter.msg_id, class = %letter.class, "parked a dead letter");
@@ -375,7 +411,7 @@ pub async fn park_on_give_up<T, E>(
         }
         Err(error) => {
             tracing::error!(function = site.function(), msg_id = %letter.msg_id, %error, "dead letter NOT parked");
-            Err(not_parked(DlqFailed { letter, error }))
+            Err(not_parked(DlqFailed::new(letter, NotParked::Sink(error))))
         }
     }
 }

@@ -19,8 +19,8 @@ pin_project! {
     /// where one retrying call is awaited inside another.
     ///
     /// When it starts inside another retry in the same task (see [`scope`](crate::scope)), it
-    /// makes a single attempt and says so once, in a `tracing` warning and the
-    /// `retry_core_nested_suppressed_total` metric.
+    /// makes a single attempt and says so: a `tracing` warning once per call site (then at
+    /// DEBUG), and the `retry_core_nested_suppressed_total` metric every time.
     ///
     /// ```
     /// use retry_core::{retryable, Retrying};
@@ -244,8 +244,8 @@ fn start(site: &'static Site, caller: &'static Location<'static>, single: bool) 
 /// The `retry` span of a call starting now, if a subscriber wants it, with the call's trace id
 /// (drawn now: a nested retry shares its outer call's).
 fn start_span(site: &'static Site) -> Option<Traced> {
-    let function = site.function();
-    let span = tracing::debug_span!("retry", function, trace_id = tracing::field::Empty);
+    let (function, module) = (site.function(), site.module());
+    let span = tracing::debug_span!("retry", function, module, trace_id = tracing::field::Empty);
     if span.is_disabled() {
         return None;
     }
@@ -266,8 +266,9 @@ fn nested(
 ) {
     let function = site.function();
     let outer_function = outer.function();
-    if quiet {
-        // Asked for by the caller: expected, not a mistake to warn about.
+    if quiet || !first_time_at(caller) {
+        // Asked for by the caller (expected, not a mistake), or already said at this call site:
+        // once per call site is news, once per call would flood the log during an outage.
         tracing::debug!(
             function,
             outer = outer_function,
@@ -285,6 +286,22 @@ fn nested(
         );
     }
     metrics::nested_suppressed(site);
+}
+
+/// Whether no nested retry was reported at `caller` yet (and marks it reported). Only nested
+/// starts come here, so the lock is off the common path.
+fn first_time_at(caller: &'static Location<'static>) -> bool {
+    static WARNED: std::sync::Mutex<Vec<(&'static str, u32, u32)>> =
+        std::sync::Mutex::new(Vec::new());
+    let key = (caller.file(), caller.line(), caller.column());
+    let mut warned = WARNED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if warned.contains(&key) {
+        return false;
+    }
+    warned.push(key);
+    true
 }
 
 impl<F> std::fmt::Debug for Retrying<F> {

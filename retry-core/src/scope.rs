@@ -260,15 +260,15 @@ pub fn in_current_scope<F: Future>(future: F) -> InScope<F> {
 /// # }
 /// ```
 pub fn caller_retries<F: Future>(future: F) -> InScope<F> {
-    static LABELS: [Label; 1] = Site::labels("the caller");
-    static CALLER: Site = Site::new("the caller", &LABELS);
+    static LABELS: [Label; 2] = Site::labels("the caller", "");
+    static CALLER: Site = Site::new("the caller", "", &LABELS);
     quietly_single(future, &CALLER)
 }
 
 /// `future` with every retry inside it making one attempt, quietly: asked for explicitly.
 pub(crate) fn single_attempt<F: Future>(future: F) -> InScope<F> {
-    static LABELS: [Label; 1] = Site::labels("single_attempt()");
-    static SINGLE: Site = Site::new("single_attempt()", &LABELS);
+    static LABELS: [Label; 2] = Site::labels("single_attempt()", "");
+    static SINGLE: Site = Site::new("single_attempt()", "", &LABELS);
     quietly_single(future, &SINGLE)
 }
 
@@ -406,8 +406,8 @@ impl<F> std::fmt::Debug for InScope<F> {
 mod tests {
     use super::*;
 
-    static LABELS: [Label; 1] = Site::labels("outer");
-    static OUTER: Site = Site::new("outer", &LABELS);
+    static LABELS: [Label; 2] = Site::labels("outer", "");
+    static OUTER: Site = Site::new("outer", "", &LABELS);
 
     fn current_trace_id_here() -> Option<u64> {
         with_current(|frame| frame.map(Frame::trace_id))

@@ -40,8 +40,9 @@ pub enum GiveUp {
     },
     /// The shared [`RetryBudget`](crate::RetryBudget) had no retry left.
     BudgetExhausted,
-    /// An outer retry is running in the same task, so this one made a single attempt and leaves
-    /// the retrying to the outer layer.
+    /// An outer retry is running in the same task (or `.single_attempt()` was asked for), so
+    /// this one made a single attempt and leaves the retrying, the budget and the dead letter
+    /// to the outer layer, whatever its error.
     SingleAttempt,
     /// The next wait would cross the policy's deadline.
     Deadline {
@@ -139,7 +140,9 @@ pub enum Next<T, E> {
 pub struct State<'p> {
     policy: &'p Policy,
     budget: Option<&'p RetryBudget>,
-    /// Attempts allowed: the policy's, or 1 inside another retry; set by the first attempt.
+    /// Attempts allowed: the policy's; set by the first attempt. `0` marks a call collapsed to
+    /// a single attempt (inside another retry, or `.single_attempt()`): its give-up belongs to
+    /// an outer layer. A sentinel rather than a flag keeps the state at 32 bytes.
     limit: u32,
     attempt: u32,
     failing: Option<Box<Failing>>,
@@ -154,6 +157,8 @@ struct Failing {
     started: Option<Instant>,
     backoff: Backoff,
     gave_up: Option<GiveUp>,
+    /// How the last error was classified: a collapsed call hands it to its outer layer.
+    decision: Option<Decision>,
     failures: Option<Failures>,
 }
 
@@ -164,6 +169,7 @@ impl Failing {
             started: None,
             backoff: Backoff::new(policy),
             gave_up: None,
+            decision: None,
             failures: None,
         }
     }
@@ -219,8 +225,8 @@ impl<'p> State<'p> {
     pub fn new(policy: &'p Policy) -> Self {
         State {
             policy,
-            budget: policy.get_budget(),
-            limit: policy.get_max_attempts(),
+            budget: policy.knobs().budget,
+            limit: policy.knobs().max_attempts,
             attempt: 0,
             failing: None,
         }
@@ -256,18 +262,43 @@ impl<'p> State<'p> {
         self.attempt >= self.limit
     }
 
+    /// Whether this call was collapsed to a single attempt (nested in another retry, or
+    /// `.single_attempt()`): it parks no dead letter and spends no budget, as the layer that
+    /// owns the give-up does both.
+    pub fn collapsed(&self) -> bool {
+        self.limit == 0
+    }
+
+    /// How long the attempt about to start may run with `attempt_timeout` = `timeout`: the
+    /// timeout, or the time left before the deadline when that is shorter, so the call never
+    /// outlives its deadline.
+    pub fn attempt_limit(&self, timeout: Duration) -> Duration {
+        match (self.policy.knobs().deadline, self.started()) {
+            (Some(deadline), Some(started)) => {
+                timeout.min(deadline.saturating_sub(started.elapsed()))
+            }
+            _ => timeout,
+        }
+    }
+
+    fn started(&self) -> Option<Instant> {
+        self.failing.as_ref().and_then(|f| f.started)
+    }
+
     #[inline(always)]
     fn first_attempt(&mut self, site: &'static Site) {
-        if self.policy.get_deadline().is_some() {
+        if self.policy.knobs().deadline.is_some() {
             self.start_clock();
         }
         // The first attempt runs inside the poll of this call's `Retrying`, whose scope frame
         // says whether it is the one layer that retries.
         if scope::with_current(|frame| frame.is_some_and(|frame| frame.single)) {
-            self.limit = 1;
+            self.limit = 0;
         }
         metrics::call_started(site);
-        if let Some(budget) = self.budget {
+        // A collapsed call is part of its outer call, which deposited already: depositing
+        // again would let nested calls earn the outer layer extra retries.
+        if let (Some(budget), false) = (self.budget, self.collapsed()) {
             budget.deposit();
         }
     }
@@ -288,6 +319,11 @@ impl<'p> State<'p> {
     /// Why the call gave up, once it has.
     pub fn gave_up(&self) -> Option<GiveUp> {
         self.failing.as_ref().and_then(|f| f.gave_up)
+    }
+
+    /// How the last failed attempt's error was classified, once one has failed.
+    pub fn last_decision(&self) -> Option<Decision> {
+        self.failing.as_ref().and_then(|f| f.decision)
     }
 
     /// When and why attempts failed, once one has (kept only when
@@ -349,30 +385,57 @@ impl<'p> State<'p> {
         failing: &mut Failing,
     ) -> Next<T, E> {
         let decision = classifier.decide(&error);
+        failing.decision = Some(decision);
         match self.judge(site, decision, failing) {
             Ok(wait) => {
-                tracing::debug!(
-                    attempt = self.attempt,
-                    ?decision,
-                    wait_ms = wait.as_millis() as u64,
-                    "attempt failed; retrying"
-                );
+                // At INFO, with the error: a retry is what an operator looks for first when a
+                // dependency is struggling. Only failures pay for the words.
+                if tracing::enabled!(tracing::Level::INFO) {
+                    let error = classifier.reason(&error).unwrap_or_default();
+                    tracing::info!(
+                        function = site.function(),
+                        module = site.module(),
+                        attempt = self.attempt,
+                        ?decision,
+                        error,
+                        wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                        "attempt failed; retrying"
+                    );
+                }
                 metrics::retried(site);
                 on_retry.before_wait(self.attempt, &error, wait);
                 Next::Retry(wait)
             }
             Err(give_up) => {
                 // "not retryable: 404 Not Found", "gave up after 5 attempts: 503 Service Unavailable"
-                let reason = match classifier.reason(&error) {
+                let cause = classifier.reason(&error);
+                let reason = match &cause {
                     Some(cause) => format!("{give_up}: {cause}"),
                     None => give_up.to_string(),
                 };
+                let (function, cause) = (site.function(), cause.unwrap_or_default());
                 // Giving up after retrying is news; a first attempt that was never going to be
                 // retried (a 404, a nested single attempt) is the caller's business.
                 if self.attempt > 1 {
-                    tracing::warn!(attempt = self.attempt, ?decision, reason, "giving up");
+                    tracing::warn!(
+                        function,
+                        module = site.module(),
+                        attempt = self.attempt,
+                        ?decision,
+                        error = cause,
+                        reason,
+                        "giving up"
+                    );
                 } else {
-                    tracing::debug!(attempt = self.attempt, ?decision, reason, "giving up");
+                    tracing::debug!(
+                        function,
+                        module = site.module(),
+                        attempt = self.attempt,
+                        ?decision,
+                        error = cause,
+                        reason,
+                        "giving up"
+                    );
                 }
                 metrics::gave_up(site, give_up.label());
                 failing.gave_up = Some(give_up);
@@ -391,21 +454,21 @@ impl<'p> State<'p> {
         decision: Decision,
         failing: &mut Failing,
     ) -> Result<Duration, GiveUp> {
-        let policy = self.policy;
+        let knobs = self.policy.knobs();
         let floor = match decision {
+            // First, whatever the error: a collapsed call's give-up belongs to the outer layer,
+            // which classifies the error itself (a `Stop` here must not park a letter of its own).
+            _ if self.collapsed() => return Err(GiveUp::SingleAttempt),
             Decision::Stop => return Err(GiveUp::NotRetryable),
-            _ if self.limit == 1 && policy.get_max_attempts() > 1 => {
-                return Err(GiveUp::SingleAttempt);
-            }
             _ if self.attempt >= self.limit => {
                 return Err(GiveUp::Exhausted {
                     attempts: self.attempt,
                 });
             }
-            Decision::RetryAfter(asked) if asked > policy.get_max_retry_after() => {
+            Decision::RetryAfter(asked) if asked > knobs.max_retry_after => {
                 return Err(GiveUp::RetryAfterTooLong {
                     asked,
-                    limit: policy.get_max_retry_after(),
+                    limit: knobs.max_retry_after,
                 });
             }
             Decision::RetryAfter(asked) => asked,
@@ -416,9 +479,10 @@ impl<'p> State<'p> {
         // fixed point for every client the server answered alike (an HTTP-date sends them all
         // to one instant), exactly the herd the jitter is there to break up.
         let wait = floor.saturating_add(failing.backoff.next_delay());
-        if let (Some(deadline), Some(started)) = (policy.get_deadline(), failing.started) {
+        if let (Some(deadline), Some(started)) = (knobs.deadline, failing.started) {
             let spent = started.elapsed();
-            if spent.saturating_add(wait) > deadline {
+            // `>=`: no attempt starts at or after the deadline, where it would have no time.
+            if spent.saturating_add(wait) >= deadline {
                 return Err(GiveUp::Deadline {
                     deadline,
                     spent,
@@ -441,8 +505,8 @@ mod tests {
     use crate::classify::ByClassify;
     use std::io;
 
-    static LABELS: [::metrics::Label; 1] = Site::labels("state_test");
-    static SITE: Site = Site::new("state_test", &LABELS);
+    static LABELS: [::metrics::Label; 2] = Site::labels("state_test", "");
+    static SITE: Site = Site::new("state_test", "", &LABELS);
 
     /// Runs one call whose every attempt fails with `kind`, to its give-up.
     fn failing_call(policy: &Policy, kind: io::ErrorKind) -> State<'_> {

@@ -5,7 +5,11 @@
 //! as a dependency.)
 
 #[cfg(retry_core_loom)]
+pub(crate) use loom::sync::atomic::AtomicU64;
+#[cfg(retry_core_loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
+#[cfg(not(retry_core_loom))]
+pub(crate) use std::sync::atomic::AtomicU64;
 #[cfg(not(retry_core_loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 

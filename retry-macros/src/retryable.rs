@@ -449,6 +449,15 @@ pub(crate) fn retry_loop(
             Passing::Copy => {
                 per_attempt.push(quote!(#(#cfgs)* let #this_attempt = #outer;));
             }
+            // `dlq(..)`: the argument stays where it is, each attempt gets a clone (the last
+            // one too), so `id` and `original` can still be read when the call gives up; a
+            // successful call never serialises its original.
+            Passing::CloneUntilLast if args.dlq.is_some() => {
+                let private = private_at(ty.span());
+                per_attempt.push(quote_spanned! {ty.span()=>
+                    #(#cfgs)* let #this_attempt = #private::clone_arg(&#outer);
+                });
+            }
             Passing::CloneUntilLast => {
                 slots.push(quote!(#(#cfgs)* let mut #slot = ::core::option::Option::Some(#outer);));
                 // Spanned on the type, so a missing `Clone` points at the argument: every token
@@ -482,8 +491,8 @@ pub(crate) fn retry_loop(
     let site_static = Ident::new("__RETRY_CORE_SITE", Span::call_site());
     let labels_static = Ident::new("__RETRY_CORE_LABELS", Span::call_site());
     let site_items = quote! {
-        static #labels_static: [#private::metrics::Label; 1] = #private::Site::labels(#name);
-        static #site_static: #private::Site = #private::Site::new(#name, &#labels_static);
+        static #labels_static: [#private::metrics::Label; 2] = #private::Site::labels(#name, ::core::module_path!());
+        static #site_static: #private::Site = #private::Site::new(#name, ::core::module_path!(), &#labels_static);
     };
     let site = quote!(&#site_static);
     // A literal policy is a `static`, borrowed straight into the state; `policy = expr` is held
@@ -581,7 +590,8 @@ pub(crate) fn retry_loop(
         Some(limit) => {
             let (private, span) = (private_at(limit.span), limit.span);
             let limit = duration_tokens(limit.value);
-            quote_spanned!(span=> #private::with_timeout(#limit, #attempt_block).await)
+            // Bounded by the time left before the deadline too, so the call never outlives it.
+            quote_spanned!(span=> #private::with_timeout(#state.attempt_limit(#limit), #attempt_block).await)
         }
         None => quote!(#attempt_block.await),
     };
@@ -591,14 +601,13 @@ pub(crate) fn retry_loop(
     let outcome = Ident::new("__retry_outcome", at_output);
     let returned = Ident::new("__retry_returned", at_output);
     let wait = Ident::new("__retry_wait", Span::mixed_site());
-    // `dlq(...)`: `id`, `original` and the sink are evaluated before the first attempt (and
-    // before by-value arguments move into their slots).
+    // `dlq(...)`: the sink is evaluated before the first attempt; `id` and `original` only on
+    // give-up (by-value arguments are cloned for every attempt, so they are still there).
     let (dlq_prelude, park) = match &args.dlq {
         None => (TokenStream::new(), TokenStream::new()),
         Some(dlq) => {
             let (sink, id, original) = (&dlq.sink, &dlq.id, &dlq.original);
             let held = Ident::new("__retry_dlq_sink", Span::mixed_site());
-            let input = Ident::new("__retry_dlq_input", Span::mixed_site());
             let redact = match &dlq.redact {
                 Some(path) => quote!(::core::option::Option::Some(#path as fn(_) -> _)),
                 None => quote!(::core::option::Option::None),
@@ -610,16 +619,13 @@ pub(crate) fn retry_loop(
             let sink_held = Ident::new("__retry_dlq_sink", sink_at);
             let sink_check = quote_spanned!(sink_at=> #sink_private::sink(&#sink_held));
             let park_private = respan(private.clone(), dlq.span);
+            let key = match &body.idempotency_key {
+                Some(key) => quote!(::core::option::Option::Some(#key)),
+                None => quote!(::core::option::Option::None),
+            };
             (
-                {
-                    let key = match &body.idempotency_key {
-                        Some(key) => quote!(::core::option::Option::Some(#key)),
-                        None => quote!(::core::option::Option::None),
-                    };
-                    quote! {
-                        let #held = #sink;
-                        let #input = #private::letter_input(&(#id), &(#original), #redact, #key);
-                    }
+                quote! {
+                    let #held = #sink;
                 },
                 {
                     // The same hygienic names, located at `dlq` so unmet bounds point there.
@@ -630,9 +636,15 @@ pub(crate) fn retry_loop(
                     let dlq_at = Span::mixed_site().located_at(dlq.span);
                     let dlq_private = respan(private.clone(), dlq_at);
                     let not_parked = quote_spanned!(dlq_at=> #dlq_private::not_parked());
-                    quote_spanned! {dlq.span=>
-                        let #returned = #park_private::park_on_give_up(#site, &#state, #returned, #sink_check, &#input, #not_parked).await;
-                    }
+                    // `id` and `original` are read only on give-up, by a closure called before
+                    // the `.await` (so it is not kept in the future).
+                    let make_input = quote! {
+                        let #input = #private::letter_on_give_up(&#state, &#returned, || #private::letter_input(&(#id), &(#original), #redact, #key));
+                    };
+                    let park = quote_spanned! {dlq.span=>
+                        let #returned = #park_private::park_on_give_up(#site, &#state, #returned, #sink_check, #input, #not_parked).await;
+                    };
+                    quote!(#make_input #park)
                 },
             )
         }
@@ -713,6 +725,7 @@ fn policy_knobs(args: &RetryArgs, private: &TokenStream) -> TokenStream {
         ("base", &args.base),
         ("cap", &args.cap),
         ("deadline", &args.deadline),
+        ("attempt_timeout", &args.attempt_timeout),
         ("max_retry_after", &args.max_retry_after),
     ] {
         if let Some(d) = value {

@@ -108,24 +108,95 @@ impl std::error::Error for DlqError {
     }
 }
 
-/// A call gave up and its dead letter could NOT be parked: do not acknowledge the message.
-/// Functions with `dlq(...)` need `E: From<DlqFailed>`.
+/// A call gave up and its dead letter was NOT parked: do not acknowledge the message.
+/// Functions with `dlq(...)` need `E: From<DlqFailed>`; [`why`](Self::why) tells the sink
+/// failing from a call that left the give-up to an outer layer.
+///
+/// [`decision`](Self::decision) lets an outer retry treat it as the error it replaced: a
+/// collapsed call's error keeps its own decision, a sink failure is not retried (the call has
+/// given up already).
+///
+/// ```
+/// use retry_core::dlq::{DlqError, DlqFailed, NotParked};
+/// # fn letter() -> retry_core::dlq::DeadLetter { serde_json::from_value(serde_json::json!({
+/// #   "msg_id": "M-1", "original": null, "reason": "r", "attempts": 1,
+/// #   "first_failed_at": "2026-01-01T00:00:00+00:00", "last_failed_at": "2026-01-01T00:00:00+00:00",
+/// #   "trace_id": "0", "class": "system", "error_type": "E" })).unwrap() }
+/// let failed = DlqFailed::new(letter(), NotParked::OuterLayer { decision: retry_core::Decision::Retry });
+/// assert!(failed.outer_layer_owns_give_up());
+/// assert!(failed.sink_error().is_none());
+/// assert_eq!(failed.decision(), retry_core::Decision::Retry);
+/// ```
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct DlqFailed {
     /// The letter that was not parked.
     pub letter: DeadLetter,
-    /// Why the sink refused it.
-    pub error: DlqError,
+    /// Why it was not parked.
+    pub why: NotParked,
+}
+
+/// Why a dead letter was not parked; see [`DlqFailed`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum NotParked {
+    /// The sink refused the letter.
+    Sink(DlqError),
+    /// The call ran as a single attempt (inside another retry, or `.single_attempt()`), so the
+    /// give-up, and the letter, belong to the layer outside it. `decision` is how the call's own
+    /// error was classified.
+    OuterLayer {
+        /// The classification of the error this outcome replaced.
+        decision: crate::Decision,
+    },
+}
+
+impl DlqFailed {
+    /// A letter that was not parked, and why.
+    pub fn new(letter: DeadLetter, why: NotParked) -> Self {
+        DlqFailed { letter, why }
+    }
+
+    /// The sink's error, when the sink refused the letter.
+    pub fn sink_error(&self) -> Option<&DlqError> {
+        match &self.why {
+            NotParked::Sink(error) => Some(error),
+            NotParked::OuterLayer { .. } => None,
+        }
+    }
+
+    /// Whether nothing was parked because an outer layer owns the give-up.
+    pub fn outer_layer_owns_give_up(&self) -> bool {
+        matches!(self.why, NotParked::OuterLayer { .. })
+    }
+
+    /// How an outer retry should treat this outcome: as the error it replaced, when the call
+    /// left the give-up to the outer layer; [`Decision::Stop`](crate::Decision::Stop) when the
+    /// sink failed (the call has given up already). For an error enum's `Classify` impl.
+    /// (A method, not a `Classify` impl: `DlqFailed` is never a function's error type itself.)
+    pub fn decision(&self) -> crate::Decision {
+        match self.why {
+            NotParked::Sink(_) => crate::Decision::Stop,
+            NotParked::OuterLayer { decision } => decision,
+        }
+    }
 }
 
 impl fmt::Display for DlqFailed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "not parked ({}): {}", self.error, self.letter.reason)
+        match &self.why {
+            NotParked::Sink(error) => write!(f, "not parked ({error}): {}", self.letter.reason),
+            NotParked::OuterLayer { .. } => write!(
+                f,
+                "not parked (single attempt: the outer layer owns the give-up): {}",
+                self.letter.reason
+            ),
+        }
     }
 }
 
 impl std::error::Error for DlqFailed {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
+        self.sink_error().map(|e| e as _)
     }
 }

@@ -2,8 +2,11 @@
 //!
 //! `#[retryable(max = 5, dlq(sink = letters, id = msg.id.clone(), original = &msg))]` parks a
 //! [`DeadLetter`] when the call gives up (exhausted, or an error that must not be retried), before
-//! the error returns. If the sink fails, the caller gets `E::from(DlqFailed)` instead of its own
-//! error, so a consumer acknowledges only what was parked.
+//! the error returns. If nothing was parked, the caller gets `E::from(DlqFailed)` instead of its
+//! own error, so a consumer acknowledges only what was parked: either the sink failed
+//! ([`NotParked::Sink`]), or the call ran as a single attempt (nested in another retry, or
+//! `.single_attempt()`) and leaves the give-up and its letter to the outer layer
+//! ([`NotParked::OuterLayer`]).
 
 mod audit;
 #[cfg(feature = "reqwest")]
@@ -25,7 +28,7 @@ use std::future::Future;
 
 pub use audit::RedriveRecord;
 pub use jsonl::{JsonlSink, TornLine};
-pub use letter::{DeadLetter, DlqError, DlqFailed, FailureClass};
+pub use letter::{DeadLetter, DlqError, DlqFailed, FailureClass, NotParked};
 pub use memory::MemoryDeadLetters;
 pub use monitor::{Pending, pending, spawn_monitor};
 #[cfg(feature = "postgres")]
