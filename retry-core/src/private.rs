@@ -174,10 +174,10 @@ impl<F> Probe<Retrying<F>> {
     }
 }
 
-impl<'p, Op, C, H> Probe<crate::RetryCall<'p, Op, C, H>> {
+impl<'p, Op, C, H, T, E> Probe<crate::RetryCall<'p, Op, C, H, T, E>> {
     /// Marks a closure retry, awaited through its `IntoFuture`.
     #[inline]
-    pub fn check(self) -> NestedClosure<crate::RetryCall<'p, Op, C, H>> {
+    pub fn check(self) -> NestedClosure<crate::RetryCall<'p, Op, C, H, T, E>> {
         NestedClosure(self.0)
     }
 }
