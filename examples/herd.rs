@@ -676,7 +676,10 @@ fn busiest_after(returns: &[Duration], date: Duration, window: Duration) -> (usi
         .max_by_key(|&(k, n)| (n, Reverse(k)))
         .map_or((0, Duration::ZERO), |(k, n)| {
             let at = window.as_nanos() * k;
-            (n, Duration::from_nanos(u64::try_from(at).unwrap_or(u64::MAX)))
+            (
+                n,
+                Duration::from_nanos(u64::try_from(at).unwrap_or(u64::MAX)),
+            )
         })
 }
 

@@ -165,7 +165,11 @@ fn clients_sent_to_one_retry_after_date_come_back_after_it_and_spread() {
     let n = |mode: &str, column: usize| -> f64 { rows[mode][column].parse().unwrap() };
     for mode in ["none", "full", "equal", "decorrelated"] {
         // Columns: jitter, before date, earliest s, spread s, busiest/win, at +s, old busiest.
-        assert_eq!(n(mode, 1), 0.0, "{mode} came back before the date: {stdout}");
+        assert_eq!(
+            n(mode, 1),
+            0.0,
+            "{mode} came back before the date: {stdout}"
+        );
         assert!(n(mode, 2) >= 10.0, "{stdout}");
         // The old rule `max(retry_after, backoff)` sent everyone into one window.
         assert_eq!(n(mode, 6), 10_000.0, "{stdout}");

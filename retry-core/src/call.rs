@@ -216,7 +216,7 @@ where
     ///     .retry_if(|status| if *status >= 500 { Decision::Retry } else { Decision::Stop })
     ///     .run()
     ///     .await;
-    /// assert_eq!(len, Ok(32));
+    /// assert_eq!(len, Ok("https://example.invalid/quote/3".len()));
     /// # }
     /// ```
     pub fn run(self) -> Retrying<impl Future<Output = Result<T, E>>> {

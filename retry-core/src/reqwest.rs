@@ -369,9 +369,10 @@ impl Classify for ::reqwest::Error {
         if let Some(status) = self.status() {
             return status.classify();
         }
-        if self.is_builder() || self.is_decode() || self.is_redirect() {
-            Decision::Stop
-        } else if self.is_connect() && ConnectFailure::of(self) != ConnectFailure::Other {
+        // A wrong host name or certificate is a connect error, but no resend fixes it.
+        let hopeless_connect =
+            self.is_connect() && ConnectFailure::of(self) != ConnectFailure::Other;
+        if self.is_builder() || self.is_decode() || self.is_redirect() || hopeless_connect {
             Decision::Stop
         } else if self.is_connect() || self.is_timeout() || self.is_request() || self.is_body() {
             Decision::Retry
