@@ -147,3 +147,37 @@ fn a_bad_value_names_the_flag_and_points_to_help() {
     assert!(stderr.contains("--help"), "{stderr}");
     assert!(output.stdout.is_empty());
 }
+
+#[test]
+fn clients_sent_to_one_retry_after_date_come_back_after_it_and_spread() {
+    let stdout = example::stdout_of_success("herd", &["--retry-after-date"]);
+    assert!(stdout.contains("10000 clients answered 503"), "{stdout}");
+    let rows: HashMap<String, Vec<String>> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("jitter "))
+        .skip(1)
+        .filter_map(|l| {
+            let cells: Vec<String> = l.split_whitespace().map(str::to_owned).collect();
+            (cells.len() == 7).then(|| (cells[0].clone(), cells))
+        })
+        .collect();
+    assert_eq!(rows.len(), 4, "{stdout}");
+    let n = |mode: &str, column: usize| -> f64 { rows[mode][column].parse().unwrap() };
+    for mode in ["none", "full", "equal", "decorrelated"] {
+        // Columns: jitter, before date, earliest s, spread s, busiest/win, at +s, old busiest.
+        assert_eq!(
+            n(mode, 1),
+            0.0,
+            "{mode} came back before the date: {stdout}"
+        );
+        assert!(n(mode, 2) >= 10.0, "{stdout}");
+        // The old rule `max(retry_after, backoff)` sent everyone into one window.
+        assert_eq!(n(mode, 6), 10_000.0, "{stdout}");
+    }
+    // With jitter the clients spread over at least the backoff they would have used (full:
+    // U[0, 1s]) and the busiest window is a small part of the herd.
+    assert!(n("full", 3) >= 0.9, "{stdout}");
+    for mode in ["full", "equal", "decorrelated"] {
+        assert!(n(mode, 4) <= 2_500.0, "{mode}: {stdout}");
+    }
+}

@@ -59,12 +59,20 @@ async fn slow(State(seen): State<Seen>, Path(name): Path<String>) -> &'static st
     "too late"
 }
 
+/// Answers after 500 ms: longer than the `attempt_timeout` below, which cuts it off.
+async fn sleepy(State(seen): State<Seen>, Path(name): Path<String>) -> &'static str {
+    seen.record(format!("/sleepy/{name}"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    "too late"
+}
+
 async fn server() -> (String, Seen) {
     let seen = Seen::default();
     let router = Router::new()
         .route("/status/{code}", get(status).post(status))
         .route("/limited/{secs}", get(limited))
         .route("/slow/{name}", get(slow).post(slow))
+        .route("/sleepy/{name}", get(sleepy).post(sleepy))
         .with_state(seen.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -271,4 +279,141 @@ async fn a_post_answered_503_is_resent_only_with_an_idempotency_key() {
             .is_err()
     );
     assert_eq!(seen.count("/status/429"), 4);
+}
+
+#[tokio::test]
+async fn a_304_or_a_redirect_not_followed_is_an_answer_not_an_error() {
+    let (base, seen) = server().await;
+    let no_redirects = client_builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    for code in [304, 301, 302] {
+        let response = no_redirects
+            .get(format!("{base}/status/{code}"))
+            .send_checked()
+            .await
+            .unwrap_or_else(|e| panic!("{code} came back as an error: {e}"));
+        assert_eq!(response.status().as_u16(), code);
+        assert_eq!(seen.count(&format!("/status/{code}")), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_host_name_that_does_not_exist_is_not_retried() {
+    // RFC 6761: resolvers answer "no such name" for `.invalid` without asking the network.
+    let started = Instant::now();
+    let mut attempts = 0;
+    let error = retry_core::Policy::new()
+        .max_attempts(4)
+        .base(Duration::from_millis(1))
+        .retry(|| {
+            attempts += 1;
+            client()
+                .get("http://no-such-host.retry-core.invalid/")
+                .send_checked()
+        })
+        .await
+        .unwrap_err();
+    assert!(error.transport().is_some_and(reqwest::Error::is_connect));
+    assert_eq!(error.classify(), Decision::Stop, "{error:?}");
+    assert_eq!(error.reason().as_deref(), Some("no such host"));
+    assert_eq!(attempts, 1);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The bare reqwest error says the same.
+    assert_eq!(error.transport().unwrap().classify(), Decision::Stop);
+}
+
+#[retryable(max = 3, base = "1ms", cap = "5ms", attempt_timeout = "100ms")]
+async fn post_cut_off(
+    client: &reqwest::Client,
+    url: &str,
+    key: Option<&str>,
+) -> Result<String, HttpError> {
+    let mut request = client.post(url).body("{\"amount\": 10}");
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    Ok(request
+        .send_checked()
+        .await?
+        .text()
+        .await
+        .unwrap_or_default())
+}
+
+#[retryable(max = 3, base = "1ms", cap = "5ms", attempt_timeout = "100ms")]
+async fn get_cut_off(client: &reqwest::Client, url: &str) -> Result<String, HttpError> {
+    Ok(client
+        .get(url)
+        .send_checked()
+        .await?
+        .text()
+        .await
+        .unwrap_or_default())
+}
+
+/// No timeout of reqwest's own: only `attempt_timeout` cuts the requests off.
+fn patient_client() -> reqwest::Client {
+    client_builder().build().unwrap()
+}
+
+#[tokio::test]
+async fn a_post_cut_off_by_attempt_timeout_is_resent_only_with_an_idempotency_key() {
+    let (base, seen) = server().await;
+    let error = post_cut_off(&patient_client(), &format!("{base}/sleepy/bare"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(seen.count("/sleepy/bare"), 1, "the unkeyed POST was resent");
+    assert_eq!(error.classify(), Decision::Stop);
+    assert_eq!(
+        error.reason().as_deref(),
+        Some("POST without Idempotency-Key cut off by attempt_timeout (100ms)")
+    );
+
+    let error = post_cut_off(
+        &patient_client(),
+        &format!("{base}/sleepy/keyed"),
+        Some("k-3"),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(seen.count("/sleepy/keyed"), 3);
+    assert_eq!(
+        error.reason().as_deref(),
+        Some("attempt timed out after 100ms")
+    );
+
+    assert!(
+        get_cut_off(&patient_client(), &format!("{base}/sleepy/get"))
+            .await
+            .is_err()
+    );
+    assert_eq!(seen.count("/sleepy/get"), 3);
+}
+
+#[tokio::test]
+async fn a_post_refused_before_the_timeout_is_resent() {
+    // Never connected: the timeout that follows cuts off nothing that reached a server.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = format!("http://{}/", listener.local_addr().unwrap());
+    drop(listener);
+    let calls = std::sync::atomic::AtomicU32::new(0);
+    let error = retry_core::Policy::new()
+        .max_attempts(3)
+        .base(Duration::from_millis(1))
+        .retry(|| async {
+            calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            retry_core::__private::with_timeout(Duration::from_millis(100), async {
+                let refused = patient_client().post(&closed).send_checked().await;
+                assert!(refused.is_err());
+                std::future::pending::<Result<(), HttpError>>().await
+            })
+            .await
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(error.classify(), Decision::Retry);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 3);
 }

@@ -163,3 +163,81 @@ async fn retry_if_replaces_classify_in_the_attribute() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(SEEN.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn retry_if_and_on_retry_closures_need_no_annotations() {
+    let mut seen = Vec::new();
+    let result = quick(3)
+        .retry(|| async { Err::<(), _>(Upstream::Unavailable) })
+        // `e: &Upstream` is known from the retried closure.
+        .retry_if(|e| match e {
+            Upstream::Unavailable => Decision::Retry,
+            other => other.classify(),
+        })
+        .on_retry(|attempt, e, wait| seen.push((attempt, e == &Upstream::Unavailable, wait)))
+        .await;
+    assert_eq!(result, Err(Upstream::Unavailable));
+    assert_eq!(
+        seen,
+        [
+            (1, true, Duration::from_millis(10)),
+            (2, true, Duration::from_millis(20))
+        ]
+    );
+}
+
+/// An attempt that borrows what the closure owns (the lending `AsyncFnMut`).
+async fn lookup(name: &str) -> Result<usize, Upstream> {
+    if name.len() < 3 {
+        Err(Upstream::Unavailable)
+    } else {
+        Ok(name.len())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn attempts_of_an_async_closure_may_borrow_its_state() {
+    let mut name = String::new();
+    let started = Instant::now();
+    let result = quick(5)
+        .retry(async move || {
+            name.push('x');
+            lookup(&name).await
+        })
+        .run()
+        .await;
+    assert_eq!(result, Ok(3));
+    assert_eq!(started.elapsed(), Duration::from_millis(10 + 20));
+
+    // `run` is the same loop: Stop ends it at once.
+    let calls = AtomicU32::new(0);
+    let stopped = quick(5)
+        .retry(async || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err::<(), _>(Upstream::BadRequest)
+        })
+        .run()
+        .await;
+    assert_eq!(stopped, Err(Upstream::BadRequest));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_closure_retry_can_be_spawned() {
+    // `.await` and `.run()` both give `Send` futures when the attempts are `Send`.
+    let policy = quick(2);
+    let awaited = tokio::spawn(async move {
+        policy
+            .retry(|| async { Err::<(), _>(Upstream::Unavailable) })
+            .await
+    });
+    let policy = quick(2);
+    let ran = tokio::spawn(async move {
+        policy
+            .retry(async || Err::<(), _>(Upstream::Unavailable))
+            .run()
+            .await
+    });
+    assert_eq!(awaited.await.unwrap(), Err(Upstream::Unavailable));
+    assert_eq!(ran.await.unwrap(), Err(Upstream::Unavailable));
+}

@@ -1,6 +1,7 @@
 //! Retrying a closure with a run-time [`Policy`], without the macro.
 
 use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
 use std::panic::Location;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -21,7 +22,15 @@ impl Policy {
     /// Retries the future `op` makes, classifying errors with [`Classify`](crate::Classify); `.await` the result.
     ///
     /// `op` is called once per attempt. Adjust the call with [`RetryCall::retry_if`],
-    /// [`RetryCall::on_retry`] and [`RetryCall::name`] before awaiting it.
+    /// [`RetryCall::on_retry`] and [`RetryCall::name`] before awaiting it. The call knows the
+    /// attempt's `Result<T, E>` from `op`, so the closures given to those need no annotations.
+    ///
+    /// Two kinds of `op`:
+    /// - a closure returning a future, `|| async { .. }` (or a function): `.await` the call.
+    ///   Each attempt's future owns or borrows what the closure borrowed, not the closure itself.
+    /// - an async closure, `async || { .. }`, whose attempts borrow the closure's own state
+    ///   (`AsyncFnMut`): `.run().await` it ([`RetryCall::run`]). `.await` cannot take it: the
+    ///   future of such an attempt has no name on stable Rust, and awaiting needs one.
     ///
     /// ```
     /// use retry_core::{Jitter, Policy};
@@ -45,10 +54,9 @@ impl Policy {
     /// # }
     /// ```
     #[track_caller]
-    pub fn retry<Op, Fut, T, E>(&self, op: Op) -> RetryCall<'_, Op, ByClassify, NoHook>
+    pub fn retry<Op, T, E>(&self, op: Op) -> RetryCall<'_, Op, ByClassify, NoHook, T, E>
     where
-        Op: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, E>>,
+        Op: AsyncFnMut() -> Result<T, E>,
     {
         RetryCall {
             policy: self,
@@ -57,24 +65,41 @@ impl Policy {
             on_retry: NoHook,
             name: DEFAULT_NAME,
             caller: Location::caller(),
+            output: PhantomData,
         }
     }
 }
 
-/// A closure retry being set up; `.await` it to run it. Made by [`Policy::retry`].
+/// A closure retry being set up; `.await` it (or [`run`](Self::run) it) to run it. Made by
+/// [`Policy::retry`]. `T` and `E` are the attempt's `Result<T, E>`, carried so that the
+/// closures of [`retry_if`](Self::retry_if) and [`on_retry`](Self::on_retry) get `&E` without
+/// annotations.
 #[must_use = "a retry does nothing until it is awaited"]
-#[derive(Debug)]
-pub struct RetryCall<'p, Op, C, H> {
+pub struct RetryCall<'p, Op, C, H, T, E> {
     policy: &'p Policy,
     op: Op,
     classify: C,
     on_retry: H,
     name: &'static str,
     caller: &'static Location<'static>,
+    /// `fn() -> ..`: the call neither owns a `T` nor an `E` (no drop check, no auto-trait
+    /// effect beyond what the output already has).
+    output: PhantomData<fn() -> Result<T, E>>,
 }
 
-impl<'p, Op, C, H> RetryCall<'p, Op, C, H> {
+impl<Op, C, H, T, E> std::fmt::Debug for RetryCall<'_, Op, C, H, T, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetryCall")
+            .field("policy", self.policy)
+            .field("name", &self.name)
+            .field("caller", self.caller)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'p, Op, C, H, T, E> RetryCall<'p, Op, C, H, T, E> {
     /// Classifies errors with `classify` instead of their [`Classify`](crate::Classify) impl.
+    /// The closure's argument is the attempt's `&E`, known from the retried closure.
     ///
     /// ```
     /// use retry_core::{Decision, Policy};
@@ -82,14 +107,14 @@ impl<'p, Op, C, H> RetryCall<'p, Op, C, H> {
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
     /// let mut calls = 0;
-    /// let r: Result<(), u16> = Policy::new()
-    ///     .retry(|| { calls += 1; async { Err(404) } })
-    ///     .retry_if(|status: &u16| if *status >= 500 { Decision::Retry } else { Decision::Stop })
+    /// let r = Policy::new()
+    ///     .retry(|| { calls += 1; async { Err::<(), u16>(404) } })
+    ///     .retry_if(|status| if *status >= 500 { Decision::Retry } else { Decision::Stop })
     ///     .await;
     /// assert_eq!((r, calls), (Err(404), 1));
     /// # }
     /// ```
-    pub fn retry_if<E, C2>(self, classify: C2) -> RetryCall<'p, Op, C2, H>
+    pub fn retry_if<C2>(self, classify: C2) -> RetryCall<'p, Op, C2, H, T, E>
     where
         C2: FnMut(&E) -> Decision,
     {
@@ -100,6 +125,7 @@ impl<'p, Op, C, H> RetryCall<'p, Op, C, H> {
             on_retry: self.on_retry,
             name: self.name,
             caller: self.caller,
+            output: PhantomData,
         }
     }
 
@@ -112,14 +138,15 @@ impl<'p, Op, C, H> RetryCall<'p, Op, C, H> {
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
     /// let mut seen = Vec::new();
-    /// let _: io::Result<()> = Policy::new()
-    ///     .retry(|| async { Err(io::ErrorKind::TimedOut.into()) })
-    ///     .on_retry(|attempt, _e: &io::Error, _wait: Duration| seen.push(attempt))
+    /// let _ = Policy::new()
+    ///     .retry(|| async { io::Result::<()>::Err(io::ErrorKind::TimedOut.into()) })
+    ///     .on_retry(|attempt, e, wait| seen.push((attempt, e.kind(), wait)))
     ///     .await;
-    /// assert_eq!(seen, [1, 2]);
+    /// assert_eq!(seen.len(), 2);
+    /// assert_eq!(seen[0].1, io::ErrorKind::TimedOut);
     /// # }
     /// ```
-    pub fn on_retry<E, H2>(self, hook: H2) -> RetryCall<'p, Op, C, H2>
+    pub fn on_retry<H2>(self, hook: H2) -> RetryCall<'p, Op, C, H2, T, E>
     where
         H2: FnMut(u32, &E, Duration),
     {
@@ -130,6 +157,7 @@ impl<'p, Op, C, H> RetryCall<'p, Op, C, H> {
             on_retry: hook,
             name: self.name,
             caller: self.caller,
+            output: PhantomData,
         }
     }
 
@@ -152,7 +180,71 @@ impl<'p, Op, C, H> RetryCall<'p, Op, C, H> {
     }
 }
 
-impl<'p, Op, Fut, T, E, C, H> RetryCall<'p, Op, C, H>
+impl<'p, Op, T, E, C, H> RetryCall<'p, Op, C, H, T, E>
+where
+    Op: AsyncFnMut() -> Result<T, E>,
+    C: Classifier<E>,
+    H: RetryHook<E>,
+{
+    /// Runs the retry for any `op`, including an async closure whose attempts borrow the
+    /// closure's own state, which `.await` cannot take (see [`Policy::retry`]). The loop is
+    /// the same: every decision is the state machine's. The future is `Send` when `op`'s
+    /// attempts are.
+    ///
+    /// ```
+    /// use retry_core::{Decision, Policy};
+    /// use std::time::Duration;
+    ///
+    /// async fn fetch(url: &str) -> Result<usize, u16> {
+    ///     if url.ends_with("/3") { Ok(url.len()) } else { Err(503) }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let mut url = String::from("https://example.invalid/quote/");
+    /// let mut attempt = 0;
+    /// let len = Policy::new()
+    ///     .max_attempts(3)
+    ///     .base(Duration::from_millis(10))
+    ///     // Each attempt borrows `url`, which the closure owns and changes.
+    ///     .retry(async move || {
+    ///         attempt += 1;
+    ///         url.truncate(url.rfind('/').unwrap_or(0) + 1);
+    ///         url.push_str(&attempt.to_string());
+    ///         fetch(&url).await
+    ///     })
+    ///     .retry_if(|status| if *status >= 500 { Decision::Retry } else { Decision::Stop })
+    ///     .run()
+    ///     .await;
+    /// assert_eq!(len, Ok("https://example.invalid/quote/3".len()));
+    /// # }
+    /// ```
+    pub fn run(self) -> Retrying<impl Future<Output = Result<T, E>>> {
+        let site = Site::named(self.name);
+        let RetryCall {
+            policy,
+            mut op,
+            mut classify,
+            mut on_retry,
+            caller,
+            ..
+        } = self;
+        Retrying::new(site, caller, async move {
+            let mut state = State::new(policy);
+            loop {
+                state.start_attempt(site);
+                let outcome = op().await;
+                match state.after_attempt(site, outcome, &mut classify, &mut on_retry) {
+                    Next::Return(result) => return result,
+                    // `pause` arms no timer for a zero wait.
+                    Next::Retry(wait) => crate::__private::pause(wait).await,
+                }
+            }
+        })
+    }
+}
+
+impl<'p, Op, Fut, T, E, C, H> RetryCall<'p, Op, C, H, T, E>
 where
     Op: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
@@ -189,7 +281,7 @@ where
     }
 }
 
-impl<'p, Op, Fut, T, E, C, H> IntoFuture for RetryCall<'p, Op, C, H>
+impl<'p, Op, Fut, T, E, C, H> IntoFuture for RetryCall<'p, Op, C, H, T, E>
 where
     Op: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,

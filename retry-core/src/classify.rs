@@ -111,26 +111,50 @@ impl<E, F: FnMut(&E) -> Decision> Classifier<E> for F {
     }
 }
 
-/// Failures of the connection are transient; everything else (not found, permission denied,
-/// invalid data, ...) will fail the same way next time.
+/// Failures of the connection or of the network under it are transient (refused, reset,
+/// aborted, timed out, broken pipe, interrupted, host or network unreachable, network down:
+/// a route or a link comes back); everything else (not found, permission denied, invalid data,
+/// ...) will fail the same way next time. An `io::Error` made from an [`Elapsed`] is classified
+/// as that `Elapsed` (which knows whether an unsafe request was cut off).
+///
+/// ```
+/// use retry_core::{Classify, Decision};
+/// use std::io;
+///
+/// let unreachable = io::Error::from(io::ErrorKind::HostUnreachable);
+/// assert_eq!(unreachable.classify(), Decision::Retry);
+/// ```
 impl Classify for io::Error {
     fn classify(&self) -> Decision {
         use io::ErrorKind::*;
+        if let Some(elapsed) = self.get_ref().and_then(|e| e.downcast_ref::<Elapsed>()) {
+            return elapsed.classify();
+        }
         match self.kind() {
             ConnectionRefused | ConnectionReset | ConnectionAborted | TimedOut | BrokenPipe
-            | Interrupted => Decision::Retry,
+            | Interrupted | HostUnreachable | NetworkUnreachable | NetworkDown => Decision::Retry,
             _ => Decision::Stop,
         }
     }
 
     fn reason(&self) -> Option<String> {
+        if let Some(elapsed) = self.get_ref().and_then(|e| e.downcast_ref::<Elapsed>()) {
+            return elapsed.reason();
+        }
         Some(self.to_string())
     }
 }
 
 /// An attempt ran longer than its `attempt_timeout`.
 ///
-/// Functions with `attempt_timeout` need `E: From<Elapsed>`; a timed-out attempt is retryable.
+/// Functions with `attempt_timeout` need `E: From<Elapsed>`. A timed-out attempt is retryable,
+/// unless the timeout cut off a request that may take effect twice: a POST or PATCH sent with
+/// [`send_checked`](crate::reqwest::RequestBuilderExt::send_checked) without `Idempotency-Key`
+/// may have reached the server, so the attempt is not sent again ([`Elapsed::unsafe_request`]
+/// names its method and the classification is [`Decision::Stop`]), as `send_checked` decides
+/// for reqwest's own timeouts. Classify the error through its `Elapsed` (a
+/// `#[classify(delegate)]` variant, `io::Error`, or [`HttpError`](crate::reqwest::HttpError))
+/// to keep that rule.
 ///
 /// ```
 /// use retry_core::{Classify, Decision, Elapsed};
@@ -139,21 +163,41 @@ impl Classify for io::Error {
 /// let e = Elapsed::new(Duration::from_secs(2));
 /// assert_eq!(e.to_string(), "attempt timed out after 2s");
 /// assert_eq!(e.classify(), Decision::Retry);
+/// assert_eq!(e.unsafe_request(), None);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Elapsed {
     limit: Duration,
+    unsafe_request: Option<&'static str>,
 }
 
 impl Elapsed {
-    /// An elapsed attempt that was allowed `limit`.
+    /// An elapsed attempt that was allowed `limit`, with nothing unsafe to resend in flight.
     pub const fn new(limit: Duration) -> Self {
-        Elapsed { limit }
+        Elapsed {
+            limit,
+            unsafe_request: None,
+        }
+    }
+
+    /// An elapsed attempt that had sent a `method` request without `Idempotency-Key`.
+    pub(crate) const fn cut_off(limit: Duration, method: &'static str) -> Self {
+        Elapsed {
+            limit,
+            unsafe_request: Some(method),
+        }
     }
 
     /// The bound the attempt exceeded.
     pub const fn limit(&self) -> Duration {
         self.limit
+    }
+
+    /// The method of a non-idempotent request without `Idempotency-Key` that the attempt had
+    /// sent when it was cut off ("POST"): it may have taken effect, so the attempt must not be
+    /// sent again. `None` when nothing of the kind was in flight.
+    pub const fn unsafe_request(&self) -> Option<&'static str> {
+        self.unsafe_request
     }
 }
 
@@ -167,11 +211,20 @@ impl std::error::Error for Elapsed {}
 
 impl Classify for Elapsed {
     fn classify(&self) -> Decision {
-        Decision::Retry
+        match self.unsafe_request {
+            Some(_) => Decision::Stop,
+            None => Decision::Retry,
+        }
     }
 
     fn reason(&self) -> Option<String> {
-        Some(self.to_string())
+        Some(match self.unsafe_request {
+            Some(method) => format!(
+                "{method} without Idempotency-Key cut off by attempt_timeout ({:?})",
+                self.limit
+            ),
+            None => self.to_string(),
+        })
     }
 }
 
@@ -194,6 +247,9 @@ mod tests {
             io::ErrorKind::TimedOut,
             io::ErrorKind::BrokenPipe,
             io::ErrorKind::Interrupted,
+            io::ErrorKind::HostUnreachable,
+            io::ErrorKind::NetworkUnreachable,
+            io::ErrorKind::NetworkDown,
         ] {
             assert_eq!(
                 io::Error::from(kind).classify(),
@@ -217,5 +273,17 @@ mod tests {
         let e: io::Error = Elapsed::new(Duration::from_millis(5)).into();
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         assert_eq!(e.classify(), Decision::Retry);
+    }
+
+    #[test]
+    fn an_io_error_made_from_an_unsafe_cut_off_is_not_retried() {
+        let cut = Elapsed::cut_off(Duration::from_secs(1), "POST");
+        assert_eq!(cut.classify(), Decision::Stop);
+        let e: io::Error = cut.into();
+        assert_eq!(e.classify(), Decision::Stop);
+        assert_eq!(
+            e.reason().as_deref(),
+            Some("POST without Idempotency-Key cut off by attempt_timeout (1s)")
+        );
     }
 }

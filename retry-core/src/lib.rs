@@ -2,6 +2,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
 
+mod attempt;
 pub mod backoff;
 mod budget;
 mod call;

@@ -133,16 +133,15 @@ impl Future for Pause {
     }
 }
 
-/// Bounds one attempt by `limit`; a timed-out attempt fails with `E::from(Elapsed)`.
+/// Bounds one attempt by `limit`; a timed-out attempt fails with `E::from(Elapsed)`, and the
+/// `Elapsed` knows whether it cut off a request that must not be resent (see `attempt.rs`).
+#[inline]
 pub async fn with_timeout<T, E, F>(limit: Duration, attempt: F) -> Result<T, E>
 where
     F: Future<Output = Result<T, E>>,
     E: FromElapsed,
 {
-    match tokio::time::timeout(limit, attempt).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(E::from(Elapsed::new(limit))),
-    }
+    crate::attempt::with_timeout(limit, attempt).await
 }
 
 /// The operand of an `.await` inside a `#[retryable]` body, on its way to the compile-time
@@ -170,10 +169,10 @@ impl<F> Probe<Retrying<F>> {
     }
 }
 
-impl<'p, Op, C, H> Probe<crate::RetryCall<'p, Op, C, H>> {
+impl<'p, Op, C, H, T, E> Probe<crate::RetryCall<'p, Op, C, H, T, E>> {
     /// Marks a closure retry, awaited through its `IntoFuture`.
     #[inline]
-    pub fn check(self) -> NestedClosure<crate::RetryCall<'p, Op, C, H>> {
+    pub fn check(self) -> NestedClosure<crate::RetryCall<'p, Op, C, H, T, E>> {
         NestedClosure(self.0)
     }
 }

@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime};
 use ::http::{Method, StatusCode};
 use ::reqwest::{RequestBuilder, Response};
 
-use crate::classify::{Classify, Decision};
+use crate::attempt;
+use crate::classify::{Classify, Decision, Elapsed};
 use crate::http::{
     CALLER_RETRIES, CALLER_RETRIES_VALUE, IDEMPOTENCY_KEY, IdempotencyKey, guard_resend,
     has_idempotency_key, retry_after, status_text,
@@ -93,9 +94,17 @@ pub trait RequestBuilderExt {
     /// ```
     fn idempotency_key(self, key: &IdempotencyKey) -> Self;
 
-    /// Sends the request and turns a transport failure or a non-success status into an
+    /// Sends the request and turns a transport failure or an error status (4xx, 5xx) into an
     /// [`HttpError`] that knows the method and whether the request carried `Idempotency-Key`,
-    /// so its classification can refuse to resend a POST that may have taken effect.
+    /// so its classification can refuse to resend a POST that may have taken effect. A 1xx,
+    /// 2xx or 3xx (a `304 Not Modified`, a redirect the client does not follow) is not an
+    /// error: it comes back as `Ok`.
+    ///
+    /// Under `#[retryable(attempt_timeout = ..)]` (`E: From<Elapsed>`, as `HttpError` is), a
+    /// POST or PATCH without `Idempotency-Key` that the attempt timeout cuts off is not sent
+    /// again either: `send_checked` notes such a request on the running attempt, and the
+    /// [`Elapsed`] the timeout makes classifies [`Decision::Stop`]. Only requests sent with
+    /// `send_checked` from the attempt's own task are seen (not from a task it spawns).
     ///
     /// ```no_run
     /// use retry_core::reqwest::{client_builder, HttpError, RequestBuilderExt};
@@ -138,15 +147,38 @@ impl RequestBuilderExt for RequestBuilder {
         let method = request.method().clone();
         let keyed = has_idempotency_key(request.headers());
         let url = request.url().to_string();
+        // From here the request may reach the server: an `attempt_timeout` that cuts the
+        // attempt off must not resend it (see `Elapsed::unsafe_request`).
+        let noted = !method.is_idempotent() && !keyed;
+        if noted {
+            attempt::note_unsafe_send(method_name(&method));
+        }
         match client.execute(request).await {
             Ok(response) => check_response(Some(method), keyed, response).await,
-            Err(e) => Err(HttpError {
-                method: Some(method),
-                keyed,
-                url: Some(url),
-                failure: Failure::Transport(e),
-            }),
+            Err(e) => {
+                if noted && e.is_connect() {
+                    // Never connected: nothing reached the server.
+                    attempt::note_not_sent();
+                }
+                Err(HttpError {
+                    method: Some(method),
+                    keyed,
+                    url: Some(url),
+                    failure: Failure::Transport(e),
+                })
+            }
         }
+    }
+}
+
+/// A `'static` name for a non-idempotent method, for [`Elapsed::unsafe_request`].
+fn method_name(method: &Method) -> &'static str {
+    match *method {
+        Method::POST => "POST",
+        Method::PATCH => "PATCH",
+        Method::CONNECT => "CONNECT",
+        // An extension method: not idempotent by RFC 9110, and its name is not `'static`.
+        _ => "request",
     }
 }
 
@@ -168,6 +200,8 @@ pub struct HttpError {
 #[derive(Debug)]
 enum Failure {
     Transport(::reqwest::Error),
+    /// The attempt ran past its `attempt_timeout` (it knows whether an unsafe request was cut off).
+    Elapsed(Elapsed),
     Status {
         status: StatusCode,
         retry_after: Option<Duration>,
@@ -181,6 +215,7 @@ impl HttpError {
         match &self.failure {
             Failure::Status { status, .. } => Some(*status),
             Failure::Transport(e) => e.status(),
+            Failure::Elapsed(_) => None,
         }
     }
 
@@ -188,7 +223,7 @@ impl HttpError {
     pub fn retry_after(&self) -> Option<Duration> {
         match &self.failure {
             Failure::Status { retry_after, .. } => *retry_after,
-            Failure::Transport(_) => None,
+            Failure::Transport(_) | Failure::Elapsed(_) => None,
         }
     }
 
@@ -196,7 +231,7 @@ impl HttpError {
     pub fn body_excerpt(&self) -> &str {
         match &self.failure {
             Failure::Status { excerpt, .. } => excerpt,
-            Failure::Transport(_) => "",
+            Failure::Transport(_) | Failure::Elapsed(_) => "",
         }
     }
 
@@ -204,18 +239,23 @@ impl HttpError {
     pub fn transport(&self) -> Option<&::reqwest::Error> {
         match &self.failure {
             Failure::Transport(e) => Some(e),
-            Failure::Status { .. } => None,
+            Failure::Status { .. } | Failure::Elapsed(_) => None,
         }
     }
 
     /// What happened, without the method guard.
     fn raw(&self) -> (Decision, String, bool) {
         match &self.failure {
-            // Never connected: nothing reached the server, any method may be sent again.
-            Failure::Transport(e) if e.is_connect() => {
-                (Decision::Retry, "connect error".to_owned(), false)
-            }
+            // Never connected: nothing reached the server, any method may be sent again
+            // (unless the name or the certificate is wrong, which no resend fixes).
+            Failure::Transport(e) if e.is_connect() => (e.classify(), transport_text(e), false),
             Failure::Transport(e) => (e.classify(), transport_text(e), true),
+            // The method guard is already in the `Elapsed` (see `Elapsed::unsafe_request`).
+            Failure::Elapsed(elapsed) => (
+                elapsed.classify(),
+                elapsed.reason().unwrap_or_default(),
+                false,
+            ),
             Failure::Status {
                 status,
                 retry_after,
@@ -248,6 +288,7 @@ impl fmt::Display for HttpError {
         }
         match &self.failure {
             Failure::Transport(e) => write!(f, "failed: {e}"),
+            Failure::Elapsed(e) => write!(f, "failed: {e}"),
             Failure::Status {
                 status, excerpt, ..
             } if excerpt.is_empty() => {
@@ -264,7 +305,35 @@ impl fmt::Display for HttpError {
 
 impl std::error::Error for HttpError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.transport().map(|e| e as _)
+        match &self.failure {
+            Failure::Transport(e) => Some(e),
+            Failure::Elapsed(e) => Some(e),
+            Failure::Status { .. } => None,
+        }
+    }
+}
+
+/// An attempt cut off by `attempt_timeout`, so `#[retryable(attempt_timeout = ..)]` works on
+/// functions returning `HttpError`. It is retried, unless it cut off a POST or PATCH sent with
+/// [`RequestBuilderExt::send_checked`] without `Idempotency-Key` (see [`Elapsed`]).
+///
+/// ```
+/// use retry_core::reqwest::HttpError;
+/// use retry_core::{Classify, Decision, Elapsed};
+/// use std::time::Duration;
+///
+/// let e = HttpError::from(Elapsed::new(Duration::from_secs(1)));
+/// assert_eq!(e.classify(), Decision::Retry);
+/// assert_eq!(e.to_string(), "failed: attempt timed out after 1s");
+/// ```
+impl From<Elapsed> for HttpError {
+    fn from(elapsed: Elapsed) -> Self {
+        HttpError {
+            method: None,
+            keyed: false,
+            url: None,
+            failure: Failure::Elapsed(elapsed),
+        }
     }
 }
 
@@ -289,15 +358,21 @@ impl Classify for HttpError {
 }
 
 /// Connection failures, timeouts and failures while sending or reading are retried; a request
-/// that could not be built, a body that could not be decoded and a redirect loop are not. An
-/// error made by `error_for_status` is classified by its status. Without the request's method
-/// this cannot apply the POST rule: use [`RequestBuilderExt::send_checked`] for that.
+/// that could not be built, a body that could not be decoded and a redirect loop are not. Two
+/// connection failures are not transient either: a host name that does not exist, and a TLS
+/// certificate that fails verification (see [`ConnectFailure`] for how they are told apart).
+/// Connection refused is retried. An error made by `error_for_status` is classified by its
+/// status. Without the request's method this cannot apply the POST rule: use
+/// [`RequestBuilderExt::send_checked`] for that.
 impl Classify for ::reqwest::Error {
     fn classify(&self) -> Decision {
         if let Some(status) = self.status() {
             return status.classify();
         }
-        if self.is_builder() || self.is_decode() || self.is_redirect() {
+        // A wrong host name or certificate is a connect error, but no resend fixes it.
+        let hopeless_connect =
+            self.is_connect() && ConnectFailure::of(self) != ConnectFailure::Other;
+        if self.is_builder() || self.is_decode() || self.is_redirect() || hopeless_connect {
             Decision::Stop
         } else if self.is_connect() || self.is_timeout() || self.is_request() || self.is_body() {
             Decision::Retry
@@ -315,7 +390,11 @@ fn transport_text(e: &::reqwest::Error) -> String {
     let kind = if e.is_timeout() {
         "timeout"
     } else if e.is_connect() {
-        "connect error"
+        match ConnectFailure::of(e) {
+            ConnectFailure::NoSuchHost => "no such host",
+            ConnectFailure::CertificateRejected => "TLS certificate rejected",
+            ConnectFailure::Other => "connect error",
+        }
     } else if e.is_redirect() {
         "redirect error"
     } else if e.is_decode() {
@@ -332,7 +411,7 @@ fn transport_text(e: &::reqwest::Error) -> String {
 
 /// Turns non-success responses into [`HttpError`]s.
 pub trait ResponseExt: Sized {
-    /// `Ok(self)` for a 2xx; otherwise an [`HttpError`] with the status, `Retry-After` and the
+    /// `Ok(self)` for a 1xx, 2xx or 3xx (a `304 Not Modified` is an answer); for a 4xx or 5xx an [`HttpError`] with the status, `Retry-After` and the
     /// start of the body, so a `#[retryable]` function can simply `?` it. The request's method is
     /// not known here: for the POST rule use [`RequestBuilderExt::send_checked`].
     fn check(self) -> impl std::future::Future<Output = Result<Self, HttpError>> + Send;
@@ -350,7 +429,9 @@ async fn check_response(
     mut response: Response,
 ) -> Result<Response, HttpError> {
     let status = response.status();
-    if status.is_success() {
+    // 1xx, 2xx and 3xx are answers, not failures: a `304 Not Modified` to a conditional GET,
+    // or a redirect the client was told not to follow, is for the caller to read.
+    if !(status.is_client_error() || status.is_server_error()) {
         return Ok(response);
     }
     let retry_after = retry_after(status, response.headers(), SystemTime::now());
@@ -374,4 +455,160 @@ async fn check_response(
             excerpt: String::from_utf8_lossy(&body).into_owned(),
         },
     })
+}
+
+/// Why a connection could not be made, read from a reqwest error's source chain: the two
+/// failures that no resend fixes, and everything else (refused, reset, unreachable, a DNS server
+/// that did not answer), which may work next time.
+///
+/// reqwest does not expose these as kinds, and the errors underneath depend on the resolver and
+/// the TLS stack the application picked (reqwest's features), so the chain is read as text:
+///
+/// - **No such host**: hyper-util's connector wraps every resolution failure in an error whose
+///   message is exactly `"dns error"`; below it, the resolver says why. A name that does not
+///   exist reads "Name or service not known" / "No address associated with hostname" (glibc
+///   `EAI_NONAME` / `EAI_NODATA`), "nodename nor servname provided, or not known" (macOS),
+///   "Name does not resolve" (musl), "No such host is known" (Windows `WSAHOST_NOT_FOUND`) or
+///   "no record found" (hickory-dns). A temporary failure ("Temporary failure in name
+///   resolution", `EAI_AGAIN`) matches none of these and stays transient.
+/// - **Certificate rejected**: rustls reports "invalid peer certificate: .." (its
+///   `Error::InvalidCertificate`, also what rustls-platform-verifier returns), OpenSSL through
+///   native-tls "certificate verify failed", Security.framework and SChannel "not trusted".
+///
+/// ```
+/// use retry_core::reqwest::ConnectFailure;
+/// use std::io;
+///
+/// let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
+/// assert_eq!(ConnectFailure::of(&refused), ConnectFailure::Other);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectFailure {
+    /// The host name does not exist (the resolver answered: no such name).
+    NoSuchHost,
+    /// The server's TLS certificate failed verification.
+    CertificateRejected,
+    /// Anything else: refused, reset, unreachable, timed out, a resolver that did not answer.
+    Other,
+}
+
+/// What resolvers say when a name does not exist (see [`ConnectFailure`]).
+const NO_SUCH_NAME: &[&str] = &[
+    "name or service not known",
+    "no address associated with hostname",
+    "nodename nor servname provided",
+    "name does not resolve",
+    "no such host is known",
+    "no record found",
+    "no records found",
+];
+
+/// What TLS stacks say when the peer's certificate fails verification.
+const CERTIFICATE_REJECTED: &[&str] = &[
+    "invalid peer certificate",
+    "certificate verify failed",
+    "not trusted",
+];
+
+impl ConnectFailure {
+    /// Reads `error` and its sources (see the type's documentation for what is matched).
+    pub fn of(error: &(dyn std::error::Error + 'static)) -> Self {
+        let mut resolving = false;
+        let mut next = Some(error);
+        while let Some(error) = next {
+            let text = error.to_string();
+            // hyper-util's `ConnectError::new("dns error", cause)`: only what is below it is
+            // the resolver's answer.
+            resolving |= text == "dns error";
+            let text = text.to_ascii_lowercase();
+            if resolving && NO_SUCH_NAME.iter().any(|known| text.contains(known)) {
+                return ConnectFailure::NoSuchHost;
+            }
+            if CERTIFICATE_REJECTED
+                .iter()
+                .any(|known| text.contains(known))
+            {
+                return ConnectFailure::CertificateRejected;
+            }
+            next = error.source();
+        }
+        ConnectFailure::Other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A chain as hyper-util's connector builds it: a message over a cause.
+    #[derive(Debug)]
+    struct Wrapped(&'static str, Box<dyn std::error::Error + Send + Sync>);
+
+    impl fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&*self.1)
+        }
+    }
+
+    fn dns(cause: &str) -> Wrapped {
+        Wrapped("dns error", std::io::Error::other(cause.to_owned()).into())
+    }
+
+    #[test]
+    fn a_name_that_does_not_exist_is_told_from_a_resolver_that_did_not_answer() {
+        for missing in [
+            "failed to lookup address information: Name or service not known",
+            "failed to lookup address information: No address associated with hostname",
+            "failed to lookup address information: nodename nor servname provided, or not known",
+            "failed to lookup address information: Name does not resolve",
+            "No such host is known. (os error 11001)",
+            "no record found for Query { name: Name(\"x.invalid.\") }",
+        ] {
+            assert_eq!(
+                ConnectFailure::of(&Wrapped("client error (Connect)", dns(missing).into())),
+                ConnectFailure::NoSuchHost,
+                "{missing}"
+            );
+        }
+        let again =
+            dns("failed to lookup address information: Temporary failure in name resolution");
+        assert_eq!(ConnectFailure::of(&again), ConnectFailure::Other);
+        // The same words outside a resolution failure are not a DNS answer.
+        let elsewhere = std::io::Error::other("Name or service not known");
+        assert_eq!(ConnectFailure::of(&elsewhere), ConnectFailure::Other);
+    }
+
+    #[test]
+    fn a_certificate_that_fails_verification_is_told_from_other_tls_failures() {
+        for rejected in [
+            // rustls `Error::InvalidCertificate(CertificateError::UnknownIssuer)`.
+            "invalid peer certificate: UnknownIssuer",
+            // OpenSSL through native-tls.
+            "error:0A000086:SSL routines:tls_post_process_server_certificate:certificate verify failed:../ssl/statem/statem_clnt.c:1889: (self-signed certificate)",
+            // SChannel.
+            "The certificate chain was issued by an authority that is not trusted.",
+        ] {
+            let chain = Wrapped(
+                "client error (Connect)",
+                std::io::Error::new(std::io::ErrorKind::InvalidData, rejected).into(),
+            );
+            assert_eq!(
+                ConnectFailure::of(&chain),
+                ConnectFailure::CertificateRejected,
+                "{rejected}"
+            );
+        }
+        let reset = Wrapped(
+            "client error (Connect)",
+            std::io::Error::from(std::io::ErrorKind::ConnectionReset).into(),
+        );
+        assert_eq!(ConnectFailure::of(&reset), ConnectFailure::Other);
+    }
 }

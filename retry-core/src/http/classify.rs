@@ -11,6 +11,10 @@ use crate::classify::{Classify, Decision};
 /// other status, 4xx above all, will fail the same way. A bare status cannot carry
 /// `Retry-After`: classify the response to honour it.
 ///
+/// 1xx, 2xx and 3xx (a `304 Not Modified`, a redirect) are not failures: there is nothing to
+/// try again, so they classify `Stop`, and [`send_checked`](crate::reqwest::RequestBuilderExt::send_checked)
+/// and [`check`](crate::reqwest::ResponseExt::check) return them as `Ok` rather than as errors.
+///
 /// ```
 /// use http::StatusCode;
 /// use retry_core::{Classify, Decision};
@@ -18,6 +22,7 @@ use crate::classify::{Classify, Decision};
 /// assert_eq!(StatusCode::SERVICE_UNAVAILABLE.classify(), Decision::Retry);
 /// assert_eq!(StatusCode::NOT_FOUND.classify(), Decision::Stop);
 /// assert_eq!(StatusCode::NOT_FOUND.reason().as_deref(), Some("404 Not Found"));
+/// assert_eq!(StatusCode::NOT_MODIFIED.classify(), Decision::Stop, "an answer: nothing to retry");
 /// ```
 impl Classify for StatusCode {
     fn classify(&self) -> Decision {

@@ -1,0 +1,177 @@
+//! What a running attempt has sent that matters when `attempt_timeout` cuts it off.
+//!
+//! A timeout drops the attempt's future mid-flight, so the error it becomes ([`Elapsed`]) knows
+//! nothing of what the attempt was doing. If a POST without `Idempotency-Key` was on the wire,
+//! sending the attempt again may apply it twice: the double charge `send_checked` refuses for
+//! its own timeouts. So [`with_timeout`] polls the attempt inside a [`Watched`] that keeps a
+//! [`Mark`], and `send_checked` (the only place that knows the method and the headers) notes
+//! each such request on the marks of every attempt being polled on this thread. The mark lives
+//! in the watched future, not in the thread: a task that moves between threads carries it.
+//!
+//! What is not seen: a request sent from a task spawned inside the attempt (it is polled by the
+//! runtime, not inside the attempt), or one sent by other means than `send_checked`.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+
+use crate::classify::Elapsed;
+
+thread_local! {
+    /// The marks of the attempts being polled on this thread, innermost last. More than one
+    /// only when retries nest (a collapsed or isolated retry inside another's attempt).
+    static POLLING: RefCell<Vec<Mark>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Requests of the attempt that may take effect twice if the attempt is sent again.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Mark {
+    /// Sent and not known to have failed before reaching the server.
+    unsafe_sends: u32,
+    /// The method of the latest one, for the reason a person reads.
+    method: Option<&'static str>,
+}
+
+pin_project! {
+    /// An attempt whose unsafe requests are noted while it is polled.
+    pub(crate) struct Watched<F> {
+        #[pin]
+        attempt: F,
+        mark: Mark,
+    }
+}
+
+impl<F> Watched<F> {
+    pub(crate) fn new(attempt: F) -> Self {
+        Watched {
+            attempt,
+            mark: Mark::default(),
+        }
+    }
+
+    /// The error for this attempt cut off after `limit`.
+    pub(crate) fn elapsed(&self, limit: Duration) -> Elapsed {
+        match self.mark {
+            Mark {
+                unsafe_sends: 1..,
+                method,
+            } => Elapsed::cut_off(limit, method.unwrap_or("request")),
+            _ => Elapsed::new(limit),
+        }
+    }
+}
+
+/// Puts the attempt's mark back from the stack, also when the attempt panics.
+struct Restore<'a>(&'a mut Mark);
+
+impl Drop for Restore<'_> {
+    fn drop(&mut self) {
+        // `try_with`: during thread teardown the stack may be gone; the mark then stays as it was.
+        let _ = POLLING.try_with(|stack| {
+            if let Some(mark) = stack.borrow_mut().pop() {
+                *self.0 = mark;
+            }
+        });
+    }
+}
+
+impl<F: Future> Future for Watched<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let pushed = POLLING
+            .try_with(|stack| stack.borrow_mut().push(*this.mark))
+            .is_ok();
+        let _restore = pushed.then(|| Restore(this.mark));
+        this.attempt.poll(cx)
+    }
+}
+
+/// A non-idempotent request without `Idempotency-Key` is being sent by the attempts polled now.
+#[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
+pub(crate) fn note_unsafe_send(method: &'static str) {
+    let _ = POLLING.try_with(|stack| {
+        for mark in stack.borrow_mut().iter_mut() {
+            mark.unsafe_sends = mark.unsafe_sends.saturating_add(1);
+            mark.method = Some(method);
+        }
+    });
+}
+
+/// The request noted by [`note_unsafe_send`] failed before it reached the server (it never
+/// connected), so sending the attempt again cannot apply it twice.
+#[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
+pub(crate) fn note_not_sent() {
+    let _ = POLLING.try_with(|stack| {
+        for mark in stack.borrow_mut().iter_mut() {
+            mark.unsafe_sends = mark.unsafe_sends.saturating_sub(1);
+        }
+    });
+}
+
+/// Bounds one attempt by `limit`; a timed-out attempt fails with `E::from(Elapsed)`, and the
+/// `Elapsed` says whether it cut off a request that must not be sent twice.
+pub(crate) async fn with_timeout<T, E, F>(limit: Duration, attempt: F) -> Result<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<Elapsed>,
+{
+    let mut watched = std::pin::pin!(Watched::new(attempt));
+    match tokio::time::timeout(limit, watched.as_mut()).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(E::from(watched.elapsed(limit))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Classify, Decision};
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_cut_off_after_an_unsafe_send_must_not_be_resent() {
+        let limit = Duration::from_secs(1);
+        let cut: Result<(), Elapsed> = with_timeout(limit, async {
+            note_unsafe_send("POST");
+            std::future::pending().await
+        })
+        .await;
+        let elapsed = cut.unwrap_err();
+        assert_eq!(elapsed.unsafe_request(), Some("POST"));
+        assert_eq!(elapsed.classify(), Decision::Stop);
+
+        let plain: Result<(), Elapsed> = with_timeout(limit, std::future::pending()).await;
+        assert_eq!(plain.unwrap_err().classify(), Decision::Retry);
+
+        let never_sent: Result<(), Elapsed> = with_timeout(limit, async {
+            note_unsafe_send("POST");
+            note_not_sent();
+            std::future::pending().await
+        })
+        .await;
+        assert_eq!(never_sent.unwrap_err().classify(), Decision::Retry);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outer_attempt_sees_the_sends_of_an_inner_one() {
+        let limit = Duration::from_secs(2);
+        let outer: Result<(), Elapsed> = with_timeout(limit, async {
+            let inner: Result<(), Elapsed> = with_timeout(Duration::from_secs(1), async {
+                note_unsafe_send("PATCH");
+                std::future::pending().await
+            })
+            .await;
+            assert_eq!(inner.unwrap_err().unsafe_request(), Some("PATCH"));
+            std::future::pending().await
+        })
+        .await;
+        assert_eq!(outer.unwrap_err().unsafe_request(), Some("PATCH"));
+        // Nothing is left behind on the thread.
+        POLLING.with_borrow(|stack| assert!(stack.is_empty()));
+    }
+}
