@@ -34,12 +34,19 @@ struct Client {
 impl Client {
     fn call(&self, succeed_on: u32) -> Result<u32, FetchError> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-        tracing::info!(n, "attempt");
         if n >= succeed_on {
             Ok(n)
         } else {
             Err(FetchError::Busy(n))
         }
+    }
+
+    /// `call`, with an `attempt` event. Only the tracing tests use it: tests run in parallel
+    /// threads, and a callsite first reached on a thread without a subscriber can be cached as
+    /// uninteresting for every thread (tracing's interest cache), losing the events.
+    fn traced_call(&self, succeed_on: u32) -> Result<u32, FetchError> {
+        tracing::info!("attempt");
+        self.call(succeed_on)
     }
 
     fn calls(&self) -> u32 {
@@ -270,14 +277,14 @@ async fn derived_classify() {
 #[retryable(max = 3, base = "1ms", jitter = "none")]
 #[tracing::instrument(skip(client))]
 async fn retry_above_instrument(client: &Client, id: u64) -> Result<u64, FetchError> {
-    client.call(3)?;
+    client.traced_call(3)?;
     Ok(id)
 }
 
 #[tracing::instrument(skip(client), fields(extra = 1))]
 #[retryable(max = 3, base = "1ms", jitter = "none")]
 async fn instrument_above_retry(client: &Client, id: u64) -> Result<u64, FetchError> {
-    client.call(3)?;
+    client.traced_call(3)?;
     Ok(id)
 }
 
@@ -291,7 +298,7 @@ impl std::fmt::Display for FetchError {
 #[retryable(max = 3, base = "1ms", jitter = "none")]
 #[tracing::instrument(skip(client), err, ret, level = "debug")]
 async fn instrument_err_ret(client: &Client, id: u64) -> Result<u64, FetchError> {
-    client.call(3)?;
+    client.traced_call(3)?;
     Ok(id)
 }
 
@@ -299,7 +306,7 @@ impl Client {
     #[retryable(max = 3, base = "1ms", jitter = "none")]
     #[tracing::instrument(skip(self))]
     async fn instrumented_method(&self, id: u64) -> Result<u64, FetchError> {
-        self.call(3)?;
+        self.traced_call(3)?;
         Ok(id)
     }
 }
