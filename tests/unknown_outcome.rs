@@ -226,3 +226,27 @@ async fn a_body_derives_the_same_downstream_key_on_every_run_of_its_key() {
     );
     assert_ne!(book(&inbox, 2, false).await.unwrap(), derived);
 }
+
+/// Answers with more than the store keeps (1 MiB by default).
+#[idempotent(key = order, store = inbox)]
+async fn export(inbox: &MemoryStore, order: u64, runs: &AtomicU32) -> Result<String, PayError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok("x".repeat(2 << 20))
+}
+
+/// The effect happened but its response cannot be kept: the key is kept failed, so no resend
+/// runs the body again (neither now nor once the lease would have run out).
+#[tokio::test]
+async fn a_response_too_large_to_store_keeps_the_key_failed() {
+    let (inbox, runs) = (MemoryStore::new(), AtomicU32::new(0));
+    assert_eq!(export(&inbox, 1, &runs).await.unwrap().len(), 2 << 20);
+    let error = export(&inbox, 1, &runs).await.unwrap_err();
+    let PayError::Idempotency(IdempotencyError::PreviouslyFailed(first)) = &error else {
+        panic!("a resend must be refused, got {error:?}");
+    };
+    assert!(
+        first.starts_with("the response was not stored: response is"),
+        "{first}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "effects exactly once");
+}

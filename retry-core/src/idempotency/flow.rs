@@ -594,8 +594,9 @@ where
 }
 
 /// Stores the response of a call whose effect happened. Failing that is reported, not returned:
-/// the caller's effect is real. A later duplicate then gets `InProgress` until the lease ends,
-/// and after it runs the body again (transactional mode closes that gap).
+/// the caller's effect is real. A response that cannot be kept marks the key failed; a store
+/// that cannot be written leaves it in progress, so a later duplicate gets `InProgress` until
+/// the lease ends and after it runs the body again (transactional mode closes that gap).
 async fn finish<S: IdempotencyStore + ?Sized, T: Serialize>(
     store: &S,
     call: &Settings,
@@ -610,14 +611,11 @@ async fn finish<S: IdempotencyStore + ?Sized, T: Serialize>(
                 len: json.len(),
                 max,
             };
-            tracing::error!(function = call.function, key = %call.key, error = %e, "response not stored: duplicates will run the body again after the lease");
-            metrics::response_not_stored(call.function);
-            return;
+            return keep_unstorable(store, call, claim, &e).await;
         }
         Err(e) => {
-            tracing::error!(function = call.function, key = %call.key, error = %e, "response not serialisable: duplicates will run the body again after the lease");
-            metrics::response_not_stored(call.function);
-            return;
+            let e = IdempotencyError::Serde(e.to_string());
+            return keep_unstorable(store, call, claim, &e).await;
         }
     };
     match store_response(store, claim, &response, call.function).await {
@@ -631,6 +629,21 @@ async fn finish<S: IdempotencyStore + ?Sized, T: Serialize>(
             metrics::response_not_stored(call.function);
         }
     }
+}
+
+/// The body's effect happened but its response cannot be kept (too large, not serialisable):
+/// the key is kept failed with the reason, so duplicates are refused rather than left to run
+/// the body again once the lease runs out (the HTTP layer does the same).
+async fn keep_unstorable<S: IdempotencyStore + ?Sized>(
+    store: &S,
+    call: &Settings,
+    claim: &Claim,
+    error: &IdempotencyError,
+) {
+    tracing::error!(function = call.function, key = %call.key, %error, "response not stored: the key is kept failed, so duplicates are refused instead of running the body again");
+    metrics::response_not_stored(call.function);
+    let failure = format!("the response was not stored: {error}");
+    give_up(store, claim, call, OnErr::Keep, &failure).await;
 }
 
 /// Wraps the flow future of an `#[idempotent]` function that claims `key`.
