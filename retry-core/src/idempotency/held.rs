@@ -107,15 +107,14 @@ impl<'s, S: IdempotencyStore + ?Sized> HeldClaim<'s, S> {
     /// # }
     /// ```
     pub async fn hold<F: Future>(&self, body: F) -> F::Output {
-        let Some(claim) = self.claim.clone() else {
+        let Some(claim) = &self.claim else {
             return body.await;
         };
-        let body = pin!(CURRENT.scope(claim.clone(), body));
+        let mut body = pin!(CURRENT.scope(claim.clone(), body));
         // Outside a Tokio runtime there is no timer to renew with.
         if !self.renews || tokio::runtime::Handle::try_current().is_err() {
             return body.await;
         }
-        let mut body = body;
         let mut renewal = pin!(renew_while_running(
             self.store,
             claim,
@@ -159,14 +158,14 @@ impl<'s, S: IdempotencyStore + ?Sized> HeldClaim<'s, S> {
 /// Renews `claim`'s lease every `lease / 3`; ends only when the claim was fenced.
 async fn renew_while_running<S: IdempotencyStore + ?Sized>(
     store: &S,
-    claim: Claim,
+    claim: &Claim,
     lease: Duration,
     function: &'static str,
 ) {
     let every = (lease / 3).max(Duration::from_millis(1));
     loop {
         tokio::time::sleep(every).await;
-        match bounded(store, "renew", store.renew(&claim, lease)).await {
+        match bounded(store, "renew", store.renew(claim, lease)).await {
             Ok(()) => {}
             Err(StoreError::Fenced) => {
                 tracing::error!(function, key = %claim.key, token = claim.token, "lease renewal refused: the claim was taken over while the body ran");
