@@ -197,9 +197,9 @@ pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 /// The rule: keep rows longer than the longest window in which the sender can resend.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 
-/// Where claims and responses are kept. Implemented by [`MemoryStore`] and `SqliteStore`
-/// (feature `sqlite`); `&S` and `Arc<S>` work wherever `S` does. The contract is shaped for SQL
-/// stores with transactions, PostgreSQL included.
+/// Where claims and responses are kept. Implemented by [`MemoryStore`], `SqliteStore` (feature
+/// `sqlite`) and `PgStore` (feature `postgres`); `&S` and `Arc<S>` work wherever `S` does. The
+/// contract is shaped for SQL stores with transactions.
 ///
 /// Every method is atomic on its own. Implementations claim by inserting under the primary key
 /// and decide about an existing row in the same transaction; `complete`, `release`,
