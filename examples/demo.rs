@@ -31,7 +31,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use retry_core::dlq::http::post_letter;
-use retry_core::dlq::{DeadLetterStore, DlqFailed, JsonlSink, Redrive};
+use retry_core::dlq::{DlqFailed, JsonlSink, LegacyStore, Redrive};
 use retry_core::http::{IDEMPOTENT_REPLAYED, IdempotencyKey};
 use retry_core::idempotency::SqliteStore;
 use retry_core::reqwest::{HttpError, RequestBuilderExt};

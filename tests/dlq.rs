@@ -4,8 +4,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, DlqFailed, FailureClass,
-    MemoryDeadLetters,
+    DeadLetter, DeadLetterSink, DlqError, DlqFailed, FailureClass, LegacyStore, MemoryDeadLetters,
 };
 use retry_core::time::parse_rfc3339;
 use retry_core::{Classify, Decision, retryable};

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, FailureClass, JsonlSink, TornLine,
+    DeadLetter, DeadLetterSink, DlqError, FailureClass, JsonlSink, LegacyStore, TornLine,
 };
 use tracing_subscriber::layer::SubscriberExt as _;
 
@@ -34,6 +34,12 @@ fn letter(msg_id: &str, first_failed_at: &str) -> DeadLetter {
         class: FailureClass::System,
         error_type: "FetchError".to_owned(),
         idempotency_key: Some(format!("key-{msg_id}")),
+        source: None,
+        redacted: false,
+        key_scope: None,
+        key_expires_at: None,
+        history: Vec::new(),
+        resolved: None,
     }
 }
 

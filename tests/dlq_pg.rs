@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, FailureClass, PgDeadLetters,
+    DeadLetter, DeadLetterSink, DlqError, FailureClass, LegacyStore, PgDeadLetters,
 };
 use retry_core::idempotency::PgStore;
 
@@ -33,6 +33,12 @@ fn letter(msg_id: &str, first_failed_at: &str) -> DeadLetter {
         class: FailureClass::System,
         error_type: "FetchError".to_owned(),
         idempotency_key: None,
+        source: None,
+        redacted: false,
+        key_scope: None,
+        key_expires_at: None,
+        history: Vec::new(),
+        resolved: None,
     }
 }
 
@@ -71,6 +77,12 @@ async fn park_list_ack_reconnect_and_put_back() {
     let a = DeadLetter {
         last_failed_at: "2026-08-19T02:12:47+09:00".into(),
         idempotency_key: Some("s3:M-a".into()),
+        source: None,
+        redacted: false,
+        key_scope: None,
+        key_expires_at: None,
+        history: Vec::new(),
+        resolved: None,
         ..letter("M-a", "2026-08-19T02:11:03+09:00")
     };
     let b = DeadLetter {

@@ -23,9 +23,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, DlqFailed, JsonlSink,
-};
+use retry_core::dlq::{DeadLetter, DeadLetterSink, DlqError, DlqFailed, JsonlSink, LegacyStore};
 use retry_core::{Classify, Decision, retryable};
 use serde::Serialize;
 

@@ -16,8 +16,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, DlqFailed, FailureClass,
-    SqliteDeadLetters,
+    DeadLetter, DeadLetterSink, DlqError, DlqFailed, FailureClass, LegacyStore, SqliteDeadLetters,
 };
 use retry_core::idempotency::{
     ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, SqliteStore,
@@ -256,6 +255,12 @@ fn letter(msg_id: &str) -> DeadLetter {
         class: FailureClass::System,
         error_type: "Failed".into(),
         idempotency_key: None,
+        source: None,
+        redacted: false,
+        key_scope: None,
+        key_expires_at: None,
+        history: Vec::new(),
+        resolved: None,
     }
 }
 

@@ -57,6 +57,12 @@ async fn sqlite_files_holding_payloads_are_owner_only() {
             class: FailureClass::System,
             error_type: "E".into(),
             idempotency_key: None,
+            source: None,
+            redacted: false,
+            key_scope: None,
+            key_expires_at: None,
+            history: Vec::new(),
+            resolved: None,
         })
         .await
         .unwrap();

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, FailureClass, JsonlSink, RedriveRecord,
+    DeadLetter, DeadLetterSink, DlqError, FailureClass, JsonlSink, LegacyStore, RedriveRecord,
     TornLine,
 };
 use serde_json::Value;
@@ -98,6 +98,12 @@ fn letter() -> impl Strategy<Value = DeadLetter> {
                     },
                     error_type,
                     idempotency_key: key,
+                    source: None,
+                    redacted: false,
+                    key_scope: None,
+                    key_expires_at: None,
+                    history: Vec::new(),
+                    resolved: None,
                 }
             },
         )
@@ -469,6 +475,12 @@ fn oversized_letters_and_torn_lines_survive_whole() {
         class: FailureClass::Data,
         error_type: "E".into(),
         idempotency_key: Some("k".repeat(10_000)),
+        source: None,
+        redacted: false,
+        key_scope: None,
+        key_expires_at: None,
+        history: Vec::new(),
+        resolved: None,
     };
     let sink = JsonlSink::open(&path).unwrap();
     RUNTIME.block_on(sink.park(&big)).unwrap();

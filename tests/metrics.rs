@@ -99,6 +99,12 @@ fn the_dead_letter_queue_reports_pending_letters_and_the_oldest_age() {
         class: FailureClass::System,
         error_type: "E".into(),
         idempotency_key: None,
+        source: None,
+        redacted: false,
+        key_scope: None,
+        key_expires_at: None,
+        history: Vec::new(),
+        resolved: None,
     };
     let recorder = DebuggingRecorder::new();
     let pending = metrics::with_local_recorder(&recorder, || {

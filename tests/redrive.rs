@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, Filter, JsonlSink,
-    MemoryDeadLetters, Outcome, Redrive, SqliteDeadLetters, assume_idempotent,
+    DeadLetter, DeadLetterSink, FailureClass, Filter, JsonlSink, LegacyStore, MemoryDeadLetters,
+    Outcome, Redrive, SqliteDeadLetters, assume_idempotent,
 };
 use retry_core::idempotency::{IdempotencyError, MemoryStore};
 use retry_core::time::{Clock, ManualClock, format_rfc3339};
@@ -126,6 +126,12 @@ fn letter(msg_no: u64, class: FailureClass) -> DeadLetter {
         class,
         error_type: "DepositError".to_owned(),
         idempotency_key: None,
+        source: None,
+        redacted: false,
+        key_scope: None,
+        key_expires_at: None,
+        history: Vec::new(),
+        resolved: None,
     }
 }
 
@@ -144,7 +150,7 @@ fn healthy() -> Ledger {
 /// 100 `system` letters (and 5 `data` ones) with a limit of 10: exactly 10 sent, one audit row,
 /// 90 left; then every letter again, the first 10 re-parked as if their acks were lost: the
 /// receiver answers those from its store, so each message has exactly one effect.
-async fn small_batch_then_everything_again<S: DeadLetterStore>(store: &S) {
+async fn small_batch_then_everything_again<S: LegacyStore>(store: &S) {
     park_all(store, (1..=100).map(|n| letter(n, FailureClass::System))).await;
     park_all(store, (101..=105).map(|n| letter(n, FailureClass::Data))).await;
     let inbox = MemoryStore::new();
@@ -466,10 +472,22 @@ async fn a_letter_whose_key_differs_from_the_targets_is_not_sent() {
     .to_owned();
     let edited = DeadLetter {
         idempotency_key: Some(key_of_7.clone()),
+        source: None,
+        redacted: false,
+        key_scope: None,
+        key_expires_at: None,
+        history: Vec::new(),
+        resolved: None,
         ..letter(8, FailureClass::System)
     };
     let intact = DeadLetter {
         idempotency_key: Some(key_of_7),
+        source: None,
+        redacted: false,
+        key_scope: None,
+        key_expires_at: None,
+        history: Vec::new(),
+        resolved: None,
         ..letter(7, FailureClass::System)
     };
     park_all(&letters, [edited, intact]).await;
@@ -521,6 +539,12 @@ async fn the_escape_hatch_is_explicit_and_still_checks_a_given_key() {
         &letters,
         [DeadLetter {
             idempotency_key: Some("M-1".into()),
+            source: None,
+            redacted: false,
+            key_scope: None,
+            key_expires_at: None,
+            history: Vec::new(),
+            resolved: None,
             ..letter(1, FailureClass::System)
         }],
     )

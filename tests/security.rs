@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use retry_core::dlq::{
-    DeadLetterSink, DeadLetterStore, DlqFailed, JsonlSink, MemoryDeadLetters, Redrive,
+    DeadLetterSink, DlqFailed, JsonlSink, LegacyStore, MemoryDeadLetters, Redrive,
     assume_idempotent,
 };
 use retry_core::{Classify, Decision, retryable};

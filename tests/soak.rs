@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
-use retry_core::dlq::{DeadLetterStore, DlqFailed, FailureClass, Redrive, SqliteDeadLetters};
+use retry_core::dlq::{DlqFailed, FailureClass, LegacyStore, Redrive, SqliteDeadLetters};
 use retry_core::idempotency::{
     IdempotencyError, SqliteStore, SqliteTransaction, StoreError, TransactionalStore, encode_key,
     encode_namespaced_key,

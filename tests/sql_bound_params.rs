@@ -10,7 +10,7 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, RedriveRecord, SqliteDeadLetters,
+    DeadLetter, DeadLetterSink, FailureClass, LegacyStore, RedriveRecord, SqliteDeadLetters,
 };
 use retry_core::idempotency::{Begun, Settings, SqliteStore, begin_call};
 use serde_json::Value;
@@ -149,6 +149,12 @@ fn letter(msg_id: String, texts: [String; 5], original: Value) -> DeadLetter {
         class: FailureClass::Data,
         error_type,
         idempotency_key: Some(key),
+        source: None,
+        redacted: false,
+        key_scope: None,
+        key_expires_at: None,
+        history: Vec::new(),
+        resolved: None,
     }
 }
 

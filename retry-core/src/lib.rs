@@ -7,6 +7,8 @@ pub mod backoff;
 mod budget;
 mod call;
 mod classify;
+#[cfg(feature = "test-suite")]
+mod conformance;
 pub mod dlq;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]

@@ -322,6 +322,8 @@ pub fn sink<S: DeadLetterSink>(sink: &S) -> &dyn ParkSink {
 pub struct LetterInput {
     msg_id: String,
     original: serde_json::Value,
+    /// The original is not the payload: redacted, or not serialisable.
+    redacted: bool,
     idempotency_key: Option<String>,
 }
 
@@ -333,14 +335,18 @@ pub fn letter_input<I: std::fmt::Display + ?Sized, O: serde::Serialize + ?Sized>
     redact: Option<fn(serde_json::Value) -> serde_json::Value>,
     idempotency_key: Option<String>,
 ) -> LetterInput {
-    let original = serde_json::to_value(original)
-        .unwrap_or_else(|e| serde_json::Value::String(format!("<original not serialisable: {e}>")));
+    let (original, redacted) = match (serde_json::to_value(original), redact) {
+        (Ok(original), None) => (original, false),
+        (Ok(original), Some(redact)) => (redact(original), true),
+        (Err(e), _) => (
+            serde_json::Value::String(format!("<original not serialisable: {e}>")),
+            true,
+        ),
+    };
     LetterInput {
         msg_id: id.to_string(),
-        original: match redact {
-            Some(redact) => redact(original),
-            None => original,
-        },
+        original,
+        redacted,
         idempotency_key,
     }
 }
@@ -394,6 +400,12 @@ pub async fn park_on_give_up<T, E>(
         class,
         error_type: std::any::type_name::<E>().to_owned(),
         idempotency_key: input.idempotency_key,
+        source: Some(format!("{}::{}", site.module(), site.function())),
+        redacted: input.redacted,
+        key_scope: None,
+        key_expires_at: None,
+        history: Vec::new(),
+        resolved: None,
     };
     if state.collapsed() {
         tracing::debug!(function = site.function(), msg_id = %letter.msg_id, "single attempt: dead letter left to the outer layer");

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use retry_core::dlq::SqliteDeadLetters;
-use retry_core::dlq::{DeadLetter, DeadLetterStore, DlqError, FailureClass, JsonlSink};
+use retry_core::dlq::{DeadLetter, DlqError, FailureClass, JsonlSink, LegacyStore};
 
 use crate::report::{Stats, Verdict};
 
@@ -310,12 +310,12 @@ async fn open(selection: &Selection, write: bool) -> Result<Store, Failure> {
     }
 }
 
-async fn list_all<S: DeadLetterStore>(store: &S) -> Result<Vec<DeadLetter>, Failure> {
+async fn list_all<S: LegacyStore>(store: &S) -> Result<Vec<DeadLetter>, Failure> {
     store.list().await.map_err(Failure::Store)
 }
 
 /// Runs `command` on `store`, writing results to `out`; the exit status when it got that far.
-async fn run<S: DeadLetterStore>(
+async fn run<S: LegacyStore>(
     store: &S,
     command: &Command,
     out: &mut impl Write,

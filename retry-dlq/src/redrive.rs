@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use reqwest::header::{HeaderName, HeaderValue};
 use retry_core::dlq::http::post_letter;
 use retry_core::dlq::{
-    DeadLetter, DeadLetterStore, Filter, Outcome, Redrive, RedriveError, RedriveRecord,
+    DeadLetter, Filter, LegacyStore, Outcome, Redrive, RedriveError, RedriveRecord,
     assume_idempotent,
 };
 
@@ -84,7 +84,7 @@ fn parse_header(line: &str) -> Result<(HeaderName, HeaderValue), String> {
 
 /// Runs `redrive`: 0 when every chosen letter was redriven (or a dry run listed them), 1 when a
 /// letter failed again, was skipped, or the run stopped early.
-pub(crate) async fn redrive<S: DeadLetterStore>(
+pub(crate) async fn redrive<S: LegacyStore>(
     store: &S,
     args: &RedriveArgs,
     out: &mut impl Write,
@@ -218,10 +218,7 @@ fn print_outcomes(out: &mut impl Write, letters: &[(String, Outcome)]) -> std::i
 }
 
 /// `audit`: one line per recorded run, oldest first.
-pub(crate) async fn audit<S: DeadLetterStore>(
-    store: &S,
-    out: &mut impl Write,
-) -> Result<u8, Failure> {
+pub(crate) async fn audit<S: LegacyStore>(store: &S, out: &mut impl Write) -> Result<u8, Failure> {
     for record in store.redrives().await.map_err(Failure::Store)? {
         writeln!(out, "{}", audit_line(&record))?;
     }

@@ -239,6 +239,12 @@ mod tests {
             class,
             error_type: "E".to_owned(),
             idempotency_key: None,
+            source: None,
+            redacted: false,
+            key_scope: None,
+            key_expires_at: None,
+            history: Vec::new(),
+            resolved: None,
         }
     }
 

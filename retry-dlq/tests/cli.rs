@@ -130,6 +130,12 @@ fn letter(id: &str, class: FailureClass, reason: &str, failed_ago: Duration) -> 
         class,
         error_type: "FetchError".to_owned(),
         idempotency_key: (class == FailureClass::System).then(|| format!("key-{id}")),
+        source: None,
+        redacted: false,
+        key_scope: None,
+        key_expires_at: None,
+        history: Vec::new(),
+        resolved: None,
     }
 }
 
@@ -688,7 +694,7 @@ fn a_jsonl_file_is_read_beside_the_writer_that_has_it_open() {
 #[cfg(feature = "postgres")]
 #[test]
 fn postgres_through_the_option_and_the_environment() {
-    use retry_core::dlq::{DeadLetterStore as _, PgDeadLetters};
+    use retry_core::dlq::{LegacyStore as _, PgDeadLetters};
 
     let url = match std::env::var("DATABASE_URL") {
         Ok(url) if !url.trim().is_empty() => url,

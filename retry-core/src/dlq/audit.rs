@@ -48,3 +48,64 @@ pub struct RedriveRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
 }
+
+/// One letter in one redrive run, as the audit keeps it: written before the letter is sent
+/// (`outcome: None`, the intent) and completed after it. A run that died between the two
+/// leaves the intent row, which says so: the letter may or may not have reached the target.
+///
+/// ```
+/// use retry_core::dlq::AuditEntry;
+///
+/// let intent = AuditEntry::intent("5f0c8a1e2b3d4c6f", "M-1", "alice", "deposit", "2026-08-20T09:00:00Z");
+/// assert!(intent.outcome.is_none());
+/// let done = intent.finished("redriven", "2026-08-20T09:00:01Z");
+/// assert_eq!(done.outcome.as_deref(), Some("redriven"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// The run.
+    pub run_id: String,
+    /// The letter.
+    pub msg_id: String,
+    /// Who started the run.
+    pub who: String,
+    /// Where the letter was sent.
+    pub target: String,
+    /// When the intent was written, just before the send (RFC 3339).
+    pub at: String,
+    /// How it went: `redriven`, `failed again: ..`, `skipped: ..`; `None` while in flight (or
+    /// when the run died before it knew).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// When the outcome was written (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+}
+
+impl AuditEntry {
+    /// The row written before `msg_id` is sent.
+    pub fn intent(
+        run_id: impl Into<String>,
+        msg_id: impl Into<String>,
+        who: impl Into<String>,
+        target: impl Into<String>,
+        at: impl Into<String>,
+    ) -> Self {
+        AuditEntry {
+            run_id: run_id.into(),
+            msg_id: msg_id.into(),
+            who: who.into(),
+            target: target.into(),
+            at: at.into(),
+            outcome: None,
+            finished_at: None,
+        }
+    }
+
+    /// The same row with its outcome.
+    pub fn finished(mut self, outcome: impl Into<String>, at: impl Into<String>) -> Self {
+        self.outcome = Some(outcome.into());
+        self.finished_at = Some(at.into());
+        self
+    }
+}

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, RedriveRecord};
+use super::{DeadLetter, DeadLetterSink, DlqError, LegacyStore, RedriveRecord};
 use crate::time::{format_rfc3339, parse_rfc3339, unix_nanos};
 
 /// A torn last line found by [`JsonlSink::open`]: what a crash in the middle of a write left.
@@ -43,10 +43,10 @@ pub struct TornLine {
     pub text: String,
 }
 
-/// A [`DeadLetterSink`] and [`DeadLetterStore`] on one append-only, owner-only JSON Lines file.
+/// A [`DeadLetterSink`] and [`LegacyStore`] on one append-only, owner-only JSON Lines file.
 ///
 /// ```
-/// use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, JsonlSink};
+/// use retry_core::dlq::{DeadLetter, DeadLetterSink, LegacyStore, FailureClass, JsonlSink};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), retry_core::dlq::DlqError> {
@@ -62,6 +62,7 @@ pub struct TornLine {
 ///     class: FailureClass::System,
 ///     error_type: "FetchError".into(),
 ///     idempotency_key: None,
+///     source: None, redacted: false, key_scope: None, key_expires_at: None, history: Vec::new(), resolved: None,
 /// };
 ///
 /// let sink = JsonlSink::open(&path)?;
@@ -382,7 +383,7 @@ impl JsonlSink {
     /// every write fails. What it shows is the file as it was when opened.
     ///
     /// ```
-    /// use retry_core::dlq::{DeadLetterSink, DeadLetterStore, JsonlSink};
+    /// use retry_core::dlq::{DeadLetterSink, LegacyStore, JsonlSink};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -484,7 +485,7 @@ impl DeadLetterSink for JsonlSink {
     /// file); [`DlqError::Serialize`] if the letter cannot be serialised.
     ///
     /// ```
-    /// # use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, JsonlSink};
+    /// # use retry_core::dlq::{DeadLetter, DeadLetterSink, LegacyStore, FailureClass, JsonlSink};
     /// # fn letter(id: &str) -> DeadLetter { DeadLetter { msg_id: id.into(), original: serde_json::json!({}),
     /// #     reason: "gave up".into(), attempts: 3, first_failed_at: "2026-08-19T02:11:03+09:00".into(),
     /// #     last_failed_at: "2026-08-19T02:12:47+09:00".into(), trace_id: "t".into(),
@@ -506,12 +507,12 @@ impl DeadLetterSink for JsonlSink {
     }
 }
 
-impl DeadLetterStore for JsonlSink {
+impl LegacyStore for JsonlSink {
     /// The pending letters, by first failure (as a time, whatever the offsets), then `msg_id`;
     /// letters whose `first_failed_at` is not RFC 3339 come last. Reads the in-memory index.
     ///
     /// ```
-    /// # use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, JsonlSink};
+    /// # use retry_core::dlq::{DeadLetter, DeadLetterSink, LegacyStore, FailureClass, JsonlSink};
     /// # fn letter(id: &str, first: &str) -> DeadLetter { DeadLetter { msg_id: id.into(), original: serde_json::json!({}),
     /// #     reason: "gave up".into(), attempts: 3, first_failed_at: first.into(),
     /// #     last_failed_at: first.into(), trace_id: "t".into(),
@@ -541,7 +542,7 @@ impl DeadLetterStore for JsonlSink {
     /// How many letters are pending. Reads the in-memory index.
     ///
     /// ```
-    /// # use retry_core::dlq::{DeadLetterStore, JsonlSink};
+    /// # use retry_core::dlq::{LegacyStore, JsonlSink};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let path = std::env::temp_dir().join(format!("dlq-doc-count-{}.jsonl", std::process::id()));
@@ -559,7 +560,7 @@ impl DeadLetterStore for JsonlSink {
     /// The pending letter with the earliest first failure (ties: the smallest `msg_id`).
     ///
     /// ```
-    /// # use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, JsonlSink};
+    /// # use retry_core::dlq::{DeadLetter, DeadLetterSink, LegacyStore, FailureClass, JsonlSink};
     /// # fn letter(id: &str, first: &str) -> DeadLetter { DeadLetter { msg_id: id.into(), original: serde_json::json!({}),
     /// #     reason: "gave up".into(), attempts: 3, first_failed_at: first.into(),
     /// #     last_failed_at: first.into(), trace_id: "t".into(),
@@ -588,7 +589,7 @@ impl DeadLetterStore for JsonlSink {
     /// The pending letter `msg_id`, if any. Reads the in-memory index.
     ///
     /// ```
-    /// # use retry_core::dlq::{DeadLetterStore, JsonlSink};
+    /// # use retry_core::dlq::{LegacyStore, JsonlSink};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let path = std::env::temp_dir().join(format!("dlq-doc-get-{}.jsonl", std::process::id()));
@@ -610,7 +611,7 @@ impl DeadLetterStore for JsonlSink {
     /// [`DlqError::Io`] if the line cannot be written or synced; the letter stays pending.
     ///
     /// ```
-    /// # use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, JsonlSink};
+    /// # use retry_core::dlq::{DeadLetter, DeadLetterSink, LegacyStore, FailureClass, JsonlSink};
     /// # fn letter(id: &str) -> DeadLetter { DeadLetter { msg_id: id.into(), original: serde_json::json!({}),
     /// #     reason: "gave up".into(), attempts: 3, first_failed_at: "2026-08-19T02:11:03+09:00".into(),
     /// #     last_failed_at: "2026-08-19T02:12:47+09:00".into(), trace_id: "t".into(),
@@ -652,7 +653,7 @@ impl DeadLetterStore for JsonlSink {
     /// As [`park`](DeadLetterSink::park).
     ///
     /// ```
-    /// # use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, JsonlSink};
+    /// # use retry_core::dlq::{DeadLetter, DeadLetterSink, LegacyStore, FailureClass, JsonlSink};
     /// # fn letter(id: &str) -> DeadLetter { DeadLetter { msg_id: id.into(), original: serde_json::json!({}),
     /// #     reason: "gave up".into(), attempts: 3, first_failed_at: "2026-08-19T02:11:03+09:00".into(),
     /// #     last_failed_at: "2026-08-19T02:12:47+09:00".into(), trace_id: "t".into(),

@@ -72,9 +72,180 @@ pub struct DeadLetter {
     pub class: FailureClass,
     /// The Rust type of the error.
     pub error_type: String,
-    /// The idempotency key of the original call, when it had one.
+    /// The idempotency key of the original call, when it had one. A redrive claims this key
+    /// (or skips the letter), so the receiver answers from its store if the effect happened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// The function that gave up (`module::function`), so a redrive can pick the letters of one
+    /// source and send them to the right target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Whether `original` went through a redaction function: then it is not the payload, and a
+    /// redrive refuses to send it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redacted: bool,
+    /// The scope (namespace) the idempotency key was claimed in at the receiver, when known: a
+    /// redrive into another scope would not find the first run's record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_scope: Option<String>,
+    /// When the receiver forgets the idempotency key (RFC 3339), when known: after it, a resend
+    /// could repeat the effect, so a redrive refuses the letter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_expires_at: Option<String>,
+    /// The earlier give-ups of this `msg_id` (parked again, or redriven and failed again),
+    /// oldest first; at most [`HISTORY_LIMIT`] are kept. The latest is the letter's own
+    /// `reason` and `last_failed_at`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Failure>,
+    /// Set when the letter was acknowledged (redriven, or judged by a person): it is no longer
+    /// pending, and is kept until purged by age.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<Resolution>,
+}
+
+/// How many earlier give-ups a letter keeps in [`DeadLetter::history`]; older ones are dropped.
+pub const HISTORY_LIMIT: usize = 16;
+
+/// One give-up of a letter's message, as its history keeps it.
+///
+/// ```
+/// use retry_core::dlq::Failure;
+///
+/// let failure: Failure = serde_json::from_str(
+///     r#"{"at": "2026-08-19T02:12:47+09:00", "reason": "upstream 503 after 5 attempts", "trace_id": "a1b2"}"#,
+/// ).unwrap();
+/// assert_eq!(failure.reason, "upstream 503 after 5 attempts");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// When it gave up (RFC 3339 with offset).
+    pub at: String,
+    /// Why, in words.
+    pub reason: String,
+    /// The trace id of the call (or redrive run) that gave up.
+    pub trace_id: String,
+}
+
+/// Who acknowledged a letter, when, and in which redrive run (none when a person judged it).
+///
+/// ```
+/// use retry_core::dlq::Resolution;
+///
+/// let by_hand = Resolution::new("alice", "2026-08-20T09:00:00Z");
+/// assert_eq!(by_hand.run_id, None);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resolution {
+    /// When (RFC 3339 with offset).
+    pub at: String,
+    /// Who: a person, or the redrive run's `who`.
+    pub by: String,
+    /// The redrive run that sent it, when it was redriven.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+impl Resolution {
+    /// Acknowledged by `by` at `at`, outside a redrive run.
+    pub fn new(by: impl Into<String>, at: impl Into<String>) -> Self {
+        Resolution {
+            at: at.into(),
+            by: by.into(),
+            run_id: None,
+        }
+    }
+
+    /// Acknowledged by the redrive run `run_id`.
+    pub fn in_run(mut self, run_id: impl Into<String>) -> Self {
+        self.run_id = Some(run_id.into());
+        self
+    }
+}
+
+impl DeadLetter {
+    /// Whether the letter is still waiting (not [`resolved`](Self::resolved)).
+    pub fn is_pending(&self) -> bool {
+        self.resolved.is_none()
+    }
+
+    /// The same message gave up again and `again` was parked for it: every store merges the two
+    /// this way, so a letter is never overwritten. The first `original`, `first_failed_at`,
+    /// `idempotency_key` and `source` stay; attempts add up; the newer give-up becomes the
+    /// letter's `reason`, `last_failed_at`, `trace_id` and `class`, and the older one goes to
+    /// the history. A resolved letter that gives up again is pending again.
+    ///
+    /// ```
+    /// # use retry_core::dlq::{DeadLetter, FailureClass};
+    /// # fn letter(original: u32, reason: &str, at: &str) -> DeadLetter { serde_json::from_value(serde_json::json!({
+    /// #   "msg_id": "M-1", "original": original, "reason": reason, "attempts": 5,
+    /// #   "first_failed_at": at, "last_failed_at": at,
+    /// #   "trace_id": "t", "class": "system", "error_type": "E" })).unwrap() }
+    /// let mut first = letter(1, "503", "2026-08-19T02:00:00Z");
+    /// first.absorb(&letter(2, "timeout", "2026-08-19T03:00:00Z"));
+    /// assert_eq!(first.original, serde_json::json!(1), "the first original stays");
+    /// assert_eq!((first.attempts, first.reason.as_str()), (10, "timeout"));
+    /// assert_eq!(first.first_failed_at, "2026-08-19T02:00:00Z");
+    /// assert_eq!(first.history[0].reason, "503");
+    /// ```
+    pub fn absorb(&mut self, again: &DeadLetter) {
+        self.failed_again(
+            again.attempts,
+            Failure {
+                at: again.last_failed_at.clone(),
+                reason: again.reason.clone(),
+                trace_id: again.trace_id.clone(),
+            },
+        );
+        self.class = again.class;
+        self.error_type.clone_from(&again.error_type);
+        if self.idempotency_key.is_none() {
+            self.idempotency_key.clone_from(&again.idempotency_key);
+        }
+        if self.source.is_none() {
+            self.source.clone_from(&again.source);
+        }
+        if self.key_scope.is_none() {
+            self.key_scope.clone_from(&again.key_scope);
+        }
+        if self.key_expires_at.is_none() {
+            self.key_expires_at.clone_from(&again.key_expires_at);
+        }
+    }
+
+    /// `attempts` more attempts failed, the last as `failure` (a redrive that failed again
+    /// makes one): the letter's latest give-up becomes history, and it is pending again.
+    ///
+    /// ```
+    /// # use retry_core::dlq::{DeadLetter, Failure};
+    /// # let mut letter: DeadLetter = serde_json::from_value(serde_json::json!({
+    /// #   "msg_id": "M-1", "original": null, "reason": "503", "attempts": 5,
+    /// #   "first_failed_at": "2026-08-19T02:00:00Z", "last_failed_at": "2026-08-19T02:00:00Z",
+    /// #   "trace_id": "t", "class": "system", "error_type": "E" })).unwrap();
+    /// letter.failed_again(1, Failure {
+    ///     at: "2026-08-20T09:00:00Z".into(), reason: "redrive failed: 503".into(), trace_id: "run".into(),
+    /// });
+    /// assert_eq!((letter.attempts, letter.history.len()), (6, 1));
+    /// assert_eq!(letter.last_failed_at, "2026-08-20T09:00:00Z");
+    /// ```
+    pub fn failed_again(&mut self, attempts: u32, failure: Failure) {
+        let Failure {
+            at,
+            reason,
+            trace_id,
+        } = failure;
+        let earlier = Failure {
+            at: std::mem::replace(&mut self.last_failed_at, at),
+            reason: std::mem::replace(&mut self.reason, reason),
+            trace_id: std::mem::replace(&mut self.trace_id, trace_id),
+        };
+        self.history.push(earlier);
+        if self.history.len() > HISTORY_LIMIT {
+            let drop = self.history.len() - HISTORY_LIMIT;
+            self.history.drain(..drop);
+        }
+        self.attempts = self.attempts.saturating_add(attempts);
+        self.resolved = None;
+    }
 }
 
 /// A dead-letter sink or store failed.

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{DeadLetterStore, DlqError};
+use super::{DlqError, LegacyStore};
 use crate::metrics::names;
 use crate::time::parse_rfc3339;
 
@@ -29,7 +29,7 @@ pub struct Pending {
 /// assert_eq!((now.count, now.oldest_age), (0, None));
 /// # }
 /// ```
-pub async fn pending<S: DeadLetterStore + ?Sized>(
+pub async fn pending<S: LegacyStore + ?Sized>(
     store: &S,
     name: &'static str,
 ) -> Result<Pending, DlqError> {
@@ -68,7 +68,7 @@ pub async fn pending<S: DeadLetterStore + ?Sized>(
 /// monitor.abort();
 /// # }
 /// ```
-pub fn spawn_monitor<S: DeadLetterStore + 'static>(
+pub fn spawn_monitor<S: LegacyStore + 'static>(
     store: Arc<S>,
     name: &'static str,
     every: Duration,

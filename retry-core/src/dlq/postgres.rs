@@ -25,7 +25,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::row::{self, NewRow, corrupt};
-use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, RedriveRecord};
+use super::{DeadLetter, DeadLetterSink, DlqError, LegacyStore, RedriveRecord};
 use crate::sql::postgres::{Db, Schema};
 use crate::time::format_utc;
 
@@ -99,12 +99,12 @@ const SELECT_ONE: &str = "SELECT msg_id, original, reason, attempts::bigint, fir
 
 /// Dead letters in the table `dead_letters` of one PostgreSQL database, for any number of
 /// service instances: a [`DeadLetterSink`] for `#[retryable(dlq(sink = ...))]`, and a
-/// [`DeadLetterStore`] to monitor and redrive from. The database may be the one of a
+/// [`LegacyStore`] to monitor and redrive from. The database may be the one of a
 /// [`PgStore`](crate::idempotency::PgStore).
 ///
 /// - `park` is one autocommit upsert: it returns once the server committed the letter. Parking
 ///   a `msg_id` that is already pending replaces its letter but keeps its `first_failed_at`.
-/// - [`list`](DeadLetterStore::list) and [`oldest`](DeadLetterStore::oldest) order by the
+/// - [`list`](LegacyStore::list) and [`oldest`](LegacyStore::oldest) order by the
 ///   instant of the first failure (whatever the offsets), then by `msg_id`.
 /// - A letter whose `first_failed_at` or `last_failed_at` is not RFC 3339 is refused with
 ///   [`DlqError::Corrupt`]; a row that cannot be read back is [`DlqError::Corrupt`] naming its
@@ -118,7 +118,7 @@ const SELECT_ONE: &str = "SELECT msg_id, original, reason, attempts::bigint, fir
 ///   TLS connector and pass it to [`from_pool`](Self::from_pool).
 ///
 /// ```no_run
-/// use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, PgDeadLetters};
+/// use retry_core::dlq::{DeadLetter, DeadLetterSink, LegacyStore, FailureClass, PgDeadLetters};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -134,6 +134,7 @@ const SELECT_ONE: &str = "SELECT msg_id, original, reason, attempts::bigint, fir
 ///     class: FailureClass::System,
 ///     error_type: "FetchError".into(),
 ///     idempotency_key: None,
+///     source: None, redacted: false, key_scope: None, key_expires_at: None, history: Vec::new(), resolved: None,
 /// };
 /// letters.park(&letter).await?;
 /// assert_eq!(letters.get(&letter.msg_id).await?, Some(letter.clone()));
@@ -296,7 +297,7 @@ impl DeadLetterSink for PgDeadLetters {
     /// fails.
     ///
     /// ```no_run
-    /// use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, PgDeadLetters};
+    /// use retry_core::dlq::{DeadLetter, DeadLetterSink, LegacyStore, FailureClass, PgDeadLetters};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -312,6 +313,7 @@ impl DeadLetterSink for PgDeadLetters {
     ///     class: FailureClass::System,
     ///     error_type: "FetchError".into(),
     ///     idempotency_key: None,
+    ///     source: None, redacted: false, key_scope: None, key_expires_at: None, history: Vec::new(), resolved: None,
     /// };
     /// letters.park(&letter).await?;
     /// // The same message gives up again later: one pending letter, first failure kept.
@@ -352,7 +354,7 @@ impl DeadLetterSink for PgDeadLetters {
     }
 }
 
-impl DeadLetterStore for PgDeadLetters {
+impl LegacyStore for PgDeadLetters {
     /// Every pending letter, ordered by the instant of the first failure (whatever offsets the
     /// times were written with), then by `msg_id`.
     ///
@@ -361,7 +363,7 @@ impl DeadLetterStore for PgDeadLetters {
     /// skipped); [`DlqError::Io`] naming the server when it cannot be reached or fails.
     ///
     /// ```no_run
-    /// use retry_core::dlq::{DeadLetterStore, FailureClass, PgDeadLetters};
+    /// use retry_core::dlq::{LegacyStore, FailureClass, PgDeadLetters};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -384,7 +386,7 @@ impl DeadLetterStore for PgDeadLetters {
     /// [`DlqError::Io`] naming the server when it cannot be reached or fails.
     ///
     /// ```no_run
-    /// use retry_core::dlq::{DeadLetterStore, PgDeadLetters};
+    /// use retry_core::dlq::{LegacyStore, PgDeadLetters};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -417,7 +419,7 @@ impl DeadLetterStore for PgDeadLetters {
     /// naming the server when it cannot be reached or fails.
     ///
     /// ```no_run
-    /// use retry_core::dlq::{DeadLetterStore, PgDeadLetters};
+    /// use retry_core::dlq::{LegacyStore, PgDeadLetters};
     /// use retry_core::time::parse_rfc3339;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
@@ -442,7 +444,7 @@ impl DeadLetterStore for PgDeadLetters {
     /// naming the server when it cannot be reached or fails.
     ///
     /// ```no_run
-    /// use retry_core::dlq::{DeadLetterStore, PgDeadLetters};
+    /// use retry_core::dlq::{LegacyStore, PgDeadLetters};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -466,7 +468,7 @@ impl DeadLetterStore for PgDeadLetters {
     /// [`DlqError::Io`] naming the server when it cannot be reached or fails.
     ///
     /// ```no_run
-    /// use retry_core::dlq::{DeadLetterStore, PgDeadLetters};
+    /// use retry_core::dlq::{LegacyStore, PgDeadLetters};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -499,7 +501,7 @@ impl DeadLetterStore for PgDeadLetters {
     /// As [`park`](DeadLetterSink::park).
     ///
     /// ```no_run
-    /// use retry_core::dlq::{DeadLetter, DeadLetterStore, PgDeadLetters};
+    /// use retry_core::dlq::{DeadLetter, LegacyStore, PgDeadLetters};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -587,6 +589,12 @@ fn decode(row: &Row) -> Result<DeadLetter, DlqError> {
         class,
         error_type: text(8, "error_type")?,
         idempotency_key,
+        source: None,
+        redacted: false,
+        key_scope: None,
+        key_expires_at: None,
+        history: Vec::new(),
+        resolved: None,
         msg_id,
     })
 }

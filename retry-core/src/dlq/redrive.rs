@@ -31,7 +31,7 @@ use std::time::{Duration, SystemTime};
 use pin_project_lite::pin_project;
 use serde::de::DeserializeOwned;
 
-use super::{DeadLetter, DeadLetterStore, DlqError, FailureClass, RedriveRecord};
+use super::{DeadLetter, DlqError, FailureClass, LegacyStore, RedriveRecord};
 use crate::idempotency::Idempotent;
 use crate::time::{Clock, SystemClock, format_rfc3339, parse_rfc3339};
 
@@ -109,6 +109,7 @@ impl Filter {
     ///     reason: "gave up after 5 attempts: 503 Service Unavailable".into(), attempts: 5,
     ///     first_failed_at: "1970-01-01T00:00:00Z".into(), last_failed_at: "1970-01-01T00:01:00Z".into(),
     ///     trace_id: "t".into(), class: FailureClass::System, error_type: "E".into(), idempotency_key: None,
+    ///     source: None, redacted: false, key_scope: None, key_expires_at: None, history: Vec::new(), resolved: None,
     /// };
     /// let at = |secs| UNIX_EPOCH + Duration::from_secs(secs);
     /// let filter = Filter::any().reason_contains("503").older_than(Duration::from_secs(60));
@@ -306,10 +307,10 @@ impl std::error::Error for RedriveError {
 pub type RedriveRun<'r> =
     std::pin::Pin<Box<dyn Future<Output = Result<RedriveReport, RedriveError>> + Send + 'r>>;
 
-/// A redrive run over a [`DeadLetterStore`]; see the [module docs](self) for its five steps.
+/// A redrive run over a [`LegacyStore`]; see the [module docs](self) for its five steps.
 ///
 /// ```
-/// use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, Filter, MemoryDeadLetters, Redrive};
+/// use retry_core::dlq::{DeadLetter, DeadLetterSink, LegacyStore, FailureClass, Filter, MemoryDeadLetters, Redrive};
 /// use retry_core::idempotency::{IdempotencyError, MemoryStore};
 /// use retry_core::idempotent;
 ///
@@ -335,6 +336,7 @@ pub type RedriveRun<'r> =
 ///     first_failed_at: "2026-08-19T02:11:03+09:00".into(), last_failed_at: "2026-08-19T02:12:47+09:00".into(),
 ///     trace_id: "a1b2c3d4".into(), class: FailureClass::System, error_type: "Rejected".into(),
 ///     idempotency_key: None,
+///     source: None, redacted: false, key_scope: None, key_expires_at: None, history: Vec::new(), resolved: None,
 /// }).await?;
 /// let inbox = MemoryStore::new();
 ///
@@ -359,7 +361,7 @@ pub struct Redrive<'s, S: ?Sized> {
     clock: Arc<dyn Clock>,
 }
 
-impl<'s, S: DeadLetterStore + ?Sized> Redrive<'s, S> {
+impl<'s, S: LegacyStore + ?Sized> Redrive<'s, S> {
     /// A run over `store`, started by `who` (recorded in the audit log), with the small
     /// defaults: every letter, at most 10 of them, 5 per second, stop after 3 failures.
     pub fn new(store: &'s S, who: impl Into<String>) -> Self {

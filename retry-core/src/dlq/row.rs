@@ -132,6 +132,12 @@ mod tests {
             class: FailureClass::Data,
             error_type: "E".into(),
             idempotency_key: None,
+            source: None,
+            redacted: false,
+            key_scope: None,
+            key_expires_at: None,
+            history: Vec::new(),
+            resolved: None,
         };
         let Err(DlqError::Corrupt(message)) = NewRow::new(&letter) else {
             panic!("accepted");

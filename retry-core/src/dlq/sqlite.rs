@@ -27,7 +27,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, TransactionBehavior, params};
 
 use super::row::{self, NewRow, corrupt};
-use super::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, RedriveRecord};
+use super::{DeadLetter, DeadLetterSink, DlqError, LegacyStore, RedriveRecord};
 use crate::sql::sqlite::{
     self as sql, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, Schema, Settings,
 };
@@ -112,7 +112,7 @@ const SELECT_ONE: &str = "SELECT msg_id, original, reason, attempts, first_faile
      WHERE msg_id = ?1";
 
 /// Dead letters in the table `dead_letters` of one SQLite file: a [`DeadLetterSink`] for
-/// `#[retryable(dlq(sink = ...))]`, and a [`DeadLetterStore`] to monitor and redrive from. Any
+/// `#[retryable(dlq(sink = ...))]`, and a [`LegacyStore`] to monitor and redrive from. Any
 /// number of threads and processes may use the same file at once (it may also be the file of a
 /// [`SqliteStore`](crate::idempotency::SqliteStore)).
 ///
@@ -122,7 +122,7 @@ const SELECT_ONE: &str = "SELECT msg_id, original, reason, attempts, first_faile
 ///   (default 5 s) for another writer; after that it fails with [`DlqError::Io`] saying which
 ///   file is locked.
 /// - Parking a `msg_id` that is already pending replaces its letter but keeps its
-///   `first_failed_at`; [`list`](DeadLetterStore::list) and [`oldest`](DeadLetterStore::oldest)
+///   `first_failed_at`; [`list`](LegacyStore::list) and [`oldest`](LegacyStore::oldest)
 ///   order by the instant of the first failure (whatever the offsets), then by `msg_id`.
 /// - A letter whose `first_failed_at` or `last_failed_at` is not RFC 3339 is refused with
 ///   [`DlqError::Corrupt`]; a row that cannot be read back is [`DlqError::Corrupt`] naming its
@@ -132,7 +132,7 @@ const SELECT_ONE: &str = "SELECT msg_id, original, reason, attempts, first_faile
 ///   cancelled.
 ///
 /// ```
-/// use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, SqliteDeadLetters};
+/// use retry_core::dlq::{DeadLetter, DeadLetterSink, LegacyStore, FailureClass, SqliteDeadLetters};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -149,6 +149,7 @@ const SELECT_ONE: &str = "SELECT msg_id, original, reason, attempts, first_faile
 ///     class: FailureClass::System,
 ///     error_type: "FetchError".into(),
 ///     idempotency_key: None,
+///     source: None, redacted: false, key_scope: None, key_expires_at: None, history: Vec::new(), resolved: None,
 /// };
 /// letters.park(&letter).await?;
 /// assert_eq!(letters.count().await?, 1);
@@ -289,7 +290,7 @@ impl DeadLetterSink for SqliteDeadLetters {
     /// locked.
     ///
     /// ```
-    /// use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, FailureClass, SqliteDeadLetters};
+    /// use retry_core::dlq::{DeadLetter, DeadLetterSink, LegacyStore, DlqError, FailureClass, SqliteDeadLetters};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -306,6 +307,7 @@ impl DeadLetterSink for SqliteDeadLetters {
     ///     class: FailureClass::System,
     ///     error_type: "FetchError".into(),
     ///     idempotency_key: None,
+    ///     source: None, redacted: false, key_scope: None, key_expires_at: None, history: Vec::new(), resolved: None,
     /// };
     /// letters.park(&letter).await?;
     ///
@@ -339,7 +341,7 @@ impl DeadLetterSink for SqliteDeadLetters {
     }
 }
 
-impl DeadLetterStore for SqliteDeadLetters {
+impl LegacyStore for SqliteDeadLetters {
     /// Every pending letter, ordered by the instant of the first failure (whatever offsets the
     /// times were written with), then by `msg_id`.
     ///
@@ -348,7 +350,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// skipped); [`DlqError::Io`] naming the file when SQLite fails.
     ///
     /// ```
-    /// use retry_core::dlq::{DeadLetterSink, DeadLetterStore, SqliteDeadLetters};
+    /// use retry_core::dlq::{DeadLetterSink, LegacyStore, SqliteDeadLetters};
     /// # use retry_core::dlq::{DeadLetter, FailureClass};
     /// # fn letter(msg_id: &str, first_failed_at: &str) -> DeadLetter {
     /// #     DeadLetter {
@@ -356,6 +358,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// #         attempts: 3, first_failed_at: first_failed_at.into(),
     /// #         last_failed_at: first_failed_at.into(), trace_id: "t".into(),
     /// #         class: FailureClass::System, error_type: "E".into(), idempotency_key: None,
+    /// #         source: None, redacted: false, key_scope: None, key_expires_at: None, history: Vec::new(), resolved: None,
     /// #     }
     /// # }
     ///
@@ -387,7 +390,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// [`DlqError::Io`] naming the file when SQLite fails.
     ///
     /// ```
-    /// use retry_core::dlq::{DeadLetterStore, SqliteDeadLetters};
+    /// use retry_core::dlq::{LegacyStore, SqliteDeadLetters};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -421,7 +424,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// naming the file when SQLite fails.
     ///
     /// ```
-    /// use retry_core::dlq::{DeadLetterSink, DeadLetterStore, SqliteDeadLetters};
+    /// use retry_core::dlq::{DeadLetterSink, LegacyStore, SqliteDeadLetters};
     /// # use retry_core::dlq::{DeadLetter, FailureClass};
     /// # fn letter(msg_id: &str, first_failed_at: &str) -> DeadLetter {
     /// #     DeadLetter {
@@ -429,6 +432,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// #         attempts: 3, first_failed_at: first_failed_at.into(),
     /// #         last_failed_at: first_failed_at.into(), trace_id: "t".into(),
     /// #         class: FailureClass::System, error_type: "E".into(), idempotency_key: None,
+    /// #         source: None, redacted: false, key_scope: None, key_expires_at: None, history: Vec::new(), resolved: None,
     /// #     }
     /// # }
     ///
@@ -461,7 +465,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// naming the file when SQLite fails.
     ///
     /// ```
-    /// use retry_core::dlq::{DeadLetterSink, DeadLetterStore, SqliteDeadLetters};
+    /// use retry_core::dlq::{DeadLetterSink, LegacyStore, SqliteDeadLetters};
     /// # use retry_core::dlq::{DeadLetter, FailureClass};
     /// # fn letter(msg_id: &str, first_failed_at: &str) -> DeadLetter {
     /// #     DeadLetter {
@@ -469,6 +473,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// #         attempts: 3, first_failed_at: first_failed_at.into(),
     /// #         last_failed_at: first_failed_at.into(), trace_id: "t".into(),
     /// #         class: FailureClass::System, error_type: "E".into(), idempotency_key: None,
+    /// #         source: None, redacted: false, key_scope: None, key_expires_at: None, history: Vec::new(), resolved: None,
     /// #     }
     /// # }
     ///
@@ -504,7 +509,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// [`DlqError::Io`] naming the file when SQLite fails or the file stays locked.
     ///
     /// ```
-    /// use retry_core::dlq::{DeadLetterSink, DeadLetterStore, SqliteDeadLetters};
+    /// use retry_core::dlq::{DeadLetterSink, LegacyStore, SqliteDeadLetters};
     /// # use retry_core::dlq::{DeadLetter, FailureClass};
     /// # fn letter(msg_id: &str, first_failed_at: &str) -> DeadLetter {
     /// #     DeadLetter {
@@ -512,6 +517,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// #         attempts: 3, first_failed_at: first_failed_at.into(),
     /// #         last_failed_at: first_failed_at.into(), trace_id: "t".into(),
     /// #         class: FailureClass::System, error_type: "E".into(), idempotency_key: None,
+    /// #         source: None, redacted: false, key_scope: None, key_expires_at: None, history: Vec::new(), resolved: None,
     /// #     }
     /// # }
     ///
@@ -550,7 +556,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// As [`park`](DeadLetterSink::park).
     ///
     /// ```
-    /// use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, SqliteDeadLetters};
+    /// use retry_core::dlq::{DeadLetter, DeadLetterSink, LegacyStore, SqliteDeadLetters};
     /// # use retry_core::dlq::FailureClass;
     /// # fn letter(msg_id: &str, first_failed_at: &str) -> DeadLetter {
     /// #     DeadLetter {
@@ -558,6 +564,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// #         attempts: 5, first_failed_at: first_failed_at.into(),
     /// #         last_failed_at: first_failed_at.into(), trace_id: "t".into(),
     /// #         class: FailureClass::System, error_type: "E".into(), idempotency_key: None,
+    /// #         source: None, redacted: false, key_scope: None, key_expires_at: None, history: Vec::new(), resolved: None,
     /// #     }
     /// # }
     ///
@@ -733,6 +740,12 @@ fn decode(row: RawRow) -> Result<DeadLetter, DlqError> {
         last_failed_at,
         class,
         idempotency_key,
+        source: None,
+        redacted: false,
+        key_scope: None,
+        key_expires_at: None,
+        history: Vec::new(),
+        resolved: None,
     })
 }
 
