@@ -191,3 +191,30 @@ async fn a_retried_operation_against_an_idempotency_layer_takes_effect_once() {
         "charged on run 3"
     );
 }
+
+/// A key kept with the operation (an outbox row as JSON) reads back as the same key, and a
+/// corrupted one is refused with the reason instead of being sent.
+#[cfg(feature = "serde")]
+#[test]
+fn a_key_kept_in_a_serialised_row_reads_back_validated() {
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Outbox {
+        payment: u64,
+        key: IdempotencyKey,
+    }
+    let row = Outbox {
+        payment: 7,
+        key: IdempotencyKey::new(),
+    };
+    let text = serde_json::to_string(&row).unwrap();
+    assert!(text.contains(&format!(r#""key":"{}""#, row.key)), "{text}");
+    let back: Outbox = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.key, row.key);
+    assert_eq!(back.payment, 7);
+    let corrupt = serde_json::from_str::<Outbox>(r#"{"payment": 7, "key": "caf\u00e9"}"#)
+        .err()
+        .expect("a key that is not printable ASCII is refused");
+    assert!(corrupt.to_string().contains("printable ASCII"), "{corrupt}");
+    let wrong_type = serde_json::from_str::<Outbox>(r#"{"payment": 7, "key": 12}"#);
+    assert!(wrong_type.is_err(), "a number is not a key");
+}

@@ -173,6 +173,55 @@ impl FromStr for IdempotencyKey {
     }
 }
 
+/// The key as its text (`"order-1234"`), so a key kept with a payment in a serde-encoded row or
+/// message is one field, not a `String` parsed again on every attempt. Feature `serde`.
+///
+/// ```
+/// use retry_core::http::IdempotencyKey;
+///
+/// let key: IdempotencyKey = "order-1234".parse().unwrap();
+/// assert_eq!(serde_json::to_string(&key).unwrap(), r#""order-1234""#);
+/// ```
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+impl serde::Serialize for IdempotencyKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.key)
+    }
+}
+
+/// Reads a key back from its text, checked as [`str::parse`] checks it: a kept key that is
+/// empty or not printable ASCII is an error naming the reason, not a key the server refuses later.
+/// Feature `serde`.
+///
+/// ```
+/// use retry_core::http::IdempotencyKey;
+///
+/// let key: IdempotencyKey = serde_json::from_str(r#""order-1234""#).unwrap();
+/// assert_eq!(key.as_str(), "order-1234");
+/// let error = serde_json::from_str::<IdempotencyKey>(r#""""#).unwrap_err();
+/// assert!(error.to_string().contains("invalid idempotency key: it is empty"));
+/// ```
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+impl<'de> serde::Deserialize<'de> for IdempotencyKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = IdempotencyKey;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an idempotency key: printable ASCII text")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<IdempotencyKey, E> {
+                text.parse().map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_str(Text)
+    }
+}
+
 /// Why a text cannot be an [`IdempotencyKey`].
 ///
 /// ```
