@@ -5,6 +5,7 @@ use std::future::Future;
 use std::panic::Location;
 use std::time::Duration;
 
+pub use crate::attempt::{Bounded, OnTimeout};
 pub use crate::state::{Next, NoHook, State};
 pub use crate::{Classify, Decision, Elapsed, Jitter, Policy, RetryBudget, Retrying};
 pub use core;
@@ -133,15 +134,16 @@ impl Future for Pause {
     }
 }
 
-/// Bounds one attempt by `limit`; a timed-out attempt fails with `E::from(Elapsed)`, and the
-/// `Elapsed` knows whether it cut off a request that must not be resent (see `attempt.rs`).
+/// Bounds one attempt by `limit` (`attempt_timeout = ".."`, written on the attribute); a
+/// timed-out attempt fails with `E::from(Elapsed)`, and the `Elapsed` knows whether it cut off a
+/// request that must not be resent (see `attempt.rs`).
 #[inline]
-pub async fn with_timeout<T, E, F>(limit: Duration, attempt: F) -> Result<T, E>
+pub fn with_timeout<T, E, F>(limit: Duration, attempt: F) -> Bounded<F, E>
 where
     F: Future<Output = Result<T, E>>,
     E: FromElapsed,
 {
-    crate::attempt::with_timeout(limit, attempt).await
+    Bounded::timed(limit, attempt, E::from)
 }
 
 /// The operand of an `.await` inside a `#[retryable]` body, on its way to the compile-time
