@@ -28,11 +28,29 @@ async fn generic<T: AsRef<str> + Clone + Send>(value: T) -> io::Result<usize> {
     Ok(value.as_ref().len())
 }
 
+static TIMED: retry_core::Policy = retry_core::Policy::new()
+    .max_attempts(2)
+    .attempt_timeout(std::time::Duration::from_secs(1));
+
+// `policy = expr`: the policy's `attempt_timeout` is applied where `E: From<Elapsed>`, and the
+// expansion compiles as cleanly where it is not.
+#[retryable(policy = &TIMED)]
+async fn timed_by_policy(n: u8) -> io::Result<u8> {
+    Ok(n)
+}
+
+#[retryable(policy = &TIMED)]
+async fn untimed_by_policy<E: retry_core::Classify>(n: u8) -> Result<u8, E> {
+    Ok(n)
+}
+
 #[tokio::test(start_paused = true)]
 async fn expansions_compile_without_warnings() {
     let mut client = Client { hits: 0 };
     assert_eq!(client.fetch("x".to_owned(), (1, 2)).await.unwrap(), "x121");
     assert_eq!(generic("abc").await.unwrap(), 3);
+    assert_eq!(timed_by_policy(4).await.unwrap(), 4);
+    assert_eq!(untimed_by_policy::<io::Error>(5).await.unwrap(), 5);
 }
 
 /// An error for the idempotent functions below.

@@ -3,7 +3,7 @@
 //! A timeout drops the attempt's future mid-flight, so the error it becomes ([`Elapsed`]) knows
 //! nothing of what the attempt was doing. If a POST without `Idempotency-Key` was on the wire,
 //! sending the attempt again may apply it twice: the double charge `send_checked` refuses for
-//! its own timeouts. So [`with_timeout`] polls the attempt inside a [`Watched`] that keeps a
+//! its own timeouts. So a timed [`Bounded`] attempt polls it inside a [`Watched`] that keeps a
 //! [`Mark`], and `send_checked` (the only place that knows the method and the headers) notes
 //! each such request on the marks of every attempt being polled on this thread. The mark lives
 //! in the watched future, not in the thread: a task that moves between threads carries it.
@@ -114,17 +114,105 @@ pub(crate) fn note_not_sent() {
     });
 }
 
-/// Bounds one attempt by `limit`; a timed-out attempt fails with `E::from(Elapsed)`, and the
-/// `Elapsed` says whether it cut off a request that must not be sent twice.
-pub(crate) async fn with_timeout<T, E, F>(limit: Duration, attempt: F) -> Result<T, E>
+/// How a retrying call reports an attempt that its policy's `attempt_timeout` would cut off.
+pub enum OnTimeout<E> {
+    /// As the error `E::from(Elapsed)`: the attempt is cut off.
+    Fail(fn(Elapsed) -> E),
+    /// It cannot (`E` has no `From<Elapsed>`), so the attempt runs to its end; `fix`, what to
+    /// write instead, is said once per call site.
+    RunOn {
+        /// What to write so that the call applies the timeout.
+        fix: &'static str,
+    },
+}
+
+// Not derived: that would ask `E: Clone`.
+impl<E> Clone for OnTimeout<E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<E> Copy for OnTimeout<E> {}
+
+impl<E> std::fmt::Debug for OnTimeout<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OnTimeout::Fail(_) => f.write_str("Fail"),
+            OnTimeout::RunOn { fix } => f.debug_struct("RunOn").field("fix", fix).finish(),
+        }
+    }
+}
+
+pin_project! {
+    /// One attempt, cut off after its limit when it has one: it then fails with the error made
+    /// of an [`Elapsed`] that says whether it cut off a request that must not be sent twice.
+    #[must_use = "futures do nothing unless you `.await` or poll them"]
+    pub struct Bounded<F, E> {
+        #[pin]
+        run: Run<F, E>,
+    }
+}
+
+pin_project! {
+    #[project = RunProj]
+    enum Run<F, E> {
+        Unbounded { #[pin] attempt: F },
+        Timed {
+            #[pin]
+            attempt: Watched<F>,
+            // Boxed, as the wait between attempts is: an unbounded attempt carries no timer.
+            sleep: Pin<Box<tokio::time::Sleep>>,
+            limit: Duration,
+            elapsed: fn(Elapsed) -> E,
+        },
+    }
+}
+
+impl<F, E> Bounded<F, E> {
+    /// `attempt` as it is.
+    pub(crate) fn unbounded(attempt: F) -> Self {
+        Bounded {
+            run: Run::Unbounded { attempt },
+        }
+    }
+
+    /// `attempt`, failing with `elapsed(Elapsed)` once it has run for `limit`.
+    pub(crate) fn timed(limit: Duration, attempt: F, elapsed: fn(Elapsed) -> E) -> Self {
+        Bounded {
+            run: Run::Timed {
+                attempt: Watched::new(attempt),
+                sleep: Box::pin(tokio::time::sleep(limit)),
+                limit,
+                elapsed,
+            },
+        }
+    }
+}
+
+impl<F, T, E> Future for Bounded<F, E>
 where
     F: Future<Output = Result<T, E>>,
-    E: From<Elapsed>,
 {
-    let mut watched = std::pin::pin!(Watched::new(attempt));
-    match tokio::time::timeout(limit, watched.as_mut()).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(E::from(watched.elapsed(limit))),
+    type Output = Result<T, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T, E>> {
+        match self.project().run.project() {
+            RunProj::Unbounded { attempt } => attempt.poll(cx),
+            RunProj::Timed {
+                mut attempt,
+                sleep,
+                limit,
+                elapsed,
+            } => {
+                // The attempt first: one that is ready when its time is up still counts.
+                if let Poll::Ready(outcome) = attempt.as_mut().poll(cx) {
+                    return Poll::Ready(outcome);
+                }
+                std::task::ready!(sleep.as_mut().poll(cx));
+                Poll::Ready(Err(elapsed(attempt.elapsed(*limit))))
+            }
+        }
     }
 }
 
@@ -132,6 +220,13 @@ where
 mod tests {
     use super::*;
     use crate::{Classify, Decision};
+
+    fn with_timeout<F>(limit: Duration, attempt: F) -> Bounded<F, Elapsed>
+    where
+        F: Future<Output = Result<(), Elapsed>>,
+    {
+        Bounded::timed(limit, attempt, std::convert::identity)
+    }
 
     #[tokio::test(start_paused = true)]
     async fn an_attempt_cut_off_after_an_unsafe_send_must_not_be_resent() {

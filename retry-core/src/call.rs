@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 
-use crate::classify::{ByClassify, Classifier, Decision};
+use crate::attempt::{Bounded, OnTimeout};
+use crate::classify::{ByClassify, Classifier, Decision, Elapsed};
 use crate::metrics::Site;
 use crate::policy::Policy;
 use crate::retrying::{Retrying, SingleAttempt};
@@ -18,11 +19,15 @@ use crate::state::{Next, NoHook, RetryHook, State};
 /// What tracing and metrics call a closure retry that was not given a [`RetryCall::name`].
 pub(crate) const DEFAULT_NAME: &str = "closure";
 
+/// What a closure retry that cannot report its policy's `attempt_timeout` is told to write.
+const CLOSURE_FIX: &str = "call `.timed()` (needs `E: From<Elapsed>`)";
+
 impl Policy {
     /// Retries the future `op` makes, classifying errors with [`Classify`](crate::Classify); `.await` the result.
     ///
     /// `op` is called once per attempt. Adjust the call with [`RetryCall::retry_if`],
-    /// [`RetryCall::on_retry`] and [`RetryCall::name`] before awaiting it. The call knows the
+    /// [`RetryCall::on_retry`], [`RetryCall::name`] and [`RetryCall::timed`] (which applies the
+    /// policy's [`attempt_timeout`](Policy::attempt_timeout)) before awaiting it. The call knows the
     /// attempt's `Result<T, E>` from `op`, so the closures given to those need no annotations.
     ///
     /// Two kinds of `op`:
@@ -65,6 +70,7 @@ impl Policy {
             on_retry: NoHook,
             name: DEFAULT_NAME,
             caller: Location::caller(),
+            on_timeout: OnTimeout::RunOn { fix: CLOSURE_FIX },
             output: PhantomData,
         }
     }
@@ -82,6 +88,7 @@ pub struct RetryCall<'p, Op, C, H, T, E> {
     on_retry: H,
     name: &'static str,
     caller: &'static Location<'static>,
+    on_timeout: OnTimeout<E>,
     /// `fn() -> ..`: the call neither owns a `T` nor an `E` (no drop check, no auto-trait
     /// effect beyond what the output already has).
     output: PhantomData<fn() -> Result<T, E>>,
@@ -93,6 +100,7 @@ impl<Op, C, H, T, E> std::fmt::Debug for RetryCall<'_, Op, C, H, T, E> {
             .field("policy", self.policy)
             .field("name", &self.name)
             .field("caller", self.caller)
+            .field("on_timeout", &self.on_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -125,6 +133,7 @@ impl<'p, Op, C, H, T, E> RetryCall<'p, Op, C, H, T, E> {
             on_retry: self.on_retry,
             name: self.name,
             caller: self.caller,
+            on_timeout: self.on_timeout,
             output: PhantomData,
         }
     }
@@ -157,6 +166,7 @@ impl<'p, Op, C, H, T, E> RetryCall<'p, Op, C, H, T, E> {
             on_retry: hook,
             name: self.name,
             caller: self.caller,
+            on_timeout: self.on_timeout,
             output: PhantomData,
         }
     }
@@ -176,6 +186,62 @@ impl<'p, Op, C, H, T, E> RetryCall<'p, Op, C, H, T, E> {
     /// ```
     pub fn name(mut self, name: &'static str) -> Self {
         self.name = name;
+        self
+    }
+}
+
+impl<Op, C, H, T, E> RetryCall<'_, Op, C, H, T, E> {
+    /// Applies the policy's [`attempt_timeout`](Policy::attempt_timeout): an attempt still
+    /// running after it, or when the [`deadline`](Policy::deadline) comes if that is sooner,
+    /// is cut off and fails with `E::from(`[`Elapsed`]`)`, classified like any other error (so
+    /// an attempt cut off after sending a POST without `Idempotency-Key` is not sent again:
+    /// see [`Elapsed::unsafe_request`]).
+    ///
+    /// Asked for, not implied, because only an `E` made from `Elapsed` can report the
+    /// timeout: `io::Error`, `retry_core::reqwest::HttpError`, or an error of your own with a
+    /// `From<Elapsed>` impl. A call that is not `.timed()` (say, one returning
+    /// `reqwest::Error`) still compiles and runs, but has no error to cut an attempt off with:
+    /// its policy's `attempt_timeout` is not applied, and it says so at WARN, once per call
+    /// site. With no `attempt_timeout` on the policy, `.timed()` changes nothing.
+    ///
+    /// ```
+    /// use retry_core::Policy;
+    /// use std::{io, time::Duration};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let policy = Policy::new()
+    ///     .max_attempts(3)
+    ///     .base(Duration::from_millis(100))
+    ///     .jitter(retry_core::Jitter::None)
+    ///     .attempt_timeout(Duration::from_secs(2));
+    /// let started = Instant::now();
+    /// let mut calls = 0;
+    /// let result: io::Result<&str> = policy
+    ///     .retry(|| {
+    ///         calls += 1;
+    ///         let hangs = calls == 1;
+    ///         async move {
+    ///             if hangs {
+    ///                 std::future::pending::<()>().await;
+    ///             }
+    ///             Ok("quote")
+    ///         }
+    ///     })
+    ///     .timed()
+    ///     .await;
+    /// assert_eq!(result.unwrap(), "quote");
+    /// assert_eq!(calls, 2);
+    /// // The first attempt was cut off after 2 s, the second started 100 ms later.
+    /// assert_eq!(started.elapsed(), Duration::from_millis(2100));
+    /// # }
+    /// ```
+    pub fn timed(mut self) -> Self
+    where
+        E: From<Elapsed>,
+    {
+        self.on_timeout = OnTimeout::Fail(E::from);
         self
     }
 }
@@ -227,13 +293,14 @@ where
             mut classify,
             mut on_retry,
             caller,
+            on_timeout,
             ..
         } = self;
         Retrying::new(site, caller, async move {
             let mut state = State::new(policy);
             loop {
                 state.start_attempt(site);
-                let outcome = op().await;
+                let outcome = state.bound(site, caller, on_timeout, op()).await;
                 match state.after_attempt(site, outcome, &mut classify, &mut on_retry) {
                     Next::Return(result) => return result,
                     // `pause` arms no timer for a zero wait.
@@ -276,7 +343,7 @@ where
     /// assert_eq!(calls.get(), 3, "one attempt per attempt of `outer`");
     /// # }
     /// ```
-    pub fn single_attempt(self) -> SingleAttempt<RetryFuture<'p, Op, Fut, C, H>> {
+    pub fn single_attempt(self) -> SingleAttempt<RetryFuture<'p, Op, Fut, C, H, E>> {
         self.into_future().single_attempt()
     }
 }
@@ -289,7 +356,7 @@ where
     H: RetryHook<E>,
 {
     type Output = Result<T, E>;
-    type IntoFuture = Retrying<RetryFuture<'p, Op, Fut, C, H>>;
+    type IntoFuture = Retrying<RetryFuture<'p, Op, Fut, C, H, E>>;
 
     fn into_future(self) -> Self::IntoFuture {
         let site = Site::named(self.name);
@@ -302,6 +369,8 @@ where
                 op: self.op,
                 classify: self.classify,
                 on_retry: self.on_retry,
+                caller: self.caller,
+                on_timeout: self.on_timeout,
                 phase: Phase::Idle,
             },
         )
@@ -310,9 +379,9 @@ where
 
 pin_project! {
     #[project = PhaseProj]
-    enum Phase<Fut> {
+    enum Phase<Fut, E> {
         Idle,
-        Running { #[pin] attempt: Fut },
+        Running { #[pin] attempt: Bounded<Fut, E> },
         // Boxed (in `Pause`): a timer is only needed after a failure.
         Waiting { #[pin] sleep: crate::__private::Pause },
         Done,
@@ -322,18 +391,20 @@ pin_project! {
 pin_project! {
     /// The loop of a closure retry; see [`Policy::retry`].
     #[must_use = "futures do nothing unless you `.await` or poll them"]
-    pub struct RetryFuture<'p, Op, Fut, C, H> {
+    pub struct RetryFuture<'p, Op, Fut, C, H, E> {
         state: State<'p>,
         site: &'static Site,
         op: Op,
         classify: C,
         on_retry: H,
+        caller: &'static Location<'static>,
+        on_timeout: OnTimeout<E>,
         #[pin]
-        phase: Phase<Fut>,
+        phase: Phase<Fut, E>,
     }
 }
 
-impl<Op, Fut, T, E, C, H> Future for RetryFuture<'_, Op, Fut, C, H>
+impl<Op, Fut, T, E, C, H> Future for RetryFuture<'_, Op, Fut, C, H, E>
 where
     Op: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
@@ -348,7 +419,9 @@ where
             match this.phase.as_mut().project() {
                 PhaseProj::Idle => {
                     this.state.start_attempt(this.site);
-                    let attempt = (this.op)();
+                    let attempt =
+                        this.state
+                            .bound(this.site, this.caller, *this.on_timeout, (this.op)());
                     this.phase.set(Phase::Running { attempt });
                 }
                 PhaseProj::Running { attempt } => {

@@ -71,7 +71,8 @@ pub use state::{GiveUp, NoHook, RetryHook};
 /// "none"), `deadline`, `max_retry_after` ("5m"), `attempt_timeout` (needs `E: From<Elapsed>`),
 /// `retry_if = path` (a `fn(&E) -> Decision` used instead of [`Classify`]), `on_retry = path` (a
 /// `fn(u32, &E, Duration)` called before each wait), `policy = expr` (a [`Policy`] built at run
-/// time, instead of the literal knobs) and `crate = path`. Durations are written "250ms", "1s",
+/// time, instead of the literal knobs; its [`attempt_timeout`](Policy::attempt_timeout) is
+/// applied when `E: From<Elapsed>`) and `crate = path`. Durations are written "250ms", "1s",
 /// "2m", "1h30m", "30d".
 ///
 /// The function becomes a plain `fn` returning [`Retrying`]; `fetch_quote` above is equivalent

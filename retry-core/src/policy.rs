@@ -239,15 +239,50 @@ impl Policy {
     /// [`deadline`](Self::deadline) comes, if that is sooner) is cut off and fails with
     /// `E::from(`[`Elapsed`](crate::Elapsed)`)`, which is then classified like any error.
     ///
-    /// Applied today where `E: From<Elapsed>` is known: `#[retryable(attempt_timeout = "..")]`
-    /// (alone or beside `policy = expr`, whose deadline then cuts it). [`Policy::retry`] and
-    /// `policy = expr` alone do not read it yet: that needs the `E: From<Elapsed>` bound on the
-    /// closure API, which is being reworked.
+    /// Only an error type with `From<Elapsed>` can report the timeout (`io::Error` and
+    /// `retry_core::reqwest::HttpError` have it), so where that is not known the call still
+    /// compiles and runs, without cutting attempts off, and says so at WARN once per call site:
+    /// - [`Policy::retry`]: applied once the call is made [`.timed()`](crate::RetryCall::timed),
+    ///   which asks for `E: From<Elapsed>`.
+    /// - `#[retryable(policy = expr)]`: applied whenever the function's error type has
+    ///   `From<Elapsed>`. An `attempt_timeout = ".."` written on the attribute beside `policy`
+    ///   wins over the policy's own (and needs `From<Elapsed>`, as it does alone).
     ///
     /// ```
-    /// # use std::time::Duration;
-    /// let p = retry_core::Policy::new().attempt_timeout(Duration::from_secs(2));
-    /// assert_eq!(p.knobs().attempt_timeout, Some(Duration::from_secs(2)));
+    /// use retry_core::{Classify, Decision, Policy};
+    /// use std::{io, time::Duration};
+    /// use tokio::time::{Instant, sleep};
+    ///
+    /// // Like `reqwest::Error`: no `From<Elapsed>`.
+    /// #[derive(Debug)]
+    /// struct Transport;
+    /// impl Classify for Transport {
+    ///     fn classify(&self) -> Decision { Decision::Retry }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let policy = Policy::new().max_attempts(2).attempt_timeout(Duration::from_secs(2));
+    /// assert_eq!(policy.knobs().attempt_timeout, Some(Duration::from_secs(2)));
+    ///
+    /// // `io::Error` can report the timeout: each hanging attempt is cut off after 2 s.
+    /// let cut: io::Result<()> = policy
+    ///     .retry(|| std::future::pending())
+    ///     .timed()
+    ///     .await;
+    /// assert_eq!(cut.unwrap_err().kind(), io::ErrorKind::TimedOut);
+    ///
+    /// // `Transport` cannot: the attempt runs to its end (and a WARN says what to write).
+    /// let started = Instant::now();
+    /// let slow = policy
+    ///     .retry(|| async {
+    ///         sleep(Duration::from_secs(5)).await;
+    ///         Ok::<_, Transport>("done")
+    ///     })
+    ///     .await;
+    /// assert_eq!(slow.unwrap(), "done");
+    /// assert_eq!(started.elapsed(), Duration::from_secs(5));
+    /// # }
     /// ```
     ///
     /// # Panics

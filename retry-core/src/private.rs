@@ -5,6 +5,7 @@ use std::future::Future;
 use std::panic::Location;
 use std::time::Duration;
 
+pub use crate::attempt::{Bounded, OnTimeout};
 pub use crate::state::{Next, NoHook, State};
 pub use crate::{Classify, Decision, Elapsed, Jitter, Policy, RetryBudget, Retrying};
 pub use core;
@@ -133,15 +134,77 @@ impl Future for Pause {
     }
 }
 
-/// Bounds one attempt by `limit`; a timed-out attempt fails with `E::from(Elapsed)`, and the
-/// `Elapsed` knows whether it cut off a request that must not be resent (see `attempt.rs`).
+/// Bounds one attempt by `limit` (`attempt_timeout = ".."`, written on the attribute); a
+/// timed-out attempt fails with `E::from(Elapsed)`, and the `Elapsed` knows whether it cut off a
+/// request that must not be resent (see `attempt.rs`).
 #[inline]
-pub async fn with_timeout<T, E, F>(limit: Duration, attempt: F) -> Result<T, E>
+pub fn with_timeout<T, E, F>(limit: Duration, attempt: F) -> Bounded<F, E>
 where
     F: Future<Output = Result<T, E>>,
     E: FromElapsed,
 {
-    crate::attempt::with_timeout(limit, attempt).await
+    Bounded::timed(limit, attempt, E::from)
+}
+
+/// Bounds one attempt of a `policy = expr` function by the policy's `attempt_timeout`, if any
+/// (see [`State::bound`]); `on_timeout` comes from a [`TimeoutProbe`]. The call site said to
+/// once is this call in the expansion: the attribute.
+#[inline]
+#[track_caller]
+pub fn bound<F, E>(
+    state: &State<'_>,
+    site: &'static Site,
+    on_timeout: OnTimeout<E>,
+    attempt: F,
+) -> Bounded<F, E> {
+    state.bound(site, Location::caller(), on_timeout, attempt)
+}
+
+/// What a `policy = expr` function whose error has no `From<Elapsed>` is told to write.
+const FUNCTION_FIX: &str = "implement `From<retry_core::Elapsed>` for the function's error type, or write `attempt_timeout = \"..\"` on the attribute";
+
+/// The error type `E` of a `policy = expr` function, probed for `From<Elapsed>` by autoref:
+/// `(&&TimeoutProbe::of(&attempt)).on_timeout()` picks [`TimeoutVia`] (`E::from`) when the bound
+/// holds, else [`TimeoutNone`] one auto-deref further, so the policy's `attempt_timeout` is
+/// applied whenever it can be and the function compiles either way.
+pub struct TimeoutProbe<E>(std::marker::PhantomData<fn() -> E>);
+
+impl<E> TimeoutProbe<E> {
+    /// The probe for the error type of `attempt`, a function's attempt.
+    #[inline]
+    pub fn of<F, R>(_: &F) -> Self
+    where
+        F: Future<Output = R>,
+        R: RetryOutput<Err = E>,
+    {
+        TimeoutProbe(std::marker::PhantomData)
+    }
+}
+
+/// See [`TimeoutProbe`]: `E: From<Elapsed>`.
+pub trait TimeoutVia<E> {
+    /// `E::from`.
+    fn on_timeout(&self) -> OnTimeout<E>;
+}
+
+impl<E: From<Elapsed>> TimeoutVia<E> for &TimeoutProbe<E> {
+    #[inline]
+    fn on_timeout(&self) -> OnTimeout<E> {
+        OnTimeout::Fail(E::from)
+    }
+}
+
+/// See [`TimeoutProbe`]: any other `E`.
+pub trait TimeoutNone<E> {
+    /// Runs attempts unbounded, saying what to write.
+    fn on_timeout(&self) -> OnTimeout<E>;
+}
+
+impl<E> TimeoutNone<E> for TimeoutProbe<E> {
+    #[inline]
+    fn on_timeout(&self) -> OnTimeout<E> {
+        OnTimeout::RunOn { fix: FUNCTION_FIX }
+    }
 }
 
 /// The operand of an `.await` inside a `#[retryable]` body, on its way to the compile-time

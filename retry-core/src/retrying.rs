@@ -266,7 +266,7 @@ fn nested(
 ) {
     let function = site.function();
     let outer_function = outer.function();
-    if quiet || !first_time_at(caller) {
+    if quiet || !first_time_at(Warning::Nested, caller) {
         // Asked for by the caller (expected, not a mistake), or already said at this call site:
         // once per call site is news, once per call would flood the log during an outage.
         tracing::debug!(
@@ -288,19 +288,29 @@ fn nested(
     metrics::nested_suppressed(site);
 }
 
-/// Whether no nested retry was reported at `caller` yet (and marks it reported). Only nested
-/// starts come here, so the lock is off the common path.
-fn first_time_at(caller: &'static Location<'static>) -> bool {
-    static WARNED: std::sync::Mutex<Vec<(&'static str, u32, u32)>> =
+/// What a call site is told once, at WARN: once per call site is news, once per call would flood
+/// the log during an outage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Warning {
+    /// A retry started inside another, so it made a single attempt.
+    Nested,
+    /// A policy's `attempt_timeout` that the call cannot apply (see `State::bound`).
+    Untimed,
+}
+
+/// Whether `what` was not said at `caller` yet (and marks it said). Only the calls that have
+/// something to say come here, so the lock is off the common path.
+pub(crate) fn first_time_at(what: Warning, caller: &'static Location<'static>) -> bool {
+    static SAID: std::sync::Mutex<Vec<(Warning, &'static str, u32, u32)>> =
         std::sync::Mutex::new(Vec::new());
-    let key = (caller.file(), caller.line(), caller.column());
-    let mut warned = WARNED
+    let key = (what, caller.file(), caller.line(), caller.column());
+    let mut said = SAID
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if warned.contains(&key) {
+    if said.contains(&key) {
         return false;
     }
-    warned.push(key);
+    said.push(key);
     true
 }
 

@@ -3,15 +3,18 @@
 
 use std::cell::Cell;
 use std::fmt;
+use std::panic::Location;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::attempt::{Bounded, OnTimeout};
 use crate::backoff::Backoff;
 use crate::budget::RetryBudget;
 use crate::classify::{Classifier, Decision};
 use crate::metrics::{self, Site};
 use crate::policy::Policy;
+use crate::retrying::{Warning, first_time_at};
 use crate::scope;
 use crate::sync::thread_local_cell;
 
@@ -281,6 +284,33 @@ impl<'p> State<'p> {
         }
     }
 
+    /// The attempt about to start, bounded by the policy's `attempt_timeout` cut to the time
+    /// left before the deadline ([`attempt_limit`](Self::attempt_limit)), and failing with
+    /// the error `on_timeout` makes when that runs out. A call whose error cannot be made from
+    /// [`Elapsed`](crate::Elapsed) cannot cut the attempt off: it runs unbounded, and the first attempt of such
+    /// a call says what to write, at WARN once per `caller`.
+    #[inline]
+    pub fn bound<F, E>(
+        &self,
+        site: &'static Site,
+        caller: &'static Location<'static>,
+        on_timeout: OnTimeout<E>,
+        attempt: F,
+    ) -> Bounded<F, E> {
+        match (self.policy.knobs().attempt_timeout, on_timeout) {
+            (None, _) => Bounded::unbounded(attempt),
+            (Some(timeout), OnTimeout::Fail(elapsed)) => {
+                Bounded::timed(self.attempt_limit(timeout), attempt, elapsed)
+            }
+            (Some(timeout), OnTimeout::RunOn { fix }) => {
+                if self.attempt <= 1 {
+                    untimed(site, caller, timeout, fix);
+                }
+                Bounded::unbounded(attempt)
+            }
+        }
+    }
+
     fn started(&self) -> Option<Instant> {
         self.failing.as_ref().and_then(|f| f.started)
     }
@@ -496,6 +526,25 @@ impl<'p> State<'p> {
             return Err(GiveUp::BudgetExhausted);
         }
         Ok(wait)
+    }
+}
+
+/// Says once per call site that its policy's `attempt_timeout` is not applied, and what to write.
+#[cold]
+#[inline(never)]
+fn untimed(
+    site: &'static Site,
+    caller: &'static Location<'static>,
+    timeout: Duration,
+    fix: &'static str,
+) {
+    if first_time_at(Warning::Untimed, caller) {
+        tracing::warn!(
+            function = site.function(),
+            at = %caller,
+            ?timeout,
+            "policy has attempt_timeout but this call cannot return a timeout error; {fix}",
+        );
     }
 }
 

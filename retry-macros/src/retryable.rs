@@ -586,14 +586,28 @@ pub(crate) fn retry_loop(
             #stmts
         })
     };
-    let attempt = match &args.attempt_timeout {
-        Some(limit) => {
+    let attempt = match (&args.attempt_timeout, &args.policy) {
+        // Written on the attribute: it wins over a `policy`'s own, and needs `E: From<Elapsed>`.
+        (Some(limit), _) => {
             let (private, span) = (private_at(limit.span), limit.span);
             let limit = duration_tokens(limit.value);
             // Bounded by the time left before the deadline too, so the call never outlives it.
             quote_spanned!(span=> #private::with_timeout(#state.attempt_limit(#limit), #attempt_block).await)
         }
-        None => quote!(#attempt_block.await),
+        // The policy's own, known at run time: applied when `E: From<Elapsed>` (probed by
+        // autoref, so the function compiles either way); the runtime decides the rest.
+        (None, Some(_)) => {
+            let attempt = Ident::new("__retry_attempt", Span::mixed_site());
+            let on_timeout = Ident::new("__retry_on_timeout", Span::mixed_site());
+            quote! {{
+                #[allow(unused_imports)]
+                use #private::{TimeoutNone as _, TimeoutVia as _};
+                let #attempt = #attempt_block;
+                let #on_timeout = (&&#private_out::TimeoutProbe::of(&#attempt)).on_timeout();
+                #private::bound(&#state, #site, #on_timeout, #attempt).await
+            }}
+        }
+        (None, None) => quote!(#attempt_block.await),
     };
 
     // `'__retry_loop` is never named by the user: the body runs inside its own async block.
