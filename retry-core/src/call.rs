@@ -14,7 +14,9 @@ use crate::classify::{ByClassify, Classifier, Decision, Elapsed};
 use crate::metrics::Site;
 use crate::policy::Policy;
 use crate::retrying::{Retrying, SingleAttempt};
-use crate::state::{Next, NoHook, RetryHook, State};
+use crate::state::{
+    Hook, Next, NoHook, RetryContext, RetryHook, State, ThreeArguments, WithContext,
+};
 
 /// What tracing and metrics call a closure retry that was not given a [`RetryCall::name`].
 pub(crate) const DEFAULT_NAME: &str = "closure";
@@ -155,7 +157,7 @@ impl<'p, Op, C, H, T, E> RetryCall<'p, Op, C, H, T, E> {
     /// assert_eq!(seen[0].1, io::ErrorKind::TimedOut);
     /// # }
     /// ```
-    pub fn on_retry<H2>(self, hook: H2) -> RetryCall<'p, Op, C, H2, T, E>
+    pub fn on_retry<H2>(self, hook: H2) -> RetryCall<'p, Op, C, Hook<H2, ThreeArguments>, T, E>
     where
         H2: FnMut(u32, &E, Duration),
     {
@@ -163,7 +165,44 @@ impl<'p, Op, C, H, T, E> RetryCall<'p, Op, C, H, T, E> {
             policy: self.policy,
             op: self.op,
             classify: self.classify,
-            on_retry: hook,
+            on_retry: Hook::new(hook),
+            name: self.name,
+            caller: self.caller,
+            on_timeout: self.on_timeout,
+            output: PhantomData,
+        }
+    }
+
+    /// Calls `hook` with the failed attempt's [`RetryContext`] before each wait: the call's
+    /// name, module and trace id besides the attempt, error and wait, so the log lines of many
+    /// concurrent calls can be told apart. Replaces [`on_retry`](Self::on_retry).
+    ///
+    /// ```
+    /// use retry_core::Policy;
+    /// use std::io;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let mut seen = Vec::new();
+    /// let _ = Policy::new()
+    ///     .retry(|| async { io::Result::<()>::Err(io::ErrorKind::TimedOut.into()) })
+    ///     .name("fetch_quote")
+    ///     .on_retry_context(|ctx| seen.push((ctx.function(), ctx.attempt(), ctx.trace_id())))
+    ///     .await;
+    /// assert_eq!(seen.len(), 2);
+    /// assert_eq!((seen[0].0, seen[0].1), ("fetch_quote", 1));
+    /// assert_eq!(seen[0].2, seen[1].2, "one logical call, one trace id");
+    /// # }
+    /// ```
+    pub fn on_retry_context<H2>(self, hook: H2) -> RetryCall<'p, Op, C, Hook<H2, WithContext>, T, E>
+    where
+        H2: FnMut(&RetryContext<'_, E>),
+    {
+        RetryCall {
+            policy: self.policy,
+            op: self.op,
+            classify: self.classify,
+            on_retry: Hook::new(hook),
             name: self.name,
             caller: self.caller,
             on_timeout: self.on_timeout,

@@ -36,7 +36,7 @@ pub use classify::{ByClassify, Classifier, Classify, Decision, Elapsed};
 pub use idempotency::{IdempotencyError, Idempotent};
 pub use policy::{Jitter, Knobs, Policy, UnknownJitter};
 pub use retrying::{Retrying, SingleAttempt};
-pub use state::{GiveUp, NoHook, RetryHook};
+pub use state::{GiveUp, Hook, NoHook, RetryContext, RetryHook, ThreeArguments, WithContext};
 
 /// Retries an `async fn` that returns `Result<T, E>`, with exponential backoff and jitter.
 ///
@@ -69,10 +69,14 @@ pub use state::{GiveUp, NoHook, RetryHook};
 /// Arguments, all optional and checked at compile time: `max` (total attempts, 1..=1000,
 /// default 3), `base` ("1s"), `cap` ("30s"), `jitter` ("full", "equal", "decorrelated" or
 /// "none"), `deadline`, `max_retry_after` ("5m"), `attempt_timeout` (needs `E: From<Elapsed>`),
-/// `retry_if = path` (a `fn(&E) -> Decision` used instead of [`Classify`]), `on_retry = path` (a
-/// `fn(u32, &E, Duration)` called before each wait), `policy = expr` (a [`Policy`] built at run
-/// time, instead of the literal knobs; its [`attempt_timeout`](Policy::attempt_timeout) is
-/// applied when `E: From<Elapsed>`) and `crate = path`. Durations are written "250ms", "1s",
+/// `retry_if = path` (a `fn(&E) -> Decision` used instead of [`Classify`]), `on_retry = path` (called
+/// before each wait: a `fn(u32, &E, Duration)`, or a `fn(&RetryContext<'_, E>)` that also gets
+/// the function's name and trace id), `policy = expr` (a [`Policy`] built at run time, instead
+/// of the literal knobs; its [`attempt_timeout`](Policy::attempt_timeout) is applied when
+/// `E: From<Elapsed>`), `budget = expr` (a [`RetryBudget`] shared by many calls),
+/// `dlq(sink = expr, id = expr, original = expr, redact = path)` (on give-up, park a
+/// [`dlq::DeadLetter`] before the error returns; needs `E: From<dlq::DlqFailed>`) and
+/// `crate = path`. Durations are written "250ms", "1s",
 /// "2m", "1h30m", "30d".
 ///
 /// The function becomes a plain `fn` returning [`Retrying`]; `fetch_quote` above is equivalent

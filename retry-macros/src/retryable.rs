@@ -552,8 +552,16 @@ pub(crate) fn retry_loop(
         }
     };
     let on_retry = match &args.on_retry {
-        Some(path) => quote!(#path),
+        Some(path) => quote!(#private::Hook::new(#path)),
         None => quote!(#private::NoHook),
+    };
+    // Spanned at the path, so a function of the wrong signature is reported where it is named.
+    let hook_arg = match &args.on_retry {
+        Some(path) => {
+            let at_path = Ident::new("__retry_hook", hook.span().located_at(path.span()));
+            quote_spanned!(path.span()=> &mut #at_path)
+        }
+        None => quote!(&mut #hook),
     };
 
     let AttemptBody { items, stmts, .. } = &body;
@@ -692,7 +700,7 @@ pub(crate) fn retry_loop(
                 };
                 // Outside the `match`, so its scrutinee is not held across the pause; a zero
                 // wait makes no `Pause` at all.
-                let #wait = match #state.after_attempt(#site, (#output_check.into)(#outcome), #classifier_ref, &mut #hook) {
+                let #wait = match #state.after_attempt(#site, (#output_check.into)(#outcome), #classifier_ref, #hook_arg) {
                     #private::Next::Return(#returned) => {
                         #park
                         return (#output_check.from)(#returned);
