@@ -20,8 +20,7 @@ async fn sqlite_dead_letters_conform() {
     let mut files = 0u32;
     conformance::run(async || {
         files += 1;
-        retry_core::dlq::SqliteDeadLetters::open(dir.file(&format!("dlq-{files}.sqlite3")))
-            .unwrap()
+        retry_core::dlq::SqliteDeadLetters::open(dir.file(&format!("dlq-{files}.sqlite3"))).unwrap()
     })
     .await;
 }

@@ -102,8 +102,12 @@ pub(super) fn history_json(msg_id: &str, history: &[Failure]) -> Result<String, 
 
 /// The stored `history` column, which must be a JSON array of failures.
 pub(super) fn history(msg_id: &str, text: &str) -> Result<Vec<Failure>, DlqError> {
-    serde_json::from_str(text)
-        .map_err(|e| corrupt(msg_id, format_args!("history is not a list of failures ({e})")))
+    serde_json::from_str(text).map_err(|e| {
+        corrupt(
+            msg_id,
+            format_args!("history is not a list of failures ({e})"),
+        )
+    })
 }
 
 /// A failure a redrive reports, checked before anything is written: its time becomes the

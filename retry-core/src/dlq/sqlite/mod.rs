@@ -39,8 +39,8 @@ use rusqlite::Connection;
 
 use super::row::{self, NewRow, ResolvedRow};
 use super::{
-    AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, LegacyStore,
-    Page, RedriveRecord, Resolution, Stats,
+    AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, LegacyStore, Page,
+    RedriveRecord, Resolution, Stats,
 };
 use crate::sql::sqlite::{DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, Reservation, Settings};
 use crate::time::{format_rfc3339, format_utc, later, parse_rfc3339};

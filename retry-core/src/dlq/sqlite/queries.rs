@@ -53,8 +53,7 @@ const LEASE: &str = concat!(
     letter_columns!()
 );
 
-const END_LEASE: &str =
-    "UPDATE dead_letters SET lease_run = NULL, lease_until = NULL WHERE msg_id = ?1 AND lease_run = ?2";
+const END_LEASE: &str = "UPDATE dead_letters SET lease_run = NULL, lease_until = NULL WHERE msg_id = ?1 AND lease_run = ?2";
 
 /// Resolves a pending letter unless another run holds a live lease on it (`?4`: the resolving
 /// run, NULL for a person, which equals nothing).
@@ -370,9 +369,8 @@ pub(super) fn page(
 
 /// The counts, in one statement; `now` (fixed-width UTC) tells live leases.
 pub(super) fn stats(conn: &Connection, now: &str) -> Result<Stats, Fail> {
-    let (system, data, leased, resolved, oldest): (i64, i64, i64, i64, Option<String>) = conn
-        .prepare_cached(STATS)?
-        .query_row([now], |r| {
+    let (system, data, leased, resolved, oldest): (i64, i64, i64, i64, Option<String>) =
+        conn.prepare_cached(STATS)?.query_row([now], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })?;
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
@@ -436,21 +434,32 @@ fn decode(r: &Row<'_>) -> Result<DeadLetter, Fail> {
     let text = |i: usize, column: &str| -> Result<String, Fail> {
         match r.get::<_, Value>(i)? {
             Value::Text(text) => Ok(text),
-            other => Err(Fail::Store(corrupt(id, format_args!("bad {column} {other:?}")))),
+            other => Err(Fail::Store(corrupt(
+                id,
+                format_args!("bad {column} {other:?}"),
+            ))),
         }
     };
     let optional = |i: usize, column: &str| -> Result<Option<String>, Fail> {
         match r.get::<_, Value>(i)? {
             Value::Null => Ok(None),
             Value::Text(text) => Ok(Some(text)),
-            other => Err(Fail::Store(corrupt(id, format_args!("bad {column} {other:?}")))),
+            other => Err(Fail::Store(corrupt(
+                id,
+                format_args!("bad {column} {other:?}"),
+            ))),
         }
     };
     let store = Fail::Store;
     let original = row::original(id, &text(1, "original")?).map_err(store)?;
     let attempts = match r.get::<_, Value>(3)? {
         Value::Integer(n) => row::attempts(id, n).map_err(store)?,
-        other => return Err(Fail::Store(corrupt(id, format_args!("bad attempts {other:?}")))),
+        other => {
+            return Err(Fail::Store(corrupt(
+                id,
+                format_args!("bad attempts {other:?}"),
+            )));
+        }
     };
     let first_failed_at =
         row::time(id, "first_failed_at", text(4, "first_failed_at")?).map_err(store)?;
@@ -460,7 +469,12 @@ fn decode(r: &Row<'_>) -> Result<DeadLetter, Fail> {
     let redacted = match r.get::<_, Value>(11)? {
         Value::Integer(0) => false,
         Value::Integer(1) => true,
-        other => return Err(Fail::Store(corrupt(id, format_args!("bad redacted {other:?}")))),
+        other => {
+            return Err(Fail::Store(corrupt(
+                id,
+                format_args!("bad redacted {other:?}"),
+            )));
+        }
     };
     let history = row::history(id, &text(14, "history")?).map_err(store)?;
     let resolved = match optional(15, "resolved_at")? {

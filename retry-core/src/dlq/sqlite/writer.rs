@@ -145,7 +145,10 @@ fn serve(pool: &Arc<Pool>, jobs: &Receiver<Box<dyn Job>>) {
 }
 
 /// Runs `group` in one `BEGIN IMMEDIATE` transaction and commits it.
-fn commit(conn: &mut Connection, group: &mut [Box<dyn Job>]) -> Result<(), Failed<rusqlite::Error, FileError>> {
+fn commit(
+    conn: &mut Connection,
+    group: &mut [Box<dyn Job>],
+) -> Result<(), Failed<rusqlite::Error, FileError>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for job in group.iter_mut() {
         job.run(&tx)?;
