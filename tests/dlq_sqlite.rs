@@ -681,6 +681,23 @@ async fn purging_goes_by_the_instant_of_resolution_whatever_its_offset() {
 
 // ---- group commit ----
 
+/// Parks `M-00`, `M-01`, .. from `n` tasks at once.
+fn park_at_once(
+    letters: &Arc<SqliteDeadLetters>,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<Result<(), DlqError>>> {
+    (0..n)
+        .map(|i| {
+            let letters = Arc::clone(letters);
+            tokio::spawn(async move {
+                letters
+                    .park(&letter(&format!("M-{i:02}"), "2026-08-19T00:00:00Z"))
+                    .await
+            })
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_group_fails_each_of_its_letters_and_the_writer_goes_on() {
     let dir = TempDir::new("group-fails");
@@ -700,16 +717,7 @@ async fn a_failed_group_fails_each_of_its_letters_and_the_writer_goes_on() {
     // 20 letters at once while another connection holds the write lock: they go in one or two
     // groups (the first may start alone), so they fail after one or two busy timeouts, not 20.
     let started = Instant::now();
-    let tasks: Vec<_> = (0..20)
-        .map(|i| {
-            let letters = Arc::clone(&letters);
-            tokio::spawn(async move {
-                letters
-                    .park(&letter(&format!("M-{i:02}"), "2026-08-19T00:00:00Z"))
-                    .await
-            })
-        })
-        .collect();
+    let tasks = park_at_once(&letters, 20);
     let mut messages = Vec::new();
     for task in tasks {
         let error = task.await.unwrap().unwrap_err();
@@ -739,16 +747,7 @@ async fn a_failed_group_fails_each_of_its_letters_and_the_writer_goes_on() {
     // written.
     locker.execute_batch("COMMIT").unwrap();
     assert_eq!(ids(&letters).await, ["M-before"]);
-    let tasks: Vec<_> = (0..20)
-        .map(|i| {
-            let letters = Arc::clone(&letters);
-            tokio::spawn(async move {
-                letters
-                    .park(&letter(&format!("M-{i:02}"), "2026-08-19T00:00:00Z"))
-                    .await
-            })
-        })
-        .collect();
+    let tasks = park_at_once(&letters, 20);
     for task in tasks {
         task.await.unwrap().unwrap();
     }

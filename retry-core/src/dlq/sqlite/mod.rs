@@ -422,14 +422,13 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// ```
     /// use retry_core::dlq::{DeadLetterSink, DeadLetterStore, Resolution, SqliteDeadLetters};
     /// use std::time::Duration;
-    /// # let letter: retry_core::dlq::DeadLetter = serde_json::from_value(serde_json::json!({
-    /// #   "msg_id": "M-1", "original": null, "reason": "503", "attempts": 5,
-    /// #   "first_failed_at": "2026-08-19T02:00:00Z", "last_failed_at": "2026-08-19T02:00:00Z",
-    /// #   "trace_id": "t", "class": "system", "error_type": "E" })).unwrap();
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let letter = letter;
+    /// # let letter: retry_core::dlq::DeadLetter = serde_json::from_value(serde_json::json!({
+    /// #   "msg_id": "M-1", "original": null, "reason": "503", "attempts": 5,
+    /// #   "first_failed_at": "2026-08-19T02:00:00Z", "last_failed_at": "2026-08-19T02:00:00Z",
+    /// #   "trace_id": "t", "class": "system", "error_type": "E" }))?;
     /// let path = std::env::temp_dir().join(format!("retry-core-doc-dlq-lease-{}.sqlite3", std::process::id()));
     /// let letters = SqliteDeadLetters::open(&path)?;
     /// letters.park(&letter).await?;

@@ -28,14 +28,21 @@ macro_rules! letter_columns {
 
 // ---- writes (inside the writer's transaction) ----
 
+/// The whole letter into its row (`?11`: when it was parked), before the `ON CONFLICT` that
+/// says what happens to a `msg_id` already there.
+macro_rules! insert_letter {
+    () => {
+        "INSERT INTO dead_letters \
+         (msg_id, original, reason, attempts, first_failed_at, last_failed_at, trace_id, class, \
+          error_type, idempotency_key, parked_at, first_failed_utc, source, redacted, key_scope, \
+          key_expires_at, history, resolved_at, resolved_by, resolved_run, resolved_utc) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+          ?19, ?20, ?21) "
+    };
+}
+
 /// A new `msg_id`: the whole letter. An existing one is left alone, for [`park`] to merge.
-const INSERT: &str = "INSERT INTO dead_letters \
-     (msg_id, original, reason, attempts, first_failed_at, last_failed_at, trace_id, class, \
-      error_type, idempotency_key, parked_at, first_failed_utc, source, redacted, key_scope, \
-      key_expires_at, history, resolved_at, resolved_by, resolved_run, resolved_utc) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-      ?19, ?20, ?21) \
-     ON CONFLICT(msg_id) DO NOTHING";
+const INSERT: &str = concat!(insert_letter!(), "ON CONFLICT(msg_id) DO NOTHING");
 
 /// A letter after a merge: everything but the `msg_id`, the first `original` and the first
 /// failure (and so its place in the order), and the lease.
@@ -76,13 +83,9 @@ const INSERT_REDRIVE: &str = "INSERT INTO dead_letter_redrives (run_id, started_
 
 /// The old interface's put-back (`LegacyStore`): the letter replaces the stored one, except for
 /// its first failure; pending again, unleased.
-const LEGACY_REPLACE: &str = "INSERT INTO dead_letters \
-     (msg_id, original, reason, attempts, first_failed_at, last_failed_at, trace_id, class, \
-      error_type, idempotency_key, parked_at, first_failed_utc, source, redacted, key_scope, \
-      key_expires_at, history, resolved_at, resolved_by, resolved_run, resolved_utc) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-      ?19, ?20, ?21) \
-     ON CONFLICT(msg_id) DO UPDATE SET original = excluded.original, reason = excluded.reason, \
+const LEGACY_REPLACE: &str = concat!(
+    insert_letter!(),
+    "ON CONFLICT(msg_id) DO UPDATE SET original = excluded.original, reason = excluded.reason, \
       attempts = excluded.attempts, last_failed_at = excluded.last_failed_at, \
       trace_id = excluded.trace_id, class = excluded.class, error_type = excluded.error_type, \
       idempotency_key = excluded.idempotency_key, parked_at = excluded.parked_at, \
@@ -90,7 +93,8 @@ const LEGACY_REPLACE: &str = "INSERT INTO dead_letters \
       key_expires_at = excluded.key_expires_at, history = excluded.history, \
       resolved_at = excluded.resolved_at, resolved_by = excluded.resolved_by, \
       resolved_run = excluded.resolved_run, resolved_utc = excluded.resolved_utc, \
-      lease_run = NULL, lease_until = NULL";
+      lease_run = NULL, lease_until = NULL"
+);
 
 // ---- reads ----
 
@@ -124,30 +128,7 @@ const SELECT_REDRIVES: &str = "SELECT run_id, record FROM dead_letter_redrives O
 /// read and merged as [`DeadLetter::absorb`] says, and written back.
 pub(super) fn park(conn: &Connection, row: &NewRow, letter: &DeadLetter) -> Result<(), Fail> {
     let parked_at = format_utc(SystemTime::now());
-    let resolved = row.resolved.as_ref();
-    let inserted = conn.prepare_cached(INSERT)?.execute(params![
-        row.msg_id,
-        row.original,
-        row.reason,
-        row.attempts,
-        row.first_failed_at,
-        row.last_failed_at,
-        row.trace_id,
-        row.class,
-        row.error_type,
-        row.idempotency_key,
-        parked_at,
-        row.first_failed_utc,
-        row.source,
-        row.redacted,
-        row.key_scope,
-        row.key_expires_at,
-        row.history,
-        resolved.map(|r| &r.at),
-        resolved.map(|r| &r.by),
-        resolved.and_then(|r| r.run_id.as_ref()),
-        resolved.map(|r| &r.at_utc),
-    ])?;
+    let inserted = insert(conn, INSERT, row, &parked_at)?;
     if inserted > 0 {
         return Ok(());
     }
@@ -287,8 +268,14 @@ pub(super) fn record_redrive(
 
 /// The old interface's put-back (see [`LEGACY_REPLACE`]).
 pub(super) fn legacy_replace(conn: &Connection, row: &NewRow) -> Result<(), Fail> {
+    insert(conn, LEGACY_REPLACE, row, &format_utc(SystemTime::now()))?;
+    Ok(())
+}
+
+/// Runs `sql` (an `insert_letter!` statement) for `row`; how many rows it wrote.
+fn insert(conn: &Connection, sql: &str, row: &NewRow, parked_at: &str) -> rusqlite::Result<usize> {
     let resolved = row.resolved.as_ref();
-    conn.prepare_cached(LEGACY_REPLACE)?.execute(params![
+    conn.prepare_cached(sql)?.execute(params![
         row.msg_id,
         row.original,
         row.reason,
@@ -299,7 +286,7 @@ pub(super) fn legacy_replace(conn: &Connection, row: &NewRow) -> Result<(), Fail
         row.class,
         row.error_type,
         row.idempotency_key,
-        format_utc(SystemTime::now()),
+        parked_at,
         row.first_failed_utc,
         row.source,
         row.redacted,
@@ -310,8 +297,7 @@ pub(super) fn legacy_replace(conn: &Connection, row: &NewRow) -> Result<(), Fail
         resolved.map(|r| &r.by),
         resolved.and_then(|r| r.run_id.as_ref()),
         resolved.map(|r| &r.at_utc),
-    ])?;
-    Ok(())
+    ])
 }
 
 // ---- the reads ----
