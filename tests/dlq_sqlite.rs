@@ -606,14 +606,14 @@ async fn a_lease_taken_on_one_store_runs_out_for_the_other() {
     a.park(&letter("M-1", "2026-08-19T00:00:00Z"))
         .await
         .unwrap();
-    assert!(
-        a.lease("M-1", "run-a", Duration::from_millis(150))
-            .await
-            .unwrap()
-            .is_some()
-    );
-    assert!(b.lease("M-1", "run-b", LONG).await.unwrap().is_none());
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    let ttl = Duration::from_millis(300);
+    let started = Instant::now();
+    assert!(a.lease("M-1", "run-a", ttl).await.unwrap().is_some());
+    let early = b.lease("M-1", "run-b", LONG).await.unwrap();
+    if started.elapsed() < ttl {
+        assert_eq!(early, None, "run-a's lease still runs");
+    }
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
     assert!(b.lease("M-1", "run-b", LONG).await.unwrap().is_some());
     // run-a comes back late: it can no longer resolve or put back what run-b now holds.
     let at = "2026-08-20T00:00:00Z";
@@ -739,7 +739,7 @@ async fn a_failed_group_fails_each_of_its_letters_and_the_writer_goes_on() {
         assert!(message.starts_with(&expected), "{message}");
     }
     assert!(
-        waited >= busy && waited < busy * 5,
+        waited >= busy && waited < busy * 10,
         "20 letters failed in {waited:?}: not grouped"
     );
 

@@ -161,7 +161,7 @@ fn letter(msg_id: String, texts: &[String; 8], original: Value) -> DeadLetter {
 }
 
 #[test]
-fn dead_letters_audit_rows_and_redrive_records_are_bound_not_spliced() {
+fn dead_letters_and_redrive_records_are_bound_not_spliced() {
     let dir = TempDir::new("sql-bound-dlq");
     let path = dir.file("dlq.sqlite3");
     let letters = SqliteDeadLetters::open(&path).unwrap();
