@@ -174,11 +174,28 @@ fn first_failed_at(i: u32) -> String {
     }
 }
 
-/// Writes the letters through rusqlite, into the tables `SqliteDeadLetters::open` creates.
+/// Writes the letters through rusqlite, into the tables `SqliteDeadLetters::open` creates. The
+/// indexes of `dead_letters` are dropped first and created by opening the store again (which
+/// creates what is missing), as building an index at once is faster than keeping it up to date
+/// row by row.
 fn build(path: &std::path::Path) {
     drop(SqliteDeadLetters::open(path).unwrap());
     let mut conn = rusqlite::Connection::open(path).unwrap();
     conn.pragma_update(None, "synchronous", "OFF").unwrap();
+    let indexes: Vec<String> = conn
+        .prepare(
+            "SELECT name FROM sqlite_schema \
+             WHERE type = 'index' AND tbl_name = 'dead_letters' AND sql IS NOT NULL",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(indexes.len(), 5, "{indexes:?}");
+    for index in indexes {
+        conn.execute_batch(&format!("DROP INDEX {index}")).unwrap();
+    }
     let lease_until =
         retry_core::time::format_utc(std::time::SystemTime::now() + Duration::from_secs(3600));
     let original = serde_json::json!({"amount": 10, "to": "DE89370400440532013000"}).to_string();
@@ -222,4 +239,6 @@ fn build(path: &std::path::Path) {
         }
         tx.commit().unwrap();
     }
+    drop(conn);
+    drop(SqliteDeadLetters::open(path).unwrap());
 }
