@@ -16,7 +16,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DlqError, DlqFailed, FailureClass, LegacyStore, SqliteDeadLetters,
+    DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, DlqFailed, FailureClass, Page,
+    SqliteDeadLetters,
 };
 use retry_core::idempotency::{
     ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, SqliteStore,
@@ -280,10 +281,12 @@ async fn letters_given_up_on_a_locked_file_come_back_to_the_caller_and_park_once
         "letters_given_up_on_a_locked_file_come_back_to_the_caller_and_park_once_it_is_free",
         &path,
     );
-    // Given up while locked: the caller gets its letter back, with why it was not parked.
+    // Given up while locked, at the same time (one group commit): each caller gets its letter
+    // back, with why it was not parked.
     let mut not_parked = Vec::new();
-    for id in ["M-1", "M-2"] {
-        let Failed::NotParked(failed) = submit(&letters, id).await.unwrap_err() else {
+    let (one, two) = tokio::join!(submit(&letters, "M-1"), submit(&letters, "M-2"));
+    for (id, given_up) in [("M-1", one), ("M-2", two)] {
+        let Failed::NotParked(failed) = given_up.unwrap_err() else {
             panic!("the caller must see that {id} was not parked");
         };
         assert_eq!(failed.letter.msg_id, id);
@@ -321,7 +324,7 @@ async fn letters_given_up_on_a_locked_file_come_back_to_the_caller_and_park_once
     for l in &not_parked {
         letters.park(l).await.unwrap();
     }
-    let parked = letters.list().await.unwrap();
+    let parked = letters.page(&Page::first(100)).await.unwrap();
     let mut expected = vec![letter("M-0")];
     expected.extend(not_parked);
     let ids = |ls: &[DeadLetter]| {

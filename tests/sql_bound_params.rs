@@ -2,15 +2,17 @@
 //! (`'; DROP TABLE inbox_log; --`, quotes, backslashes, `%`, `_`, comments, NUL, any
 //! Unicode) go into `SqliteStore` and `SqliteDeadLetters` and come back byte for byte, read
 //! through the stores and straight from the tables, and every table is still there afterwards.
-//! (Every statement in the library is a constant with `?N` placeholders; the only `format!`
-//! that builds SQL joins two constants, the schema table and a store's own tables.)
+//! (Every statement in the library is a constant with `?N` placeholders; the only SQL built at
+//! run time joins constants: the schema table and a store's own tables, and a dead-letter
+//! page's `AND class = ?` / `AND source = ?` pieces.)
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
 use proptest::prelude::*;
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, FailureClass, LegacyStore, RedriveRecord, SqliteDeadLetters,
+    AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, Page, RedriveRecord,
+    Resolution, SqliteDeadLetters,
 };
 use retry_core::idempotency::{Begun, Settings, SqliteStore, begin_call};
 use serde_json::Value;
@@ -136,8 +138,8 @@ fn idempotency_keys_and_responses_are_bound_not_spliced() {
     assert_eq!(tables(&path), expected_tables);
 }
 
-fn letter(msg_id: String, texts: [String; 5], original: Value) -> DeadLetter {
-    let [reason, trace_id, error_type, key, _] = texts;
+fn letter(msg_id: String, texts: &[String; 8], original: Value) -> DeadLetter {
+    let [reason, trace_id, error_type, key, _, source, key_scope, _] = texts.clone();
     DeadLetter {
         msg_id,
         original,
@@ -149,9 +151,9 @@ fn letter(msg_id: String, texts: [String; 5], original: Value) -> DeadLetter {
         class: FailureClass::Data,
         error_type,
         idempotency_key: Some(key),
-        source: None,
+        source: Some(source),
         redacted: false,
-        key_scope: None,
+        key_scope: Some(key_scope),
         key_expires_at: None,
         history: Vec::new(),
         resolved: None,
@@ -163,23 +165,29 @@ fn dead_letters_and_redrive_records_are_bound_not_spliced() {
     let dir = TempDir::new("sql-bound-dlq");
     let path = dir.file("dlq.sqlite3");
     let letters = SqliteDeadLetters::open(&path).unwrap();
-    let expected_tables = set(&["dead_letter_redrives", "dead_letters", "retry_core_schema"]);
+    let expected_tables = set(&[
+        "dead_letter_audit",
+        "dead_letter_redrives",
+        "dead_letters",
+        "retry_core_schema",
+    ]);
     assert_eq!(tables(&path), expected_tables);
     let raw = rusqlite::Connection::open(&path).unwrap();
     let cases = std::cell::Cell::new(0u32);
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(24));
     runner
         .run(
-            &(hostile(), prop::array::uniform5(hostile())),
+            &(hostile(), prop::array::uniform8(hostile())),
             |(msg_id, texts)| {
                 cases.set(cases.get() + 1);
                 let case = cases.get();
                 let msg_id = format!("{case}:{msg_id}");
                 let original =
                     serde_json::json!({ texts[4].clone(): [texts[0].clone(), msg_id.clone()] });
-                let letter = letter(msg_id.clone(), texts.clone(), original);
+                let letter = letter(msg_id.clone(), &texts, original);
+                let run_id = format!("{case}:{}", texts[0]);
                 let record = RedriveRecord {
-                    run_id: format!("{case}:{}", texts[0]),
+                    run_id: run_id.clone(),
                     who: texts[1].clone(),
                     filter: texts[2].clone(),
                     target: texts[3].clone(),
@@ -193,17 +201,39 @@ fn dead_letters_and_redrive_records_are_bound_not_spliced() {
                     skipped: 0,
                     stopped: Some(texts[4].clone()),
                 };
+                let audit = AuditEntry::intent(
+                    run_id.clone(),
+                    msg_id.clone(),
+                    texts[7].clone(),
+                    texts[3].clone(),
+                    texts[2].clone(),
+                )
+                .finished(texts[6].clone(), texts[5].clone());
+                let of_source = Page::first(10).source(letter.source.clone().unwrap());
                 RUNTIME.block_on(async {
                     letters.park(&letter).await.unwrap();
                     assert_eq!(letters.get(&msg_id).await.unwrap().as_ref(), Some(&letter));
-                    assert!(letters.list().await.unwrap().contains(&letter));
+                    assert!(letters.page(&of_source).await.unwrap().contains(&letter));
                     letters.record_redrive(&record).await.unwrap();
                     assert!(letters.redrives().await.unwrap().contains(&record));
+                    letters.audit(&audit).await.unwrap();
+                    assert_eq!(
+                        letters.audit_rows(Some(&run_id)).await.unwrap(),
+                        std::slice::from_ref(&audit)
+                    );
                 });
-                let row: (String, String, String, String, Option<String>) = raw
+                let row: (
+                    String,
+                    String,
+                    String,
+                    String,
+                    Option<String>,
+                    String,
+                    String,
+                ) = raw
                     .query_row(
-                        "SELECT msg_id, reason, trace_id, error_type, idempotency_key \
-                         FROM dead_letters WHERE msg_id = ?1",
+                        "SELECT msg_id, reason, trace_id, error_type, idempotency_key, source, \
+                         key_scope FROM dead_letters WHERE msg_id = ?1",
                         [&msg_id],
                         |row| {
                             Ok((
@@ -212,6 +242,8 @@ fn dead_letters_and_redrive_records_are_bound_not_spliced() {
                                 row.get(2)?,
                                 row.get(3)?,
                                 row.get(4)?,
+                                row.get(5)?,
+                                row.get(6)?,
                             ))
                         },
                     )
@@ -223,24 +255,47 @@ fn dead_letters_and_redrive_records_are_bound_not_spliced() {
                         letter.reason.clone(),
                         letter.trace_id.clone(),
                         letter.error_type.clone(),
-                        letter.idempotency_key.clone()
+                        letter.idempotency_key.clone(),
+                        texts[5].clone(),
+                        texts[6].clone(),
                     )
                 );
-                // Every other case's letter is acknowledged, with the same hostile id.
+                // Every other case's letter is leased and resolved by a run of hostile name,
+                // by a person of hostile name.
                 if case.is_multiple_of(2) {
-                    prop_assert!(RUNTIME.block_on(letters.ack(&msg_id)).unwrap());
-                    prop_assert_eq!(RUNTIME.block_on(letters.get(&msg_id)).unwrap(), None);
+                    let resolution =
+                        Resolution::new(texts[7].clone(), "2026-08-20T10:00:00Z").in_run(&run_id);
+                    RUNTIME.block_on(async {
+                        let ttl = std::time::Duration::from_secs(60);
+                        assert!(
+                            letters
+                                .lease(&msg_id, &run_id, ttl)
+                                .await
+                                .unwrap()
+                                .is_some()
+                        );
+                        assert!(letters.resolve(&msg_id, &resolution).await.unwrap());
+                        let resolved = letters.get(&msg_id).await.unwrap().unwrap();
+                        assert_eq!(resolved.resolved, Some(resolution));
+                        assert!(!letters.page(&of_source).await.unwrap().contains(&letter));
+                    });
                 }
                 let rows: u32 = raw
                     .query_row("SELECT count(*) FROM dead_letters", [], |row| row.get(0))
                     .unwrap();
-                prop_assert_eq!(rows, case - case / 2, "a letter appeared or vanished");
+                prop_assert_eq!(rows, case, "a letter appeared or vanished");
+                let pending = RUNTIME.block_on(letters.stats()).unwrap().pending;
+                prop_assert_eq!(pending, u64::from(case - case / 2));
                 Ok(())
             },
         )
         .unwrap();
     assert_eq!(
         RUNTIME.block_on(letters.redrives()).unwrap().len(),
+        cases.get() as usize
+    );
+    assert_eq!(
+        RUNTIME.block_on(letters.audit_rows(None)).unwrap().len(),
         cases.get() as usize
     );
     assert_eq!(tables(&path), expected_tables);

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::SystemTime;
 
-use super::{DeadLetter, DlqError, FailureClass, RedriveRecord};
+use super::{DeadLetter, DlqError, Failure, FailureClass, RedriveRecord, Resolution};
 use crate::time::{format_utc, parse_rfc3339};
 
 /// A letter as its row stores it, checked before anything is written.
@@ -21,6 +21,43 @@ pub(super) struct NewRow {
     pub(super) idempotency_key: Option<String>,
     /// `first_failed_at` as fixed-width UTC: what rows are ordered by, whatever the offset.
     pub(super) first_failed_utc: String,
+    pub(super) source: Option<String>,
+    pub(super) redacted: bool,
+    pub(super) key_scope: Option<String>,
+    pub(super) key_expires_at: Option<String>,
+    /// The earlier give-ups, as a JSON array of [`Failure`]s.
+    pub(super) history: String,
+    /// Set when the letter arrives resolved already (only a letter copied from another store
+    /// does).
+    pub(super) resolved: Option<ResolvedRow>,
+}
+
+/// A [`Resolution`] as its columns store it, checked before anything is written.
+pub(super) struct ResolvedRow {
+    pub(super) at: String,
+    pub(super) by: String,
+    pub(super) run_id: Option<String>,
+    /// `at` as fixed-width UTC: what purging by age compares, whatever the offset.
+    pub(super) at_utc: String,
+}
+
+impl ResolvedRow {
+    /// `resolution` of the letter `msg_id`; refused when its time is not RFC 3339, since a
+    /// resolved letter is purged by that time.
+    pub(super) fn new(msg_id: &str, resolution: &Resolution) -> Result<Self, DlqError> {
+        let at = parse_rfc3339(&resolution.at).ok_or_else(|| {
+            DlqError::Corrupt(format!(
+                "dead letter `{msg_id}`: resolved at {:?}, which is not an RFC 3339 time with an offset",
+                resolution.at
+            ))
+        })?;
+        Ok(ResolvedRow {
+            at: resolution.at.clone(),
+            by: resolution.by.clone(),
+            run_id: resolution.run_id.clone(),
+            at_utc: format_utc(at),
+        })
+    }
 }
 
 impl NewRow {
@@ -30,6 +67,11 @@ impl NewRow {
         let original = serde_json::to_string(&letter.original).map_err(|e| {
             DlqError::Serialize(format!("dead letter `{}`: original: {e}", letter.msg_id))
         })?;
+        let resolved = letter
+            .resolved
+            .as_ref()
+            .map(|r| ResolvedRow::new(&letter.msg_id, r))
+            .transpose()?;
         Ok(NewRow {
             msg_id: letter.msg_id.clone(),
             original,
@@ -42,7 +84,41 @@ impl NewRow {
             error_type: letter.error_type.clone(),
             idempotency_key: letter.idempotency_key.clone(),
             first_failed_utc: format_utc(first),
+            source: letter.source.clone(),
+            redacted: letter.redacted,
+            key_scope: letter.key_scope.clone(),
+            key_expires_at: letter.key_expires_at.clone(),
+            history: history_json(&letter.msg_id, &letter.history)?,
+            resolved,
         })
+    }
+}
+
+/// A letter's history as its column stores it: a JSON array.
+pub(super) fn history_json(msg_id: &str, history: &[Failure]) -> Result<String, DlqError> {
+    serde_json::to_string(history)
+        .map_err(|e| DlqError::Serialize(format!("dead letter `{msg_id}`: history: {e}")))
+}
+
+/// The stored `history` column, which must be a JSON array of failures.
+pub(super) fn history(msg_id: &str, text: &str) -> Result<Vec<Failure>, DlqError> {
+    serde_json::from_str(text).map_err(|e| {
+        corrupt(
+            msg_id,
+            format_args!("history is not a list of failures ({e})"),
+        )
+    })
+}
+
+/// A failure a redrive reports, checked before anything is written: its time becomes the
+/// letter's `last_failed_at`, which must be RFC 3339.
+pub(super) fn check_failure(msg_id: &str, failure: &Failure) -> Result<(), DlqError> {
+    match parse_rfc3339(&failure.at) {
+        Some(_) => Ok(()),
+        None => Err(DlqError::Corrupt(format!(
+            "dead letter `{msg_id}`: failure at {:?}, which is not an RFC 3339 time with an offset",
+            failure.at
+        ))),
     }
 }
 
