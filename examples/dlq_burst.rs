@@ -23,81 +23,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, DlqFailed, JsonlSink, LegacyStore,
-    Page, SqliteDeadLetters,
-};
-use retry_core::{Classify, Decision, retryable};
-use serde::Serialize;
+use retry_core::dlq::{DeadLetterStore, LegacyStore, Page};
 
 const TASKS: usize = 64;
 const CALLS: usize = 50;
 const HEARTBEAT: Duration = Duration::from_millis(5);
 
-/// The two stores this compares, as one sink.
-enum Sink {
-    Jsonl(JsonlSink),
-    Sqlite(SqliteDeadLetters),
-}
+#[path = "../tests/common/burst.rs"]
+mod burst;
 
-impl DeadLetterSink for Sink {
-    async fn park(&self, letter: &DeadLetter) -> Result<(), DlqError> {
-        match self {
-            Sink::Jsonl(sink) => sink.park(letter).await,
-            Sink::Sqlite(sink) => sink.park(letter).await,
-        }
-    }
-}
-
-#[derive(Debug)]
-enum SendError {
-    /// The upstream is down: what every call of the burst gets.
-    Unavailable,
-    /// Given up, and the letter was not parked.
-    NotParked(Box<DlqFailed>),
-}
-
-impl Classify for SendError {
-    fn classify(&self) -> Decision {
-        match self {
-            SendError::Unavailable => Decision::Retry,
-            SendError::NotParked(failed) => failed.decision(),
-        }
-    }
-}
-
-impl From<DlqFailed> for SendError {
-    fn from(failed: DlqFailed) -> Self {
-        SendError::NotParked(Box::new(failed))
-    }
-}
-
-/// What the calls send: about 200 bytes as JSON.
-#[derive(Debug, Clone, Serialize)]
-struct Transfer {
-    id: String,
-    from: String,
-    to: String,
-    cents: u64,
-    currency: &'static str,
-    memo: String,
-}
-
-fn transfer(task: usize, call: usize) -> Transfer {
-    Transfer {
-        id: format!("T-{task:02}-{call:03}"),
-        from: format!("DE89 3704 0044 0532 0130 {task:02}"),
-        to: format!("FR14 2004 1010 0505 0001 3M02 {call:03}"),
-        cents: (task * 1000 + call) as u64,
-        currency: "EUR",
-        memo: "invoice 2026-08 / monthly settlement, second notice".into(),
-    }
-}
-
-#[retryable(max = 1, dlq(sink = letters, id = transfer.id.clone(), original = transfer))]
-async fn send(letters: &Sink, transfer: Transfer) -> Result<(), SendError> {
-    Err(SendError::Unavailable)
-}
+use burst::{SendError, Sink, send, transfer};
 
 struct Args {
     jsonl: bool,
@@ -129,9 +64,7 @@ async fn main() -> ExitCode {
     let args = match args() {
         Ok(args) => args,
         Err(e) => {
-            eprintln!(
-                "dlq_burst: {e}\nusage: dlq_burst --sink jsonl|sqlite [--dir D] [--keep]"
-            );
+            eprintln!("dlq_burst: {e}\nusage: dlq_burst --sink jsonl|sqlite [--dir D] [--keep]");
             return ExitCode::from(2);
         }
     };
@@ -228,11 +161,7 @@ async fn main() -> ExitCode {
 }
 
 fn open(path: &Path, jsonl: bool) -> Sink {
-    if jsonl {
-        Sink::Jsonl(JsonlSink::open(path).expect("open the JSONL file"))
-    } else {
-        Sink::Sqlite(SqliteDeadLetters::open(path).expect("open the SQLite file"))
-    }
+    Sink::open(path, jsonl).expect("open the store")
 }
 
 /// Ticks every [`HEARTBEAT`] until `stop`, recording the worst lateness in microseconds.
