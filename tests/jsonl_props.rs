@@ -372,7 +372,7 @@ enum Tail {
     /// A complete line that is not JSON.
     NotJson(Vec<u8>),
     /// The first bytes of a real letter's line: a `SIGKILL` mid-write.
-    Prefix(DeadLetter, prop::sample::Index),
+    Prefix(Box<DeadLetter>, prop::sample::Index),
 }
 
 fn not_newline() -> impl Strategy<Value = u8> {
@@ -387,7 +387,7 @@ fn tail() -> impl Strategy<Value = Tail> {
                 !bytes.trim_ascii().is_empty() && serde_json::from_slice::<Value>(bytes).is_err()
             })
             .prop_map(Tail::NotJson),
-        (letter(), any::<prop::sample::Index>()).prop_map(|(l, at)| Tail::Prefix(l, at)),
+        (letter(), any::<prop::sample::Index>()).prop_map(|(l, at)| Tail::Prefix(Box::new(l), at)),
     ]
 }
 
