@@ -1109,5 +1109,8 @@ fn redrive_needs_who_and_an_http_url_and_runs_beside_the_service() {
     use retry_core::dlq::DeadLetterStore as _;
     assert_eq!(block_on(service.redrives()).unwrap().len(), 1);
     let letter = block_on(service.get("M-1")).unwrap().unwrap();
-    assert!(letter.reason.starts_with("redrive by a failed"), "{letter:?}");
+    assert!(
+        letter.reason.starts_with("redrive by a failed"),
+        "{letter:?}"
+    );
 }
