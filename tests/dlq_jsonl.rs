@@ -1053,3 +1053,38 @@ async fn a_park_that_cannot_write_fails_with_io_and_leaves_no_partial_line() {
     assert!(sink.torn().is_empty());
     assert_eq!(pending_ids(&sink).await, parked);
 }
+
+/// A lock held far longer than any group commit holds it (here by the test; in life by a stuck
+/// process, or an older `JsonlSink` that held it while open) fails `open` and parks with an
+/// error naming the lock, after a bounded wait, instead of hanging.
+#[tokio::test]
+async fn a_lock_held_for_seconds_fails_open_and_parks_instead_of_hanging() {
+    let dir = TempDir::new("lock-held");
+    let path = dir.file("dlq.jsonl");
+    let sink = JsonlSink::open(&path).unwrap();
+    let held = std::fs::File::open(&path).unwrap();
+    held.lock().unwrap();
+    let started = std::time::Instant::now();
+    let l = letter("M-1", "2026-08-19T01:00:00Z");
+    let opening = tokio::task::spawn_blocking({
+        let path = path.clone();
+        move || JsonlSink::open(path).map(drop)
+    });
+    let (opened, parked) = tokio::join!(opening, sink.park(&l));
+    let waited = started.elapsed();
+    for error in [opened.unwrap().unwrap_err(), parked.unwrap_err()] {
+        assert!(matches!(error, DlqError::Io(_)), "{error:?}");
+        let message = error.to_string();
+        assert!(
+            message.contains("cannot lock dead-letter file") && message.contains("held"),
+            "{message}"
+        );
+    }
+    assert!(
+        waited >= Duration::from_secs(4) && waited < Duration::from_secs(20),
+        "{waited:?}"
+    );
+    // Free again: the sink goes on.
+    held.unlock().unwrap();
+    sink.park(&l).await.unwrap();
+}

@@ -2,10 +2,10 @@
 //! it, the advisory lock a group commit holds, and the `.torn` file beside it.
 
 use std::ffi::OsString;
-use std::fs::{File, Metadata, OpenOptions};
+use std::fs::{File, Metadata, OpenOptions, TryLockError};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
@@ -207,23 +207,52 @@ fn narrow_permissions(path: &Path, file: &File, metadata: &Metadata) -> Result<(
 /// descriptor, so the sink can keep using its own while the lock is held.
 pub(super) struct Locked(Option<File>);
 
-/// Takes the lock, waiting for its holder: exclusive for a group commit, shared for a reader
-/// that only catches up.
+/// How long a sink waits for the file's lock. A group commit holds it for one append and one
+/// fsync; a holder that keeps it longer is stuck, or is an older `JsonlSink`, which held it for
+/// as long as it was open: better an error naming the lock than a park that never returns.
+pub(super) const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// Takes the lock, waiting up to [`LOCK_WAIT`] for its holder: exclusive for a group commit,
+/// shared for a reader that only catches up. (Polled: `flock` itself cannot time out.)
 pub(super) fn lock(file: &File, path: &Path, exclusive: bool) -> Result<Locked, DlqError> {
     let copy = file
         .try_clone()
         .map_err(|e| io_error("cannot lock", path, &e))?;
-    let locked = if exclusive {
-        copy.lock()
-    } else {
-        copy.lock_shared()
-    };
-    match locked {
-        Ok(()) => Ok(Locked(Some(copy))),
-        // File systems without locks: one process per file is then up to the user
-        // (documented on `JsonlSink`).
-        Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(Locked(None)),
-        Err(e) => Err(io_error("cannot lock", path, &e)),
+    let started = Instant::now();
+    let mut pause = Duration::from_micros(250);
+    loop {
+        let tried = if exclusive {
+            copy.try_lock()
+        } else {
+            copy.try_lock_shared()
+        };
+        match tried {
+            Ok(()) => return Ok(Locked(Some(copy))),
+            Err(TryLockError::WouldBlock) if started.elapsed() < LOCK_WAIT => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(10));
+            }
+            Err(TryLockError::WouldBlock) => {
+                return Err(io_error(
+                    "cannot lock",
+                    path,
+                    &io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        format!(
+                            "another process has held the file's lock for over {} s (an older \
+                             retry-core keeps it for as long as its sink is open)",
+                            LOCK_WAIT.as_secs()
+                        ),
+                    ),
+                ));
+            }
+            // File systems without locks: one process per file is then up to the user
+            // (documented on `JsonlSink`).
+            Err(TryLockError::Error(e)) if e.kind() == io::ErrorKind::Unsupported => {
+                return Ok(Locked(None));
+            }
+            Err(TryLockError::Error(e)) => return Err(io_error("cannot lock", path, &e)),
+        }
     }
 }
 

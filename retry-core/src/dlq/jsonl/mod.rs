@@ -175,7 +175,9 @@ pub struct TornLine {
 /// index in memory: the file is never read whole per call. A compaction renames a new file over
 /// the path; the others notice (its inode changed) the next time they take the lock, and read
 /// the new file from the start. Locks are advisory and need a file system that supports
-/// `flock` (local ones do; on one without, one process per file is up to you).
+/// `flock` (local ones do; on one without, one process per file is up to you). A sink waits at
+/// most 5 s for the lock, then fails with [`DlqError::Io`] saying so: a holder keeps it that
+/// long only when stuck, or when it is an older `JsonlSink`, which held it while open.
 ///
 /// # Compaction
 ///
@@ -251,8 +253,8 @@ impl JsonlSink {
     ///
     /// # Errors
     ///
-    /// [`DlqError::Io`] if the file cannot be created, opened, locked, read or repaired, is a
-    /// symbolic link, is not a regular file, or is owned by another user.
+    /// [`DlqError::Io`] if the file cannot be created, opened, locked (within 5 s), read or
+    /// repaired, is a symbolic link, is not a regular file, or is owned by another user.
     /// [`DlqError::Corrupt`], naming the line, if a line other than the last is not one of the
     /// lines above (or is longer than [`MAX_LINE`](Self::MAX_LINE)); the file is then left
     /// untouched.
