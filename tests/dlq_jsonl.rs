@@ -1,14 +1,22 @@
-//! `JsonlSink`: the append-only dead-letter file, on real files in a temporary directory each,
-//! including a child process killed mid-stream and one that runs out of file size.
+//! `JsonlSink`: the append-only dead-letter file, on real files in a temporary directory each:
+//! what survives reopening (merged re-parks, resolutions with who and when, leases, audit rows),
+//! compaction, torn and corrupt lines, group commit, a runtime that keeps running while the disk
+//! is slow, a park that runs out of file size, and several sinks and processes on one file.
+//! (A process killed mid-burst is in `dlq_kill.rs`; owner-only files, links and owners in
+//! `file_permissions.rs`; bad input in `jsonl_props.rs`; full and read-only disks in
+//! `fault_dlq_dir.rs`.)
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
 
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DlqError, FailureClass, JsonlSink, LegacyStore, TornLine,
+    AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, FailureClass,
+    JsonlSink, Page, RedriveRecord, Resolution, TornLine,
 };
+use retry_core::time::format_rfc3339;
 use tracing_subscriber::layer::SubscriberExt as _;
 
 #[path = "common/tempdir.rs"]
@@ -16,10 +24,12 @@ mod tempdir;
 
 use tempdir::TempDir;
 
-fn torn_path(path: &Path) -> PathBuf {
-    let mut torn = path.as_os_str().to_owned();
-    torn.push(".torn");
-    PathBuf::from(torn)
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
 }
 
 fn letter(msg_id: &str, first_failed_at: &str) -> DeadLetter {
@@ -34,7 +44,7 @@ fn letter(msg_id: &str, first_failed_at: &str) -> DeadLetter {
         class: FailureClass::System,
         error_type: "FetchError".to_owned(),
         idempotency_key: Some(format!("key-{msg_id}")),
-        source: None,
+        source: Some("payments::deposit".to_owned()),
         redacted: false,
         key_scope: None,
         key_expires_at: None,
@@ -43,8 +53,21 @@ fn letter(msg_id: &str, first_failed_at: &str) -> DeadLetter {
     }
 }
 
-fn ids(letters: &[DeadLetter]) -> Vec<&str> {
-    letters.iter().map(|l| l.msg_id.as_str()).collect()
+/// The pending letters, in the sink's order.
+async fn pending(sink: &JsonlSink) -> Vec<DeadLetter> {
+    sink.page(&Page::first(usize::MAX)).await.unwrap()
+}
+
+async fn pending_ids(sink: &JsonlSink) -> Vec<String> {
+    pending(sink).await.into_iter().map(|l| l.msg_id).collect()
+}
+
+fn lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
 }
 
 /// Every WARN event of the process, as `field=value` text. One global subscriber, set before
@@ -101,7 +124,7 @@ fn warnings_about(warnings: &Mutex<Vec<String>>, path: &Path) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn round_trip_ack_and_put_back_survive_reopening() {
+async fn parked_letters_survive_reopening_in_order() {
     let dir = TempDir::new("round-trip");
     let path = dir.file("dlq.jsonl");
     // 02:00Z, 01:00Z (10:00 in Tokyo), 01:00Z again: ordered by time, then msg_id.
@@ -117,9 +140,8 @@ async fn round_trip_ack_and_put_back_survive_reopening() {
     drop(sink);
 
     // Each parked line is the letter itself, field names as in DESIGN.md.
-    let text = std::fs::read_to_string(&path).unwrap();
-    assert_eq!(text.lines().count(), 3, "{text}");
-    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let written = lines(&path);
+    assert_eq!(written.len(), 3);
     for field in [
         "msg_id",
         "original",
@@ -129,77 +151,319 @@ async fn round_trip_ack_and_put_back_survive_reopening() {
         "last_failed_at",
         "trace_id",
     ] {
-        assert!(first.get(field).is_some(), "{field} in {first}");
+        assert!(written[0].get(field).is_some(), "{field} in {}", written[0]);
     }
-    assert_eq!(serde_json::from_value::<DeadLetter>(first).unwrap(), late);
+    assert_eq!(
+        serde_json::from_value::<DeadLetter>(written[0].clone()).unwrap(),
+        late
+    );
 
     let sink = JsonlSink::open(&path).unwrap();
-    assert_eq!(ids(&sink.list().await.unwrap()), ["M-1", "M-2", "M-3"]);
-    assert_eq!(sink.count().await.unwrap(), 3);
-    assert_eq!(sink.oldest().await.unwrap(), Some(early_a.clone()));
-    assert_eq!(sink.get("M-2").await.unwrap(), Some(early_b.clone()));
+    assert_eq!(pending_ids(&sink).await, ["M-1", "M-2", "M-3"]);
+    let stats = sink.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.system, stats.resolved), (3, 3, 0));
+    assert_eq!(
+        stats.oldest_first_failed_at.as_deref(),
+        Some(early_a.first_failed_at.as_str())
+    );
+    assert_eq!(sink.get("M-2").await.unwrap(), Some(early_b));
     assert_eq!(sink.get("M-404").await.unwrap(), None);
+}
 
-    assert!(sink.ack("M-1").await.unwrap());
-    assert!(!sink.ack("M-1").await.unwrap(), "already acked");
-    assert!(!sink.ack("M-404").await.unwrap(), "never parked");
+#[tokio::test]
+async fn a_repark_keeps_the_first_original_on_disk_across_reopening() {
+    let dir = TempDir::new("repark");
+    let path = dir.file("dlq.jsonl");
+    let first = letter("M-1", "2026-08-19T01:00:00Z");
+    let sink = JsonlSink::open(&path).unwrap();
+    sink.park(&first).await.unwrap();
     drop(sink);
 
-    let text = std::fs::read_to_string(&path).unwrap();
-    assert_eq!(
-        text.lines().count(),
-        4,
-        "one ack line, nothing for the refused acks"
+    let mut again = letter("M-1", "2026-08-19T05:00:00Z");
+    again.original = serde_json::json!({ "amount": 999 });
+    again.reason = "gave up after 3 attempts: timeout".into();
+    again.attempts = 3;
+    let sink = JsonlSink::open(&path).unwrap();
+    sink.park(&again).await.unwrap();
+    drop(sink);
+
+    let mut expected = first.clone();
+    expected.absorb(&again);
+    let sink = JsonlSink::open(&path).unwrap();
+    let stored = sink.get("M-1").await.unwrap().unwrap();
+    assert_eq!(stored, expected);
+    assert_eq!(stored.original, first.original, "the first original stays");
+    assert_eq!(stored.first_failed_at, first.first_failed_at);
+    assert_eq!(stored.attempts, 8);
+    assert_eq!(stored.history[0].reason, first.reason);
+    assert_eq!(sink.stats().await.unwrap().pending, 1);
+    // On disk: the first line as parked, then the merged letter, never an overwrite.
+    let written = lines(&path);
+    assert_eq!(written.len(), 2);
+    assert_eq!(written[1]["original"], first.original);
+    assert_eq!(written[1]["attempts"], 8);
+}
+
+#[tokio::test]
+async fn a_resolved_letter_survives_reopening_with_who_and_when() {
+    let dir = TempDir::new("resolved");
+    let path = dir.file("dlq.jsonl");
+    let sink = JsonlSink::open(&path).unwrap();
+    for id in ["M-1", "M-2"] {
+        sink.park(&letter(id, "2026-08-19T01:00:00Z"))
+            .await
+            .unwrap();
+    }
+    let by_run = Resolution::new("alice", "2026-08-20T09:00:00.000+00:00").in_run("run-7");
+    assert!(sink.resolve("M-1", &by_run).await.unwrap());
+    assert!(
+        !sink.resolve("M-1", &by_run).await.unwrap(),
+        "already resolved"
     );
-    let ack: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
-    assert_eq!(ack["ack"], "M-1");
-    let at = ack["at"].as_str().unwrap();
-    assert!(retry_core::time::parse_rfc3339(at).is_some(), "{at}");
-    assert_eq!(ack.as_object().unwrap().len(), 2, "{ack}");
+    assert!(
+        !sink.resolve("M-404", &by_run).await.unwrap(),
+        "never parked"
+    );
+    drop(sink);
+
+    let written = lines(&path);
+    assert_eq!(written.len(), 3, "one ack line, nothing for the refusals");
+    assert_eq!(
+        written[2],
+        serde_json::json!({"ack": "M-1", "at": "2026-08-20T09:00:00.000+00:00", "by": "alice", "run_id": "run-7"})
+    );
+
+    // An ack line of an older version (no `by`) reads as resolved by "".
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str("{\"ack\":\"M-2\",\"at\":\"2026-08-20T10:00:00.000+00:00\"}\n");
+    std::fs::write(&path, text).unwrap();
 
     let sink = JsonlSink::open(&path).unwrap();
+    let kept = sink
+        .get("M-1")
+        .await
+        .unwrap()
+        .expect("a resolved letter is kept");
+    assert_eq!(kept.resolved, Some(by_run));
     assert_eq!(
-        ids(&sink.list().await.unwrap()),
-        ["M-2", "M-3"],
-        "M-1 stays acked"
+        sink.get("M-2").await.unwrap().unwrap().resolved,
+        Some(Resolution::new("", "2026-08-20T10:00:00.000+00:00"))
     );
-    assert_eq!(sink.count().await.unwrap(), 2);
-    assert_eq!(sink.get("M-1").await.unwrap(), None);
-    assert_eq!(sink.oldest().await.unwrap(), Some(early_b.clone()));
+    let stats = sink.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.resolved), (0, 2));
+    assert_eq!(stats.oldest_first_failed_at, None);
+    assert!(pending(&sink).await.is_empty());
+}
 
-    // A redrive of M-2 failed again. Even a letter claiming a later first failure keeps the
-    // pending one's.
-    let mut again = early_b.clone();
-    again.attempts += 1;
-    again.last_failed_at = "2026-08-20T08:00:00.000+00:00".to_owned();
-    again.reason = "redrive: 503 Service Unavailable".to_owned();
-    again.first_failed_at = "2026-08-20T08:00:00.000+00:00".to_owned();
-    sink.put_back(&again).await.unwrap();
-    let expected = DeadLetter {
-        first_failed_at: early_b.first_failed_at.clone(),
-        ..again.clone()
+#[tokio::test]
+async fn leases_audit_rows_and_put_backs_survive_reopening() {
+    let dir = TempDir::new("leases");
+    let path = dir.file("dlq.jsonl");
+    let parked = letter("M-1", "2026-08-19T01:00:00Z");
+    let intent = AuditEntry::intent("run-a", "M-1", "alice", "deposit", "2026-08-20T09:00:00Z");
+    let sink = JsonlSink::open(&path).unwrap();
+    sink.park(&parked).await.unwrap();
+    assert_eq!(
+        sink.lease("M-1", "run-a", HOUR).await.unwrap(),
+        Some(parked.clone())
+    );
+    sink.audit(&intent).await.unwrap();
+    drop(sink);
+
+    // The lease is in the file: another run still cannot take the letter after a restart.
+    let sink = JsonlSink::open(&path).unwrap();
+    assert_eq!(sink.lease("M-1", "run-b", HOUR).await.unwrap(), None);
+    assert_eq!(sink.stats().await.unwrap().leased, 1);
+    assert_eq!(
+        sink.audit_rows(None).await.unwrap(),
+        std::slice::from_ref(&intent)
+    );
+
+    let failure = Failure {
+        at: "2026-08-20T09:00:01Z".into(),
+        reason: "redrive by alice failed: 503".into(),
+        trace_id: "run-a".into(),
     };
-    assert_eq!(sink.get("M-2").await.unwrap(), Some(expected.clone()));
-    assert_eq!(sink.count().await.unwrap(), 2, "replaced, not added");
-
-    // Putting back a letter that is not pending parks it: a failure is never dropped.
-    let revived = letter("M-1", "2026-08-19T01:00:00.000+00:00");
-    sink.put_back(&revived).await.unwrap();
+    assert!(sink.put_back("M-1", "run-a", &failure).await.unwrap());
+    let done = intent.finished("failed again: 503", "2026-08-20T09:00:01Z");
+    sink.audit(&done).await.unwrap();
     drop(sink);
 
+    let mut expected = parked;
+    expected.failed_again(1, failure);
     let sink = JsonlSink::open(&path).unwrap();
-    let list = sink.list().await.unwrap();
-    assert_eq!(ids(&list), ["M-1", "M-2", "M-3"]);
-    assert_eq!(list[1], expected);
-    assert_eq!(list[1].attempts, 6);
-    assert_eq!(list[1].last_failed_at, "2026-08-20T08:00:00.000+00:00");
-    assert_eq!(list[1].first_failed_at, "2026-08-19T10:00:00+09:00");
-    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 6);
+    assert_eq!(sink.get("M-1").await.unwrap(), Some(expected.clone()));
+    assert_eq!(
+        sink.audit_rows(Some("run-a")).await.unwrap(),
+        [done],
+        "the outcome replaced the intent"
+    );
+    assert_eq!(
+        sink.stats().await.unwrap().leased,
+        0,
+        "put back: lease ended"
+    );
+    assert_eq!(
+        sink.lease("M-1", "run-b", HOUR).await.unwrap(),
+        Some(expected)
+    );
+    assert!(sink.release("M-1", "run-b").await.unwrap());
+    drop(sink);
+    let sink = JsonlSink::open(&path).unwrap();
+    assert!(sink.lease("M-1", "run-c", HOUR).await.unwrap().is_some());
+}
+
+/// Everything `purge_resolved` keeps, as the sink shows it.
+#[derive(Debug, PartialEq)]
+struct Shown {
+    letters: Vec<Option<DeadLetter>>,
+    pending: Vec<String>,
+    stats: retry_core::dlq::Stats,
+    audit: Vec<AuditEntry>,
+    redrives: Vec<RedriveRecord>,
+}
+
+async fn shown(sink: &JsonlSink, ids: &[&str]) -> Shown {
+    let mut letters = Vec::new();
+    for id in ids {
+        letters.push(sink.get(id).await.unwrap());
+    }
+    Shown {
+        letters,
+        pending: pending_ids(sink).await,
+        stats: sink.stats().await.unwrap(),
+        audit: sink.audit_rows(None).await.unwrap(),
+        redrives: sink.redrives().await.unwrap(),
+    }
+}
+
+fn record(run_id: &str) -> RedriveRecord {
+    serde_json::from_value(serde_json::json!({
+        "run_id": run_id, "who": "alice", "filter": "all", "target": "deposit",
+        "started_at": "2026-08-20T09:00:00.000+00:00", "finished_at": "2026-08-20T09:00:02.000+00:00",
+        "limit": 10, "rate_per_second": 5, "selected": 1, "succeeded": 1, "failed": 0, "skipped": 0,
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn compaction_keeps_every_live_letter_lease_and_audit_row() {
+    let dir = TempDir::new("compaction");
+    let path = dir.file("dlq.jsonl");
+    let now = SystemTime::now();
+    let long_ago = format_rfc3339(now - Duration::from_secs(30 * 86_400));
+    let sink = JsonlSink::open(&path).unwrap();
+    let ids = ["M-1", "M-2", "M-3", "M-4", "M-5"];
+    for (i, id) in ids.iter().enumerate() {
+        sink.park(&letter(id, &format!("2026-08-19T0{i}:00:00Z")))
+            .await
+            .unwrap();
+    }
+    // History to compact away: a re-park, resolutions, a lease that ended and one that did not.
+    let mut again = letter("M-3", "2026-08-19T09:00:00Z");
+    again.original = serde_json::json!("second");
+    sink.park(&again).await.unwrap();
+    sink.resolve("M-1", &Resolution::new("alice", long_ago.clone()))
+        .await
+        .unwrap();
+    sink.resolve("M-2", &Resolution::new("bob", format_rfc3339(now)))
+        .await
+        .unwrap();
+    sink.lease("M-4", "run-a", HOUR).await.unwrap().unwrap();
+    sink.lease("M-5", "run-b", HOUR).await.unwrap().unwrap();
+    assert!(sink.release("M-5", "run-b").await.unwrap());
+    let intent = AuditEntry::intent("run-a", "M-4", "alice", "deposit", "2026-08-20T09:00:00Z");
+    sink.audit(&intent).await.unwrap();
+    sink.audit(&intent.clone().finished("redriven", "2026-08-20T09:00:01Z"))
+        .await
+        .unwrap();
+    sink.audit(&AuditEntry::intent(
+        "run-a",
+        "M-1",
+        "alice",
+        "deposit",
+        "2026-08-20T09:00:00Z",
+    ))
+    .await
+    .unwrap();
+    sink.record_redrive(&record("run-a")).await.unwrap();
+    let lines_before = lines(&path).len();
+    let before = shown(&sink, &ids).await;
+
+    let cut = now - Duration::from_secs(7 * 86_400);
+    assert_eq!(sink.purge_resolved(cut).await.unwrap(), 1, "only M-1");
+    let mut expected = before;
+    expected.letters[0] = None;
+    expected.stats.resolved = 1;
+    assert_eq!(shown(&sink, &ids).await, expected, "the open sink");
+
+    // The file holds the live state only: four letters, one lease, two audit rows, one record.
+    let written = lines(&path);
+    assert!(written.len() < lines_before, "{written:?}");
+    assert_eq!(written.len(), 4 + 1 + 2 + 1, "{written:#?}");
+    assert!(!beside(&path, ".compact").exists());
+    drop(sink);
+
+    // Reopened, it shows the same; M-4 is still leased to run-a.
+    let sink = JsonlSink::open(&path).unwrap();
+    assert_eq!(shown(&sink, &ids).await, expected, "reopened");
+    assert_eq!(sink.lease("M-4", "run-b", HOUR).await.unwrap(), None);
+    assert_eq!(
+        sink.get("M-3").await.unwrap().unwrap().original,
+        letter("M-3", "").original,
+        "the first original, after the merge"
+    );
+
+    // Nothing old enough: nothing purged, nothing rewritten.
+    let text = std::fs::read(&path).unwrap();
+    assert_eq!(sink.purge_resolved(cut).await.unwrap(), 0);
+    assert_eq!(std::fs::read(&path).unwrap(), text);
+}
+
+#[tokio::test]
+async fn open_compacts_a_file_of_mostly_dead_history() {
+    let dir = TempDir::new("compaction-at-open");
+    let path = dir.file("dlq.jsonl");
+    let mut kept = letter("M-kept", "2026-08-19T02:00:00Z");
+    kept.original = serde_json::json!({ "pad": "k".repeat(10_000) });
+    // 200 superseded states of one letter, ~10 kB each: 2 MB of dead history, ~20 kB live.
+    let mut text = String::new();
+    for attempts in 1..=200 {
+        let mut l = letter("M-busy", "2026-08-19T01:00:00Z");
+        l.original = serde_json::json!({ "pad": "x".repeat(10_000) });
+        l.attempts = attempts;
+        text.push_str(&serde_json::to_string(&l).unwrap());
+        text.push('\n');
+    }
+    text.push_str(&serde_json::to_string(&kept).unwrap());
+    text.push('\n');
+    std::fs::write(&path, &text).unwrap();
+
+    let sink = JsonlSink::open(&path).unwrap();
+    let written = lines(&path);
+    assert_eq!(written.len(), 2, "one line per letter");
+    assert!(std::fs::metadata(&path).unwrap().len() < 25_000);
+    assert_eq!(sink.get("M-busy").await.unwrap().unwrap().attempts, 200);
+    assert_eq!(sink.get("M-kept").await.unwrap(), Some(kept.clone()));
+    drop(sink);
+
+    // Below the threshold (1 MiB of dead history): left as it is.
+    let mut text = String::new();
+    for attempts in 1..=50 {
+        let mut l = letter("M-busy", "2026-08-19T01:00:00Z");
+        l.original = serde_json::json!({ "pad": "x".repeat(10_000) });
+        l.attempts = attempts;
+        text.push_str(&serde_json::to_string(&l).unwrap());
+        text.push('\n');
+    }
+    std::fs::write(&path, &text).unwrap();
+    drop(JsonlSink::open(&path).unwrap());
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
 }
 
 #[cfg(unix)]
 #[test]
-fn created_files_are_owner_only_and_wider_ones_are_left_with_a_warning() {
+fn a_wider_file_is_narrowed_to_owner_only_with_a_warning() {
     use std::os::unix::fs::PermissionsExt as _;
 
     let warnings = warnings();
@@ -215,16 +479,15 @@ fn created_files_are_owner_only_and_wider_ones_are_left_with_a_warning() {
     std::fs::write(&shared, "").unwrap();
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644)).unwrap();
     drop(JsonlSink::open(&shared).unwrap());
-    assert_eq!(mode(&shared), 0o644, "left as it was");
+    assert_eq!(mode(&shared), 0o600, "narrowed");
     let warned = warnings_about(&warnings, &shared);
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(warned[0].contains("mode=644"), "{warned:?}");
 
-    // The `.torn` file is owner-only too.
-    let torn = dir.file("torn.jsonl");
-    std::fs::write(&torn, "{\"msg_").unwrap();
-    drop(JsonlSink::open(&torn).unwrap());
-    assert_eq!(mode(&torn_path(&torn)), 0o600);
+    // A reader changes nothing.
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o640)).unwrap();
+    drop(JsonlSink::open_read_only(&shared).unwrap());
+    assert_eq!(mode(&shared), 0o640);
 }
 
 #[tokio::test]
@@ -238,6 +501,18 @@ async fn a_torn_last_line_is_reported_kept_aside_and_cut_off() {
     let half = &three[..three.len() / 2];
     std::fs::write(&path, format!("{one}\n{two}\n{half}")).unwrap();
 
+    // A reader reports it and leaves it.
+    let reader = JsonlSink::open_read_only(&path).unwrap();
+    assert_eq!(
+        reader.torn(),
+        [TornLine {
+            line: 3,
+            text: half.to_owned()
+        }]
+    );
+    assert_eq!(pending_ids(&reader).await, ["M-1", "M-2"]);
+    assert!(!beside(&path, ".torn").exists());
+
     let sink = JsonlSink::open(&path).unwrap();
     assert_eq!(
         sink.torn(),
@@ -246,16 +521,19 @@ async fn a_torn_last_line_is_reported_kept_aside_and_cut_off() {
             text: half.to_owned()
         }]
     );
-    // (Written by hand with mode 644, the file also gets a warning about that.)
     let warned: Vec<_> = warnings_about(&warnings, &path)
         .into_iter()
         .filter(|w| w.contains("torn line"))
         .collect();
-    assert_eq!(warned.len(), 1, "{warned:?}");
-    assert!(warned[0].contains("line=3"), "{warned:?}");
+    assert_eq!(warned.len(), 2, "the reader's and the writer's: {warned:?}");
+    assert!(warned.iter().all(|w| w.contains("line=3")), "{warned:?}");
+    assert!(
+        warned.iter().all(|w| !w.contains("M-3")),
+        "no payload in the log"
+    );
 
     // Kept aside, with its line number.
-    let kept = std::fs::read_to_string(torn_path(&path)).unwrap();
+    let kept = std::fs::read_to_string(beside(&path, ".torn")).unwrap();
     assert_eq!(kept.lines().count(), 1, "{kept}");
     let kept: serde_json::Value = serde_json::from_str(kept.trim_end()).unwrap();
     assert_eq!(kept["line"], 3);
@@ -265,16 +543,17 @@ async fn a_torn_last_line_is_reported_kept_aside_and_cut_off() {
         std::fs::read_to_string(&path).unwrap(),
         format!("{one}\n{two}\n")
     );
-    assert_eq!(ids(&sink.list().await.unwrap()), ["M-1", "M-2"]);
+    assert_eq!(pending_ids(&sink).await, ["M-1", "M-2"]);
 
-    // Appends continue cleanly.
+    // Appends continue cleanly, and the reader catches up.
     sink.park(&letter("M-4", "2026-08-19T04:00:00Z"))
         .await
         .unwrap();
-    drop(sink);
+    assert_eq!(pending_ids(&reader).await, ["M-1", "M-2", "M-4"]);
+    drop((sink, reader));
     let sink = JsonlSink::open(&path).unwrap();
     assert!(sink.torn().is_empty());
-    assert_eq!(ids(&sink.list().await.unwrap()), ["M-1", "M-2", "M-4"]);
+    assert_eq!(pending_ids(&sink).await, ["M-1", "M-2", "M-4"]);
     drop(sink);
 
     // A last line that has its newline but is not JSON (a power loss can leave zeros) is torn
@@ -290,8 +569,8 @@ async fn a_torn_last_line_is_reported_kept_aside_and_cut_off() {
             text: "\0\0\0\0".to_owned()
         }]
     );
-    assert_eq!(sink.count().await.unwrap(), 3);
-    let kept = std::fs::read_to_string(torn_path(&path)).unwrap();
+    assert_eq!(sink.stats().await.unwrap().pending, 3);
+    let kept = std::fs::read_to_string(beside(&path, ".torn")).unwrap();
     assert_eq!(kept.lines().count(), 2, "{kept}");
     assert!(
         kept.lines().nth(1).unwrap().contains("\"line\":4"),
@@ -317,30 +596,37 @@ async fn a_corrupt_line_before_the_last_fails_open_and_names_the_line() {
             format!("{one}\n\n{{\"msg_id\":\"M-x\"}}\n{two}\n"),
             "line 3",
         ),
-        // JSON but not a letter on the last line: corrupt, not torn (no crash writes that).
+        // JSON but not a line of this file, on the last line: corrupt, not torn (no crash
+        // writes that).
         (format!("{one}\n{two}\n{{\"ack\":7}}\n"), "line 3"),
+        (format!("{one}\n{{\"lease\":\"M-1\"}}\n{two}\n"), "line 2"),
+        (
+            format!("{one}\n{{\"lease\":\"M-1\",\"run_id\":\"r\",\"until\":\"soon\"}}\n"),
+            "line 2",
+        ),
+        (format!("{one}\n{{\"audit\":{{}}}}\n"), "line 2"),
     ];
     for (text, line) in cases {
         std::fs::write(&path, &text).unwrap();
-        let error = JsonlSink::open(&path).unwrap_err();
-        assert!(matches!(error, DlqError::Corrupt(_)), "{error:?}");
-        let message = error.to_string();
-        assert!(message.contains(line), "{message}");
-        assert!(message.contains(&path.display().to_string()), "{message}");
+        for result in [JsonlSink::open(&path), JsonlSink::open_read_only(&path)] {
+            let error = result.unwrap_err();
+            assert!(matches!(error, DlqError::Corrupt(_)), "{error:?}");
+            let message = error.to_string();
+            assert!(message.contains(line), "{message}");
+            assert!(message.contains(&path.display().to_string()), "{message}");
+        }
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
             text,
             "left untouched"
         );
-        assert!(!torn_path(&path).exists());
+        assert!(!beside(&path, ".torn").exists());
     }
-    let error = JsonlSink::open(&path).unwrap_err().to_string();
-    assert!(error.contains("line 3") && error.contains("ack"), "{error}");
 
     // Blank lines are not corrupt.
     std::fs::write(&path, format!("{one}\n\n  \n{two}\n")).unwrap();
     let sink = JsonlSink::open(&path).unwrap();
-    assert_eq!(sink.count().await.unwrap(), 2);
+    assert_eq!(sink.stats().await.unwrap().pending, 2);
 }
 
 #[test]
@@ -377,43 +663,261 @@ fn paths_that_cannot_be_written_fail_with_io_naming_the_path() {
         source.downcast_ref::<std::io::Error>().unwrap().kind(),
         std::io::ErrorKind::NotADirectory
     );
+
+    // A reader needs the file to be there.
+    let error = JsonlSink::open_read_only(dir.file("missing.jsonl")).unwrap_err();
+    assert!(error.to_string().contains("missing.jsonl"), "{error}");
 }
 
-#[test]
-fn one_sink_per_file() {
-    let dir = TempDir::new("lock");
+#[tokio::test]
+async fn sinks_on_one_file_see_each_other_and_follow_a_compaction() {
+    let dir = TempDir::new("shared");
     let path = dir.file("dlq.jsonl");
-    let first = JsonlSink::open(&path).unwrap();
-    let error = JsonlSink::open(&path).unwrap_err();
-    assert!(matches!(error, DlqError::Io(_)), "{error:?}");
-    assert!(error.to_string().contains("one writer per file"), "{error}");
-    drop(first);
-    JsonlSink::open(&path).unwrap();
+    let service = JsonlSink::open(&path).unwrap();
+    let operator = JsonlSink::open(&path).unwrap();
+    let monitor = JsonlSink::open_read_only(&path).unwrap();
+
+    service
+        .park(&letter("M-1", "2026-08-19T01:00:00Z"))
+        .await
+        .unwrap();
+    service
+        .park(&letter("M-2", "2026-08-19T02:00:00Z"))
+        .await
+        .unwrap();
+    assert_eq!(pending_ids(&operator).await, ["M-1", "M-2"]);
+    assert_eq!(monitor.stats().await.unwrap().pending, 2);
+
+    // A lease taken by one is seen by the other, decided under the lock.
+    assert!(
+        operator
+            .lease("M-1", "run-a", HOUR)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(service.lease("M-1", "run-b", HOUR).await.unwrap(), None);
+    // A re-park by one merges into what the other wrote.
+    service
+        .park(&letter("M-1", "2026-08-19T03:00:00Z"))
+        .await
+        .unwrap();
+    assert_eq!(operator.get("M-1").await.unwrap().unwrap().attempts, 10);
+
+    // The operator resolves and purges: the file is renamed over. The others notice.
+    let at = format_rfc3339(SystemTime::now() - Duration::from_secs(60));
+    assert!(
+        operator
+            .resolve("M-2", &Resolution::new("alice", at))
+            .await
+            .unwrap()
+    );
+    assert_eq!(operator.purge_resolved(SystemTime::now()).await.unwrap(), 1);
+    assert_eq!(service.get("M-2").await.unwrap(), None);
+    service
+        .park(&letter("M-3", "2026-08-19T04:00:00Z"))
+        .await
+        .unwrap();
+    assert_eq!(pending_ids(&operator).await, ["M-1", "M-3"]);
+    assert_eq!(pending_ids(&monitor).await, ["M-1", "M-3"]);
+    assert_eq!(monitor.stats().await.unwrap().leased, 1);
+    drop((service, operator, monitor));
+
+    let sink = JsonlSink::open(&path).unwrap();
+    assert_eq!(pending_ids(&sink).await, ["M-1", "M-3"]);
+    assert_eq!(sink.get("M-1").await.unwrap().unwrap().attempts, 10);
+    assert_eq!(sink.lease("M-1", "run-b", HOUR).await.unwrap(), None);
+}
+
+/// Set in a child process: `<path>`, the file it shares with the parent.
+const SHARE_CHILD: &str = "RETRY_CORE_DLQ_JSONL_SHARE_CHILD";
+
+/// Letters parked by each process, and letters both race to lease.
+const OWN: usize = 200;
+const CONTESTED: usize = 100;
+
+fn contested(i: usize) -> String {
+    format!("C-{i:03}")
+}
+
+/// Parks its own letters and tries to lease every contested one, interleaved; the ids of the
+/// leases it won.
+async fn share(sink: Arc<JsonlSink>, side: &str) -> Vec<String> {
+    let parks = {
+        let sink = Arc::clone(&sink);
+        let side = side.to_owned();
+        tokio::spawn(async move {
+            let tasks: Vec<_> = (0..OWN)
+                .map(|i| {
+                    let sink = Arc::clone(&sink);
+                    let id = format!("{side}-{i:03}");
+                    tokio::spawn(async move {
+                        sink.park(&letter(&id, "2026-08-19T01:00:00Z"))
+                            .await
+                            .unwrap()
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        })
+    };
+    let leases: Vec<_> = (0..CONTESTED)
+        .map(|i| {
+            let sink = Arc::clone(&sink);
+            let run = format!("run-{side}");
+            tokio::spawn(async move {
+                let id = contested(i);
+                sink.lease(&id, &run, HOUR).await.unwrap().map(|_| id)
+            })
+        })
+        .collect();
+    let mut won = Vec::new();
+    for lease in leases {
+        won.extend(lease.await.unwrap());
+    }
+    parks.await.unwrap();
+    won
+}
+
+/// Two processes on one file at once, each with its own sink: every letter of both is kept as
+/// a whole line, and each contested letter's lease went to exactly one of them.
+#[test]
+fn two_processes_share_one_file() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    if let Ok(path) = std::env::var(SHARE_CHILD) {
+        let sink = Arc::new(JsonlSink::open(&path).unwrap());
+        println!("READY");
+        let mut go = String::new();
+        std::io::stdin().read_line(&mut go).unwrap();
+        for id in runtime.block_on(share(sink, "child")) {
+            println!("WON {id}");
+        }
+        println!("DONE");
+        return;
+    }
+
+    let dir = TempDir::new("two-processes");
+    let path = dir.file("dlq.jsonl");
+    let sink = Arc::new(JsonlSink::open(&path).unwrap());
+    runtime.block_on(async {
+        for i in 0..CONTESTED {
+            sink.park(&letter(&contested(i), "2026-08-19T00:00:00Z"))
+                .await
+                .unwrap();
+        }
+    });
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "two_processes_share_one_file", "--nocapture"])
+        .env(SHARE_CHILD, &path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while line.trim_end() != "READY" {
+        line.clear();
+        assert_ne!(out.read_line(&mut line).unwrap(), 0, "the child stopped");
+    }
+    // Both start at once.
+    writeln!(child.stdin.take().unwrap(), "GO").unwrap();
+    let parent_won = runtime.block_on(share(Arc::clone(&sink), "parent"));
+    let mut child_won = Vec::new();
+    let mut done = false;
+    for line in out.lines() {
+        let line = line.unwrap();
+        if let Some(id) = line.strip_prefix("WON ") {
+            child_won.push(id.to_owned());
+        }
+        done |= line == "DONE";
+    }
+    assert!(child.wait().unwrap().success() && done, "the child failed");
+
+    let mut all: Vec<String> = parent_won.iter().chain(&child_won).cloned().collect();
+    all.sort();
+    assert_eq!(
+        all,
+        (0..CONTESTED).map(contested).collect::<Vec<_>>(),
+        "each contested letter leased exactly once (parent {}, child {})",
+        parent_won.len(),
+        child_won.len()
+    );
+    runtime.block_on(async {
+        let stats = sink.stats().await.unwrap();
+        assert_eq!(stats.pending as usize, 2 * OWN + CONTESTED);
+        assert_eq!(stats.leased as usize, CONTESTED);
+    });
+    drop(sink);
+    let reopened = JsonlSink::open(&path).unwrap();
+    assert!(reopened.torn().is_empty());
+    let written = lines(&path);
+    assert_eq!(
+        written.len(),
+        CONTESTED + 2 * OWN + CONTESTED,
+        "whole lines"
+    );
+}
+
+/// While the file's lock is held elsewhere (another process in the middle of a slow fsync),
+/// a park waits, but the runtime does not: on a single-threaded runtime a timer still fires
+/// and another task still runs. The park given up on still parks once the lock is free.
+#[test]
+fn a_park_waiting_for_the_disk_does_not_block_the_runtime() {
+    let dir = TempDir::new("not-blocking");
+    let path = dir.file("dlq.jsonl");
+    let sink = JsonlSink::open(&path).unwrap();
+    let held = std::fs::File::open(&path).unwrap();
+    held.lock().unwrap();
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let ticks = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let ticker = tokio::spawn({
+            let ticks = Arc::clone(&ticks);
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        });
+        let l = letter("M-1", "2026-08-19T01:00:00Z");
+        let waited = tokio::time::timeout(Duration::from_millis(300), sink.park(&l)).await;
+        assert!(waited.is_err(), "parked through a held lock: {waited:?}");
+        assert!(
+            ticks.load(std::sync::atomic::Ordering::Relaxed) >= 5,
+            "the runtime was blocked"
+        );
+        ticker.abort();
+    });
+    held.unlock().unwrap();
+    // Queued before the future was dropped: it runs to its end.
+    let parked = runtime.block_on(sink.get("M-1")).unwrap();
+    assert_eq!(parked.map(|l| l.msg_id).as_deref(), Some("M-1"));
 }
 
 #[test]
-fn a_park_future_does_everything_in_its_first_poll() {
+fn a_park_dropped_before_its_first_poll_writes_nothing() {
     let dir = TempDir::new("cancel");
     let path = dir.file("dlq.jsonl");
     let sink = JsonlSink::open(&path).unwrap();
-    let l = letter("M-1", "2026-08-19T01:00:00Z");
-
-    // Dropped before it is polled: nothing written.
-    drop(sink.park(&l));
+    drop(sink.park(&letter("M-1", "2026-08-19T01:00:00Z")));
+    drop(sink);
     assert_eq!(std::fs::read(&path).unwrap(), b"");
-
-    // Polled once: finished, never Pending, so it cannot be dropped halfway.
-    let mut park = std::pin::pin!(sink.park(&l));
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    assert!(matches!(
-        park.as_mut().poll(&mut cx),
-        std::task::Poll::Ready(Ok(()))
-    ));
-    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1);
 }
 
 #[test]
-fn concurrent_parks_from_many_threads_are_whole_lines() {
+fn concurrent_parks_are_whole_lines_sharing_fsyncs() {
     let dir = TempDir::new("concurrent");
     let path = dir.file("dlq.jsonl");
     let sink = Arc::new(JsonlSink::open(&path).unwrap());
@@ -438,11 +942,16 @@ fn concurrent_parks_from_many_threads_are_whole_lines() {
             task.await.unwrap();
         }
     });
-    assert_eq!(runtime.block_on(sink.count()).unwrap(), 160);
+    assert_eq!(runtime.block_on(sink.stats()).unwrap().pending, 160);
+    let commits = sink.group_commits();
+    assert!(
+        commits < 160,
+        "8 tasks parking at once share fsyncs: {commits} commits"
+    );
     drop(sink);
     let sink = JsonlSink::open(&path).unwrap();
     assert!(sink.torn().is_empty());
-    let list = runtime.block_on(sink.list()).unwrap();
+    let list = runtime.block_on(pending(&sink));
     assert_eq!(list.len(), 160);
     assert!(
         list.windows(2).all(|w| w[0].msg_id < w[1].msg_id),
@@ -450,180 +959,44 @@ fn concurrent_parks_from_many_threads_are_whole_lines() {
     );
 }
 
-/// Set in a child process: the path of the file it parks into.
-const CRASH_CHILD: &str = "RETRY_CORE_DLQ_JSONL_CRASH_CHILD";
-
-/// The child's letter number `i`: every 40th one is 8 MiB, so its write takes long enough
-/// for a kill to land inside it.
-fn crash_letter(i: u32) -> DeadLetter {
-    let mut l = letter(&format!("M-{i:07}"), "2026-08-19T01:00:00Z");
-    let pad = if i % 40 == 39 {
-        8 << 20
-    } else {
-        1000 * (i % 5) as usize
-    };
-    l.original = serde_json::json!({ "i": i, "pad": "x".repeat(pad) });
-    l
-}
-
-/// The child parks letters and reports each one on stdout after `park` returned Ok; the parent
-/// kills it with SIGKILL mid-stream: while the file grows during the write of the first big
-/// letter, so usually inside that `write(2)`. Every reported letter must be in the file, and a
-/// torn tail must be reported and kept, not skipped.
-#[tokio::test]
-async fn a_killed_writer_loses_no_parked_letter() {
-    if let Ok(path) = std::env::var(CRASH_CHILD) {
-        let sink = JsonlSink::open(&path).unwrap();
-        let mut out = std::io::stdout();
-        for i in 0..1_000u32 {
-            let l = crash_letter(i);
-            // A closed pipe (the parent is gone) ends the child.
-            let mut report = |what: &str| {
-                writeln!(out, "{what} {}", l.msg_id)
-                    .and_then(|()| out.flush())
-                    .is_ok()
-            };
-            if l.original["pad"].as_str().unwrap().len() > 1 << 20 && !report("BIG") {
-                return;
-            }
-            sink.park(&l).await.unwrap();
-            if !report("PARKED") {
-                return;
-            }
-        }
-        return;
-    }
-
-    let dir = TempDir::new("crash");
-    let path = dir.file("dlq.jsonl");
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_killed_writer_loses_no_parked_letter",
-            "--nocapture",
-        ])
-        .env(CRASH_CHILD, &path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut reported = Vec::new();
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert_ne!(
-            stdout.read_line(&mut line).unwrap(),
-            0,
-            "the child stopped early"
-        );
-        if let Some(id) = line.trim_end().strip_prefix("PARKED ") {
-            reported.push(id.to_owned());
-        } else if line.starts_with("BIG ") {
-            break;
-        }
-    }
-    // The file holds the reported letters; kill as soon as it grows (the big write started),
-    // or after 5 s.
-    let before = std::fs::metadata(&path).unwrap().len();
-    let started = std::time::Instant::now();
-    while std::fs::metadata(&path).unwrap().len() == before
-        && started.elapsed() < std::time::Duration::from_secs(5)
-    {
-        std::hint::spin_loop();
-    }
-    child.kill().unwrap();
-    let status = child.wait().unwrap();
-    assert!(!status.success(), "killed: {status:?}");
-    // What it reported before it died.
-    for line in stdout.lines() {
-        if let Some(id) = line.unwrap().strip_prefix("PARKED ") {
-            reported.push(id.to_owned());
-        }
-    }
-    assert!(reported.len() >= 39, "{reported:?}");
-
-    let sink = JsonlSink::open(&path).unwrap();
-    let parked = sink.list().await.unwrap();
-    let parked_ids: std::collections::HashSet<&str> = ids(&parked).into_iter().collect();
-    let lost: Vec<_> = reported
-        .iter()
-        .filter(|id| !parked_ids.contains(id.as_str()))
-        .collect();
-    assert!(lost.is_empty(), "reported parked, then lost: {lost:?}");
-    // At most the one park that finished between the last report and the kill.
-    assert!(
-        parked.len() <= reported.len() + 1,
-        "{} {}",
-        parked.len(),
-        reported.len()
-    );
-    assert_eq!(
-        parked,
-        (0..parked.len() as u32)
-            .map(crash_letter)
-            .collect::<Vec<_>>(),
-        "whole letters, in order"
-    );
-
-    // A torn tail (the kill landed inside a write) is reported and kept, not skipped.
-    let torn = sink.torn().to_vec();
-    assert!(torn.len() <= 1, "{torn:?}");
-    if let Some(torn) = torn.first() {
-        assert_eq!(
-            torn.line,
-            parked.len() + 1,
-            "the line after the last letter"
-        );
-        let next = serde_json::to_string(&crash_letter(parked.len() as u32)).unwrap();
-        assert!(
-            next.starts_with(&torn.text) && torn.text.len() < next.len(),
-            "a prefix of the next letter"
-        );
-        assert!(!reported.contains(&format!("M-{:07}", parked.len())));
-        let kept = std::fs::read_to_string(torn_path(&path)).unwrap();
-        assert!(kept.contains(&format!("\"line\":{}", torn.line)));
-        assert_eq!(kept.lines().count(), 1);
-    }
-    eprintln!(
-        "crash: {} reported, {} in the file, torn tail: {}",
-        reported.len(),
-        parked.len(),
-        torn.first()
-            .map_or("none".to_owned(), |t| format!("{} bytes", t.text.len()))
-    );
-    drop(sink);
-
-    // Opening again finds a clean file.
-    let sink = JsonlSink::open(&path).unwrap();
-    assert!(sink.torn().is_empty());
-    assert_eq!(sink.count().await.unwrap(), parked.len() as u64);
-}
-
 /// Set in a child process: the path of the file it parks into, under a small file size limit.
 const FSIZE_CHILD: &str = "RETRY_CORE_DLQ_JSONL_FSIZE_CHILD";
 
-/// A park that cannot write returns `DlqError::Io` and leaves no half line in the file. Root
-/// ignores permission bits, so the failure is a file size limit (`ulimit -f`, which binds root
-/// too, with SIGXFSZ ignored so the write fails with EFBIG instead of killing the child): the
-/// first write over the limit is short, the next one fails, and the sink cuts the partial line
-/// back off.
+/// A park that cannot write returns `DlqError::Io` and leaves no half line in the file; so does
+/// every park of a group that cannot be written. Root ignores permission bits, so the failure
+/// is a file size limit (`ulimit -f`, which binds root too, with SIGXFSZ ignored so the write
+/// fails with EFBIG instead of killing the child): the first write over the limit is short, the
+/// next one fails, and the sink cuts the partial group back off.
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn a_park_that_cannot_write_fails_with_io_and_leaves_no_partial_line() {
     if let Ok(path) = std::env::var(FSIZE_CHILD) {
-        let sink = JsonlSink::open(&path).unwrap();
-        for i in 0..100u32 {
+        let sink = Arc::new(JsonlSink::open(&path).unwrap());
+        let big = |i: u32| {
             let mut l = letter(&format!("M-{i:03}"), "2026-08-19T01:00:00Z");
             l.original = serde_json::json!({ "pad": "x".repeat(700) });
+            l
+        };
+        for i in 0..100u32 {
+            let l = big(i);
             match sink.park(&l).await {
                 Ok(()) => println!("PARKED {}", l.msg_id),
                 Err(e) => {
                     assert!(matches!(e, DlqError::Io(_)), "{e:?}");
                     println!("FAILED {e}");
-                    // Still failing, still clean.
-                    assert!(sink.park(&l).await.is_err());
+                    // Still failing, still clean: a group of ten fails whole.
+                    let group: Vec<_> = (1000..1010)
+                        .map(|i| {
+                            let (sink, l) = (Arc::clone(&sink), big(i));
+                            tokio::spawn(async move { sink.park(&l).await })
+                        })
+                        .collect();
+                    for park in group {
+                        let result = park.await.unwrap();
+                        assert!(matches!(result, Err(DlqError::Io(_))), "{result:?}");
+                    }
                     assert!(sink.get(&l.msg_id).await.unwrap().is_none());
+                    assert!(sink.get("M-1000").await.unwrap().is_none());
                     return;
                 }
             }
@@ -678,5 +1051,40 @@ async fn a_park_that_cannot_write_fails_with_io_and_leaves_no_partial_line() {
     assert!(text.ends_with('\n'), "no partial line left: {text:?}");
     let sink = JsonlSink::open(&path).unwrap();
     assert!(sink.torn().is_empty());
-    assert_eq!(ids(&sink.list().await.unwrap()), parked);
+    assert_eq!(pending_ids(&sink).await, parked);
+}
+
+/// A lock held far longer than any group commit holds it (here by the test; in life by a stuck
+/// process, or an older `JsonlSink` that held it while open) fails `open` and parks with an
+/// error naming the lock, after a bounded wait, instead of hanging.
+#[tokio::test]
+async fn a_lock_held_for_seconds_fails_open_and_parks_instead_of_hanging() {
+    let dir = TempDir::new("lock-held");
+    let path = dir.file("dlq.jsonl");
+    let sink = JsonlSink::open(&path).unwrap();
+    let held = std::fs::File::open(&path).unwrap();
+    held.lock().unwrap();
+    let started = std::time::Instant::now();
+    let l = letter("M-1", "2026-08-19T01:00:00Z");
+    let opening = tokio::task::spawn_blocking({
+        let path = path.clone();
+        move || JsonlSink::open(path).map(drop)
+    });
+    let (opened, parked) = tokio::join!(opening, sink.park(&l));
+    let waited = started.elapsed();
+    for error in [opened.unwrap().unwrap_err(), parked.unwrap_err()] {
+        assert!(matches!(error, DlqError::Io(_)), "{error:?}");
+        let message = error.to_string();
+        assert!(
+            message.contains("cannot lock dead-letter file") && message.contains("held"),
+            "{message}"
+        );
+    }
+    assert!(
+        waited >= Duration::from_secs(4) && waited < Duration::from_secs(20),
+        "{waited:?}"
+    );
+    // Free again: the sink goes on.
+    held.unlock().unwrap();
+    sink.park(&l).await.unwrap();
 }

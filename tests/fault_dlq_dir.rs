@@ -2,8 +2,8 @@
 //!
 //! - Full: a 256 KiB tmpfs, filled up while the `JsonlSink` is open. A `#[retryable(dlq(...))]`
 //!   call that gives up gets `DlqFailed` carrying its letter and naming the file and "No space
-//!   left on device"; the file keeps no partial line; once space frees up the letter parks and
-//!   the earlier ones are intact.
+//!   left on device"; so does every call of a group that gives up at once; the file keeps no
+//!   partial line; once space frees up the sink parks again and the earlier letters are intact.
 //! - Read-only, at start: a read-only bind mount. Opening the sink fails naming the file and
 //!   "Read-only file system" (a service cannot start and silently drop letters); a read-only
 //!   view still shows every letter, and after the remount the sink opens with them intact.
@@ -23,7 +23,9 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use retry_core::dlq::{DeadLetter, DeadLetterSink, DlqError, DlqFailed, JsonlSink, LegacyStore};
+use retry_core::dlq::{
+    DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, DlqFailed, JsonlSink, Page,
+};
 use retry_core::{Classify, Decision, retryable};
 use serde::Serialize;
 
@@ -87,6 +89,11 @@ async fn give_up(letters: &JsonlSink, payment: Payment) -> Result<(), Box<DlqFai
         Failed::Upstream => Ok(()),
         Failed::NotParked(failed) => Err(failed),
     }
+}
+
+/// The pending letters, in the sink's order.
+async fn pending(letters: &JsonlSink) -> Vec<DeadLetter> {
+    letters.page(&Page::first(usize::MAX)).await.unwrap()
 }
 
 /// Every line of the file is a whole letter (nothing partial at the end either); returns them.
@@ -189,7 +196,7 @@ async fn a_full_dead_letter_directory_hands_the_letter_back_and_keeps_no_partial
     for id in ["P-0", "P-1", "P-2"] {
         give_up(&letters, payment(id, 100)).await.unwrap();
     }
-    let before = letters.list().await.unwrap();
+    let before = pending(&letters).await;
     assert_eq!(before.len(), 3);
 
     // Fill the file system up to the last byte.
@@ -221,6 +228,31 @@ async fn a_full_dead_letter_directory_hands_the_letter_back_and_keeps_no_partial
     assert_eq!(whole_lines(&path), before, "no partial line, nothing lost");
     assert!(letters.get("P-3").await.unwrap().is_none());
 
+    // Many calls giving up at once (one group, or a few): every one of them gets its letter
+    // back, and nothing of them stays in the file.
+    let group = tokio::join!(
+        give_up(&letters, payment("G-0", 4 << 10)),
+        give_up(&letters, payment("G-1", 4 << 10)),
+        give_up(&letters, payment("G-2", 4 << 10)),
+        give_up(&letters, payment("G-3", 4 << 10)),
+    );
+    for (id, result) in [
+        ("G-0", group.0),
+        ("G-1", group.1),
+        ("G-2", group.2),
+        ("G-3", group.3),
+    ] {
+        let failed = result.expect_err("parked on a full disk");
+        assert_not_parked(
+            &failed,
+            id,
+            &["cannot append to"],
+            &path,
+            "No space left on device",
+        );
+    }
+    assert_eq!(whole_lines(&path), before, "no partial line, nothing lost");
+
     // Space again: the letter the caller kept parks, next to the intact earlier ones.
     std::fs::remove_file(dir.join("filler")).unwrap();
     letters.park(&failed.letter).await.unwrap();
@@ -230,7 +262,7 @@ async fn a_full_dead_letter_directory_hands_the_letter_back_and_keeps_no_partial
     drop(letters);
     let letters = JsonlSink::open(&path).unwrap();
     assert!(letters.torn().is_empty());
-    assert_eq!(letters.list().await.unwrap(), expected, "no letter lost");
+    assert_eq!(pending(&letters).await, expected, "no letter lost");
     println!("{CHILD_OK}");
 }
 
@@ -252,7 +284,7 @@ async fn a_read_only_dead_letter_directory_fails_open_naming_it_and_loses_nothin
         for id in ["P-0", "P-1"] {
             give_up(&letters, payment(id, 100)).await.unwrap();
         }
-        letters.list().await.unwrap()
+        pending(&letters).await
     };
 
     // The directory turns read-only (a bind mount of it, remounted read-only).
@@ -268,13 +300,13 @@ async fn a_read_only_dead_letter_directory_fails_open_naming_it_and_loses_nothin
     );
     // Monitoring still sees every letter.
     let view = JsonlSink::open_read_only(&path).unwrap();
-    assert_eq!(view.list().await.unwrap(), before);
+    assert_eq!(pending(&view).await, before);
     drop(view);
 
     // Writable again: the sink opens with the letters intact and parks new ones.
     run("umount", &[dir_arg(&dir)]);
     let letters = JsonlSink::open(&path).unwrap();
-    assert_eq!(letters.list().await.unwrap(), before, "no letter lost");
+    assert_eq!(pending(&letters).await, before, "no letter lost");
     give_up(&letters, payment("P-2", 100)).await.unwrap();
     assert_eq!(whole_lines(&path).len(), 3);
     println!("{CHILD_OK}");
@@ -305,7 +337,7 @@ async fn a_dead_letter_file_that_turns_unwritable_while_open_hands_letters_back(
     for id in ["P-0", "P-1"] {
         give_up(&letters, payment(id, 100)).await.unwrap();
     }
-    let before = letters.list().await.unwrap();
+    let before = pending(&letters).await;
 
     let immutable = Immutable::set(&path);
     let mut kept = Vec::new();
@@ -338,6 +370,6 @@ async fn a_dead_letter_file_that_turns_unwritable_while_open_hands_letters_back(
     }
     let mut expected = before;
     expected.extend(kept);
-    assert_eq!(letters.list().await.unwrap(), expected, "no letter lost");
+    assert_eq!(pending(&letters).await, expected, "no letter lost");
     assert_eq!(whole_lines(&path), expected);
 }

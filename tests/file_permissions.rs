@@ -1,12 +1,18 @@
 //! Files that hold payloads are readable by their owner only when retry-core creates them: the
 //! SQLite idempotency store (stored responses), the SQLite dead-letter table (originals) and
-//! their WAL and shared-memory files. (The JSONL sink's own check is in `dlq_jsonl.rs`.)
+//! their WAL and shared-memory files, and the JSONL dead-letter file with the `.torn` file
+//! beside it and the file a compaction renames over it. The JSONL sink also refuses a symbolic
+//! link at its path and a file of another user. (Its warning when it narrows a wider file is
+//! checked in `dlq_jsonl.rs`.)
 #![cfg(unix)]
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use retry_core::dlq::{DeadLetter, DeadLetterSink, FailureClass, SqliteDeadLetters};
+use retry_core::dlq::{
+    DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, JsonlSink, Resolution,
+    SqliteDeadLetters,
+};
 use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, SqliteStore};
 
 #[path = "common/tempdir.rs"]
@@ -45,27 +51,7 @@ async fn sqlite_files_holding_payloads_are_owner_only() {
 
     let letters_path = dir.file("dlq.sqlite3");
     let letters = SqliteDeadLetters::open(&letters_path).unwrap();
-    letters
-        .park(&DeadLetter {
-            msg_id: "M-1".into(),
-            original: serde_json::json!({"card": "4111"}),
-            reason: "gave up".into(),
-            attempts: 3,
-            first_failed_at: "2026-08-19T02:11:03+09:00".into(),
-            last_failed_at: "2026-08-19T02:12:47+09:00".into(),
-            trace_id: "t".into(),
-            class: FailureClass::System,
-            error_type: "E".into(),
-            idempotency_key: None,
-            source: None,
-            redacted: false,
-            key_scope: None,
-            key_expires_at: None,
-            history: Vec::new(),
-            resolved: None,
-        })
-        .await
-        .unwrap();
+    letters.park(&card_letter("M-1")).await.unwrap();
 
     for path in [&inbox_path, &letters_path] {
         for suffix in ["", "-wal", "-shm"] {
@@ -80,6 +66,104 @@ async fn sqlite_files_holding_payloads_are_owner_only() {
     }
 }
 
+/// A letter whose original holds a card number.
+fn card_letter(msg_id: &str) -> DeadLetter {
+    DeadLetter {
+        msg_id: msg_id.into(),
+        original: serde_json::json!({"card": "4111"}),
+        reason: "gave up".into(),
+        attempts: 3,
+        first_failed_at: "2026-08-19T02:11:03+09:00".into(),
+        last_failed_at: "2026-08-19T02:12:47+09:00".into(),
+        trace_id: "t".into(),
+        class: FailureClass::System,
+        error_type: "E".into(),
+        idempotency_key: None,
+        source: None,
+        redacted: false,
+        key_scope: None,
+        key_expires_at: None,
+        history: Vec::new(),
+        resolved: None,
+    }
+}
+
+#[tokio::test]
+async fn jsonl_files_holding_letters_are_owner_only() {
+    let dir = tempdir::TempDir::new("permissions-jsonl");
+    let path = dir.file("dlq.jsonl");
+    let sink = JsonlSink::open(&path).unwrap();
+    sink.park(&card_letter("M-1")).await.unwrap();
+    sink.park(&card_letter("M-2")).await.unwrap();
+    assert_eq!(mode(&path), 0o600);
+    // A purge compacts: the file renamed over the old one is owner-only too.
+    let an_hour_ago = retry_core::time::format_rfc3339(
+        std::time::SystemTime::now() - std::time::Duration::from_secs(3600),
+    );
+    sink.resolve("M-1", &Resolution::new("alice", an_hour_ago))
+        .await
+        .unwrap();
+    let before = std::fs::metadata(&path).unwrap();
+    assert_eq!(
+        sink.purge_resolved(std::time::SystemTime::now())
+            .await
+            .unwrap(),
+        1
+    );
+    drop(sink);
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        assert_ne!(
+            std::fs::metadata(&path).unwrap().ino(),
+            before.ino(),
+            "a new file"
+        );
+    }
+    assert_eq!(mode(&path), 0o600);
+    // A torn line is kept aside, owner-only.
+    let mut text = std::fs::read(&path).unwrap();
+    text.extend_from_slice(b"{\"msg_id\":\"M-3\",\"original\":{\"card\":\"41");
+    std::fs::write(&path, text).unwrap();
+    assert_eq!(JsonlSink::open(&path).unwrap().torn().len(), 1);
+    assert_eq!(mode(&with_suffix(&path, ".torn")), 0o600);
+}
+
+#[test]
+fn a_jsonl_sink_does_not_follow_a_link_or_write_another_users_file() {
+    let dir = tempdir::TempDir::new("permissions-jsonl-link");
+    let path = dir.file("dlq.jsonl");
+    drop(JsonlSink::open(&path).unwrap());
+
+    // A link to the file, and a dangling link to where one would be created.
+    let link = dir.file("link.jsonl");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    let elsewhere = dir.file("elsewhere.jsonl");
+    let dangling = dir.file("dangling.jsonl");
+    std::os::unix::fs::symlink(&elsewhere, &dangling).unwrap();
+    for link in [&link, &dangling] {
+        for result in [JsonlSink::open(link), JsonlSink::open_read_only(link)] {
+            let error = result.unwrap_err().to_string();
+            assert!(
+                error.contains("symbolic link") && error.contains(&link.display().to_string()),
+                "{error}"
+            );
+        }
+    }
+    assert!(!elsewhere.exists(), "nothing created where the link points");
+
+    // Another user's file: refused for writing, readable for monitoring. (Giving it away
+    // needs root, as the fault tests do.)
+    let theirs = dir.file("theirs.jsonl");
+    std::fs::write(&theirs, "").unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534))
+        .expect("this test gives a file to uid 65534, which needs root");
+    let error = JsonlSink::open(&theirs).unwrap_err().to_string();
+    assert!(error.contains("owned by uid 65534"), "{error}");
+    JsonlSink::open_read_only(&theirs).unwrap();
+}
+
+/// SQLite's choice; the JSONL sink narrows a wider file to 0600 (see `JsonlSink`'s docs).
 #[test]
 fn an_existing_file_keeps_the_permissions_its_owner_gave_it() {
     let dir = tempdir::TempDir::new("permissions-existing");

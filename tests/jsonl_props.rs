@@ -1,17 +1,22 @@
-//! `JsonlSink` under bad input, on real files: random histories of letters, acks, put-backs and
-//! redrive records read back the same after reopening; random garbage as the last line (torn,
-//! or a complete line that is not JSON) is moved to `<path>.torn` with every earlier letter
-//! intact; random garbage in an earlier line fails `open` with `DlqError::Corrupt` naming that
-//! line and leaves the file byte for byte as it was. Oversized letters survive whole.
+//! `JsonlSink` under bad input, on real files: random histories of parks, resolutions, leases,
+//! releases, put-backs, audit rows, redrive records and purges answer exactly as the reference
+//! store (`MemoryDeadLetters`) does, and read back the same after reopening; random garbage as
+//! the last line (torn, or a complete line that is not JSON) is moved to `<path>.torn` with
+//! everything before it intact; random garbage in an earlier line fails `open` with
+//! `DlqError::Corrupt` naming that line and leaves the file byte for byte as it was. Large
+//! letters survive whole; lines over `JsonlSink::MAX_LINE` are refused when parked and reported,
+//! never read whole, when found in the file.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DlqError, FailureClass, JsonlSink, LegacyStore, RedriveRecord,
-    TornLine,
+    AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, FailureClass,
+    JsonlSink, MemoryDeadLetters, Page, RedriveRecord, Resolution, Stats, TornLine,
 };
+use retry_core::time::parse_rfc3339;
 use serde_json::Value;
 
 #[path = "common/tempdir.rs"]
@@ -51,10 +56,15 @@ fn json() -> impl Strategy<Value = Value> {
     })
 }
 
-/// A few ids that repeat (so parks replace, acks hit and put-backs find a pending letter) and
-/// any text, newlines, quotes and braces included.
+/// A few ids that repeat (so parks merge, and resolutions, leases and put-backs find a letter)
+/// and any text, newlines, quotes and braces included.
 fn msg_id() -> impl Strategy<Value = String> {
-    prop_oneof![4 => "M-[0-4]", 1 => ".{0,8}"]
+    prop_oneof![6 => "M-[0-2]", 1 => ".{0,8}"]
+}
+
+/// Two runs, so leases are contested and put-backs often come from the holder.
+fn run_id() -> impl Strategy<Value = String> {
+    "run-[ab]"
 }
 
 /// Times as RFC 3339 with any offset, or text that is not a time at all (such letters sort
@@ -70,43 +80,68 @@ fn time() -> impl Strategy<Value = String> {
 
 fn letter() -> impl Strategy<Value = DeadLetter> {
     (
-        msg_id(),
-        json(),
-        ".{0,20}",
-        any::<u32>(),
-        time(),
-        time(),
-        ".{0,8}",
-        any::<bool>(),
-        ".{0,8}",
-        proptest::option::of(".{0,10}"),
+        (msg_id(), json(), ".{0,20}", any::<u32>(), time(), time()),
+        (
+            ".{0,8}",
+            any::<bool>(),
+            ".{0,8}",
+            proptest::option::of(".{0,10}"),
+        ),
+        (
+            proptest::option::of("[a-z:]{0,12}"),
+            any::<bool>(),
+            proptest::option::of(".{0,6}"),
+        ),
     )
         .prop_map(
-            |(msg_id, original, reason, attempts, first, last, trace_id, data, error_type, key)| {
-                DeadLetter {
-                    msg_id,
-                    original,
-                    reason,
-                    attempts,
-                    first_failed_at: first,
-                    last_failed_at: last,
-                    trace_id,
-                    class: if data {
-                        FailureClass::Data
-                    } else {
-                        FailureClass::System
-                    },
-                    error_type,
-                    idempotency_key: key,
-                    source: None,
-                    redacted: false,
-                    key_scope: None,
-                    key_expires_at: None,
-                    history: Vec::new(),
-                    resolved: None,
-                }
+            |(
+                (msg_id, original, reason, attempts, first, last),
+                (trace_id, data, error_type, key),
+                (source, redacted, key_scope),
+            )| DeadLetter {
+                msg_id,
+                original,
+                reason,
+                attempts,
+                first_failed_at: first,
+                last_failed_at: last,
+                trace_id,
+                class: if data {
+                    FailureClass::Data
+                } else {
+                    FailureClass::System
+                },
+                error_type,
+                idempotency_key: key,
+                source,
+                redacted,
+                key_scope,
+                key_expires_at: None,
+                history: Vec::new(),
+                resolved: None,
             },
         )
+}
+
+/// Resolution and purge times: a few fixed instants (so purges cut between them), and text
+/// that is not a time (never purged: its age is unknown).
+fn resolved_at() -> impl Strategy<Value = String> {
+    prop::sample::select(vec![
+        "2026-08-20T09:00:00Z",
+        "2026-09-01T00:00:00+09:00",
+        "2027-03-01T12:00:00.500-05:00",
+        "yesterday",
+    ])
+    .prop_map(str::to_owned)
+}
+
+fn purge_cut() -> impl Strategy<Value = SystemTime> {
+    prop::sample::select(vec![
+        "2026-08-25T00:00:00Z",
+        "2026-12-31T00:00:00Z",
+        "2030-01-01T00:00:00Z",
+    ])
+    .prop_map(|at| parse_rfc3339(at).unwrap())
 }
 
 fn redrive() -> impl Strategy<Value = RedriveRecord> {
@@ -154,99 +189,172 @@ fn redrive() -> impl Strategy<Value = RedriveRecord> {
         )
 }
 
+fn audit() -> impl Strategy<Value = AuditEntry> {
+    (
+        run_id(),
+        msg_id(),
+        ".{0,6}",
+        proptest::option::of(".{0,10}"),
+    )
+        .prop_map(|(run, msg, who, outcome)| {
+            let intent = AuditEntry::intent(run, msg, who, "deposit", "2026-08-20T09:00:00Z");
+            match outcome {
+                Some(outcome) => intent.finished(outcome, "2026-08-20T09:00:01Z"),
+                None => intent,
+            }
+        })
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Park(DeadLetter),
-    PutBack(DeadLetter),
-    Ack(String),
+    Resolve(String, Resolution),
+    Lease(String, String),
+    Release(String, String),
+    PutBack(String, String, Failure),
+    Audit(AuditEntry),
     Redrive(RedriveRecord),
+    Purge(SystemTime),
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => letter().prop_map(Op::Park),
-        2 => letter().prop_map(Op::PutBack),
-        3 => msg_id().prop_map(Op::Ack),
+        2 => (msg_id(), ".{0,6}", resolved_at(), proptest::option::of(run_id())).prop_map(
+            |(id, by, at, run)| {
+                let resolution = Resolution::new(by, at);
+                Op::Resolve(id, match run { Some(run) => resolution.in_run(run), None => resolution })
+            }
+        ),
+        3 => (msg_id(), run_id()).prop_map(|(id, run)| Op::Lease(id, run)),
+        1 => (msg_id(), run_id()).prop_map(|(id, run)| Op::Release(id, run)),
+        2 => (msg_id(), run_id(), time(), ".{0,12}").prop_map(|(id, run, at, reason)| {
+            let failure = Failure { at, reason, trace_id: run.clone() };
+            Op::PutBack(id, run, failure)
+        }),
+        1 => audit().prop_map(Op::Audit),
         1 => redrive().prop_map(Op::Redrive),
+        1 => purge_cut().prop_map(Op::Purge),
     ]
 }
 
-// ---- the model and the sink ----
+// ---- the reference and the sink ----
 
-/// What the file must hold: the pending letter of each id, and the redrive runs in order.
-#[derive(Debug, Default, PartialEq)]
-struct Model {
-    pending: BTreeMap<String, DeadLetter>,
+/// A lease no case outlives: the model and the sink decide on the same clock.
+const LEASE: Duration = Duration::from_secs(3600);
+
+/// Applies `op` to `store`; its answer, as text to compare.
+async fn apply<S: DeadLetterStore>(store: &S, op: &Op) -> Result<String, DlqError> {
+    Ok(match op {
+        Op::Park(letter) => format!("{:?}", store.park(letter).await?),
+        Op::Resolve(id, resolution) => format!("{:?}", store.resolve(id, resolution).await?),
+        Op::Lease(id, run) => format!("{:?}", store.lease(id, run, LEASE).await?),
+        Op::Release(id, run) => format!("{:?}", store.release(id, run).await?),
+        Op::PutBack(id, run, failure) => format!("{:?}", store.put_back(id, run, failure).await?),
+        Op::Audit(entry) => format!("{:?}", store.audit(entry).await?),
+        Op::Redrive(record) => format!("{:?}", store.record_redrive(record).await?),
+        Op::Purge(before) => format!("{:?}", store.purge_resolved(*before).await?),
+    })
+}
+
+/// What a store shows: every letter ever named (pending, resolved or gone), the pending ones,
+/// the counts, the audit rows and the redrive records.
+#[derive(Debug, PartialEq)]
+struct Snapshot {
+    letters: BTreeMap<String, Option<DeadLetter>>,
+    pending: BTreeSet<String>,
+    /// Without `oldest_first_failed_at`: the reference orders letters whose first failure is
+    /// not a time differently (JSONL puts them last; checked in `check_order`).
+    stats: Stats,
+    audit: Vec<AuditEntry>,
     redrives: Vec<RedriveRecord>,
 }
 
-/// Applies `ops` to a new sink on `path` and to the model; returns the model.
-fn write(path: &Path, ops: &[Op]) -> Result<Model, TestCaseError> {
-    let sink = JsonlSink::open(path).unwrap();
-    let mut model = Model::default();
-    RUNTIME.block_on(async {
-        for op in ops {
-            match op {
-                Op::Park(letter) => {
-                    sink.park(letter).await.unwrap();
-                    model.pending.insert(letter.msg_id.clone(), letter.clone());
-                }
-                Op::PutBack(letter) => {
-                    sink.put_back(letter).await.unwrap();
-                    let mut kept = letter.clone();
-                    if let Some(pending) = model.pending.get(&letter.msg_id) {
-                        kept.first_failed_at.clone_from(&pending.first_failed_at);
-                    }
-                    model.pending.insert(kept.msg_id.clone(), kept);
-                }
-                Op::Ack(msg_id) => {
-                    let was_pending = model.pending.remove(msg_id).is_some();
-                    prop_assert_eq!(sink.ack(msg_id).await.unwrap(), was_pending);
-                }
-                Op::Redrive(record) => {
-                    sink.record_redrive(record).await.unwrap();
-                    model.redrives.push(record.clone());
-                }
-            }
-        }
-        Ok::<(), TestCaseError>(())
-    })?;
-    let seen = read(&sink);
+async fn snapshot<S: DeadLetterStore>(store: &S, ids: &BTreeSet<String>) -> Snapshot {
+    let mut letters = BTreeMap::new();
+    for id in ids {
+        letters.insert(id.clone(), store.get(id).await.unwrap());
+    }
+    let mut stats = store.stats().await.unwrap();
+    stats.oldest_first_failed_at = None;
+    Snapshot {
+        letters,
+        pending: store
+            .page(&Page::first(usize::MAX))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|l| l.msg_id)
+            .collect(),
+        stats,
+        audit: store.audit_rows(None).await.unwrap(),
+        redrives: store.redrives().await.unwrap(),
+    }
+}
+
+/// The sink's pending letters come by first failure as a time (unreadable times last), then
+/// `msg_id`; pages of three with the cursor give the same; the oldest is the first.
+async fn check_order(sink: &JsonlSink) -> Result<(), TestCaseError> {
+    let all = sink.page(&Page::first(usize::MAX)).await.unwrap();
+    let key = |l: &DeadLetter| {
+        let at = parse_rfc3339(&l.first_failed_at);
+        (at.is_none(), at, l.msg_id.clone())
+    };
+    prop_assert!(all.windows(2).all(|w| key(&w[0]) < key(&w[1])), "order");
+    let mut paged = Vec::new();
+    let mut page = Page::first(3);
+    loop {
+        let more = sink.page(&page).await.unwrap();
+        let Some(last) = more.last() else { break };
+        page = page.next_after(last);
+        paged.extend(more);
+    }
+    prop_assert_eq!(&paged, &all, "paging with the cursor");
     prop_assert_eq!(
-        &seen.model,
-        &model,
-        "the open sink disagrees with the model"
+        sink.stats().await.unwrap().oldest_first_failed_at,
+        all.first().map(|l| l.first_failed_at.clone())
     );
-    Ok(model)
+    Ok(())
 }
 
-/// What a sink shows: the model, and the letters in its own order.
-struct Seen {
-    model: Model,
-    list: Vec<DeadLetter>,
+fn ids(ops: &[Op]) -> BTreeSet<String> {
+    ops.iter()
+        .filter_map(|op| match op {
+            Op::Park(l) => Some(l.msg_id.clone()),
+            Op::Resolve(id, _) | Op::Lease(id, _) | Op::Release(id, _) | Op::PutBack(id, _, _) => {
+                Some(id.clone())
+            }
+            _ => None,
+        })
+        .collect()
 }
 
-fn read(sink: &JsonlSink) -> Seen {
+/// Applies `ops` to a new sink on `path` and to the reference, answer by answer; returns what
+/// the sink shows at the end.
+fn write(path: &Path, ops: &[Op]) -> Result<Snapshot, TestCaseError> {
+    let sink = JsonlSink::open(path).unwrap();
+    let reference = MemoryDeadLetters::new();
+    let ids = ids(ops);
     RUNTIME.block_on(async {
-        let list = sink.list().await.unwrap();
-        assert_eq!(sink.count().await.unwrap(), list.len() as u64);
-        assert_eq!(sink.oldest().await.unwrap().as_ref(), list.first());
-        for letter in &list {
-            assert_eq!(
-                sink.get(&letter.msg_id).await.unwrap().as_ref(),
-                Some(letter)
+        for (i, op) in ops.iter().enumerate() {
+            let expected = apply(&reference, op).await.unwrap();
+            let answered = apply(&sink, op).await.unwrap();
+            prop_assert_eq!(
+                answered,
+                expected,
+                "op {} answered differently: {:?}",
+                i,
+                op
             );
         }
-        Seen {
-            model: Model {
-                pending: list
-                    .iter()
-                    .map(|letter| (letter.msg_id.clone(), letter.clone()))
-                    .collect(),
-                redrives: sink.redrives().await.unwrap(),
-            },
-            list,
-        }
+        check_order(&sink).await?;
+        let shown = snapshot(&sink, &ids).await;
+        prop_assert_eq!(
+            &shown,
+            &snapshot(&reference, &ids).await,
+            "the sink and the reference differ"
+        );
+        Ok(shown)
     })
 }
 
@@ -264,7 +372,7 @@ enum Tail {
     /// A complete line that is not JSON.
     NotJson(Vec<u8>),
     /// The first bytes of a real letter's line: a `SIGKILL` mid-write.
-    Prefix(DeadLetter, prop::sample::Index),
+    Prefix(Box<DeadLetter>, prop::sample::Index),
 }
 
 fn not_newline() -> impl Strategy<Value = u8> {
@@ -279,7 +387,7 @@ fn tail() -> impl Strategy<Value = Tail> {
                 !bytes.trim_ascii().is_empty() && serde_json::from_slice::<Value>(bytes).is_err()
             })
             .prop_map(Tail::NotJson),
-        (letter(), any::<prop::sample::Index>()).prop_map(|(l, at)| Tail::Prefix(l, at)),
+        (letter(), any::<prop::sample::Index>()).prop_map(|(l, at)| Tail::Prefix(Box::new(l), at)),
     ]
 }
 
@@ -303,14 +411,14 @@ impl Tail {
 }
 
 /// What replaces a line before the last: never blank (blank lines are allowed), never a valid
-/// letter, ack or redrive line.
+/// line of the file.
 #[derive(Debug, Clone)]
 enum Damage {
     /// The line cut short, its newline kept.
     Truncated(prop::sample::Index),
     /// Bytes that are not JSON.
     Garbage(Vec<u8>),
-    /// JSON that is not a dead letter, an ack or a redrive record.
+    /// JSON that is not a line of the file.
     WrongJson(&'static str),
 }
 
@@ -331,6 +439,11 @@ fn damage() -> impl Strategy<Value = Damage> {
             "{\"msg_id\":\"M-1\"}",
             "{\"ack\":5}",
             "{\"ack\":null}",
+            "{\"ack\":\"M-1\",\"by\":5}",
+            "{\"lease\":\"M-1\"}",
+            "{\"lease\":\"M-1\",\"run_id\":\"r\",\"until\":\"soon\"}",
+            "{\"release\":5}",
+            "{\"audit\":{}}",
             "{\"redrive\":{}}",
             "{\"msg_id\":\"M-1\",\"class\":\"cosmic\"}",
         ])
@@ -353,38 +466,40 @@ impl Damage {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Whatever was written, a new sink on the file shows the same pending letters (in the same
-    /// order) and redrive runs, finds nothing torn, and changes nothing.
+    /// Whatever was done, the sink answered as the reference did; a new sink on the file (and
+    /// a read-only one) shows the same, finds nothing torn, and changes nothing.
     #[test]
-    fn reopening_shows_what_was_written(ops in prop::collection::vec(op(), 0..16)) {
+    fn the_sink_answers_as_the_reference_and_reopening_shows_the_same(
+        ops in prop::collection::vec(op(), 0..32),
+    ) {
         let dir = TempDir::new("jsonl-props-reopen");
         let path = dir.file("dlq.jsonl");
-        let model = write(&path, &ops)?;
+        let shown = write(&path, &ops)?;
         let before = std::fs::read(&path).unwrap();
+        let ids = ids(&ops);
 
-        let sink = JsonlSink::open(&path).unwrap();
-        prop_assert_eq!(sink.torn(), &[] as &[TornLine]);
-        let seen = read(&sink);
-        prop_assert_eq!(&seen.model, &model);
-        drop(sink);
+        for reopened in [JsonlSink::open(&path).unwrap(), JsonlSink::open_read_only(&path).unwrap()] {
+            prop_assert_eq!(reopened.torn(), &[] as &[TornLine]);
+            RUNTIME.block_on(async {
+                prop_assert_eq!(&snapshot(&reopened, &ids).await, &shown, "reopened");
+                check_order(&reopened).await
+            })?;
+        }
         prop_assert_eq!(std::fs::read(&path).unwrap(), before, "reading changed the file");
-
-        let again = read(&JsonlSink::open_read_only(&path).unwrap());
-        prop_assert_eq!(again.list, seen.list, "the order changed across opens");
     }
 
     /// Garbage as the last line, torn or complete: `open` succeeds, reports it, keeps it in
-    /// `<path>.torn`, cuts the file back to its complete lines, and every earlier letter is
+    /// `<path>.torn`, cuts the file back to its complete lines, and everything before it is
     /// intact. Appending goes on cleanly afterwards.
     #[test]
     fn a_garbage_last_line_is_moved_aside_and_nothing_else_is_lost(
-        ops in prop::collection::vec(op(), 0..10),
+        ops in prop::collection::vec(op(), 0..12),
         tail in tail(),
         next in letter(),
     ) {
         let dir = TempDir::new("jsonl-props-torn");
         let path = dir.file("dlq.jsonl");
-        let model = write(&path, &ops)?;
+        let shown = write(&path, &ops)?;
         let complete = std::fs::read(&path).unwrap();
         let (appended, text) = tail.bytes();
         let mut damaged = complete.clone();
@@ -395,7 +510,8 @@ proptest! {
         let line = lines(&complete).len() + 1;
         let text = String::from_utf8_lossy(&text).into_owned();
         prop_assert_eq!(sink.torn(), &[TornLine { line, text: text.clone() }]);
-        prop_assert_eq!(&read(&sink).model, &model, "a letter before the torn line was lost");
+        let seen = RUNTIME.block_on(snapshot(&sink, &ids(&ops)));
+        prop_assert_eq!(&seen, &shown, "something before the torn line was lost");
         prop_assert_eq!(std::fs::read(&path).unwrap(), complete, "the file was not cut back to its complete lines");
 
         let kept = std::fs::read_to_string(torn_path(&path)).unwrap();
@@ -404,10 +520,11 @@ proptest! {
         prop_assert_eq!(&kept["text"], &Value::from(text), "the torn text was not kept whole");
 
         RUNTIME.block_on(sink.park(&next)).unwrap();
+        let parked = RUNTIME.block_on(sink.get(&next.msg_id)).unwrap();
         drop(sink);
         let reopened = JsonlSink::open(&path).unwrap();
         prop_assert!(reopened.torn().is_empty());
-        prop_assert_eq!(RUNTIME.block_on(reopened.get(&next.msg_id)).unwrap(), Some(next));
+        prop_assert_eq!(RUNTIME.block_on(reopened.get(&next.msg_id)).unwrap(), parked);
     }
 
     /// Damage to any line but the last is not a crash artefact: `open` (and a read-only open)
@@ -415,7 +532,7 @@ proptest! {
     /// exactly as they were.
     #[test]
     fn a_damaged_earlier_line_fails_open_naming_it_and_changes_nothing(
-        ops in prop::collection::vec(op(), 2..12),
+        ops in prop::collection::vec(op(), 2..16),
         at in any::<prop::sample::Index>(),
         damage in damage(),
     ) {
@@ -458,13 +575,8 @@ proptest! {
     }
 }
 
-/// A letter far larger than any line buffer (1 MiB of original, escaped to 1.75 MB, and a
-/// 64 KiB id) is kept whole; so is a torn line of 1 MiB, in `<path>.torn`.
-#[test]
-fn oversized_letters_and_torn_lines_survive_whole() {
-    let dir = TempDir::new("jsonl-props-large");
-    let path = dir.file("dlq.jsonl");
-    let big = DeadLetter {
+fn big_letter() -> DeadLetter {
+    DeadLetter {
         msg_id: "M-".to_owned() + &"9".repeat(64 << 10),
         original: Value::from("x\n\"{".repeat(1 << 18)),
         reason: "r".repeat(100_000),
@@ -481,11 +593,21 @@ fn oversized_letters_and_torn_lines_survive_whole() {
         key_expires_at: None,
         history: Vec::new(),
         resolved: None,
-    };
+    }
+}
+
+/// A letter far larger than any read buffer (1 MiB of original, escaped to 1.75 MB, and a
+/// 64 KiB id) is kept whole; so is a torn line of 1 MiB, in `<path>.torn`.
+#[test]
+fn large_letters_and_torn_lines_survive_whole() {
+    let dir = TempDir::new("jsonl-props-large");
+    let path = dir.file("dlq.jsonl");
+    let big = big_letter();
     let sink = JsonlSink::open(&path).unwrap();
     RUNTIME.block_on(sink.park(&big)).unwrap();
     drop(sink);
     let complete = std::fs::read(&path).unwrap();
+    assert!(complete.len() > 1 << 20);
 
     let torn = serde_json::to_vec(&big).unwrap()[..1 << 20].to_vec();
     let mut damaged = complete.clone();
@@ -493,7 +615,10 @@ fn oversized_letters_and_torn_lines_survive_whole() {
     std::fs::write(&path, &damaged).unwrap();
 
     let sink = JsonlSink::open(&path).unwrap();
-    assert_eq!(RUNTIME.block_on(sink.list()).unwrap(), [big]);
+    assert_eq!(
+        RUNTIME.block_on(sink.page(&Page::first(10))).unwrap(),
+        [big]
+    );
     assert_eq!(sink.torn().len(), 1);
     assert_eq!(sink.torn()[0].text.as_bytes(), torn);
     assert_eq!(std::fs::read(&path).unwrap(), complete);
@@ -504,4 +629,63 @@ fn oversized_letters_and_torn_lines_survive_whole() {
     )
     .unwrap();
     assert_eq!(kept["text"].as_str().map(str::as_bytes), Some(&torn[..]));
+}
+
+/// A letter whose line would pass `MAX_LINE` is refused before anything is written (for its
+/// caller alone: the sink goes on). A line over `MAX_LINE` in the file fails `open` naming it,
+/// wherever it is; an unterminated one at the end is torn, reported with its first `MAX_LINE`
+/// bytes. No line is ever read into memory whole past the limit.
+#[test]
+fn lines_over_the_limit_are_refused_and_reported() {
+    let dir = TempDir::new("jsonl-props-oversized");
+    let path = dir.file("dlq.jsonl");
+    let sink = JsonlSink::open(&path).unwrap();
+    let mut huge = big_letter();
+    huge.msg_id = "M-huge".into();
+    huge.original = Value::from("x".repeat(JsonlSink::MAX_LINE));
+    let refused = RUNTIME.block_on(sink.park(&huge)).unwrap_err();
+    assert!(matches!(refused, DlqError::Serialize(_)), "{refused:?}");
+    assert!(refused.to_string().contains("M-huge"), "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains(&JsonlSink::MAX_LINE.to_string()),
+        "{refused}"
+    );
+    let small: DeadLetter = serde_json::from_value(serde_json::json!({
+        "msg_id": "M-1", "original": null, "reason": "r", "attempts": 1,
+        "first_failed_at": "2026-08-19T02:00:00Z", "last_failed_at": "2026-08-19T02:00:00Z",
+        "trace_id": "t", "class": "system", "error_type": "E" }))
+    .unwrap();
+    RUNTIME.block_on(sink.park(&small)).unwrap();
+    drop(sink);
+    let one = std::fs::read(&path).unwrap();
+    assert_eq!(lines(&one).len(), 1, "only the small letter was written");
+
+    let oversized = vec![b'x'; JsonlSink::MAX_LINE + 1];
+    for (text, line) in [
+        ([&one[..], &oversized, b"\n", &one].concat(), 2),
+        ([&one[..], &oversized, b"\n"].concat(), 2),
+    ] {
+        std::fs::write(&path, &text).unwrap();
+        for result in [JsonlSink::open(&path), JsonlSink::open_read_only(&path)] {
+            let error = result.unwrap_err();
+            assert!(matches!(error, DlqError::Corrupt(_)), "{error:?}");
+            let message = error.to_string();
+            assert!(
+                message.contains(&format!("line {line}: longer than")),
+                "{message}"
+            );
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), text, "left untouched");
+    }
+
+    // Unterminated at the end: torn, kept aside with its first MAX_LINE bytes, cut off.
+    std::fs::write(&path, [&one[..], &oversized].concat()).unwrap();
+    let sink = JsonlSink::open(&path).unwrap();
+    assert_eq!(sink.torn().len(), 1);
+    assert_eq!(sink.torn()[0].line, 2);
+    assert_eq!(sink.torn()[0].text.len(), JsonlSink::MAX_LINE);
+    assert_eq!(std::fs::read(&path).unwrap(), one);
+    assert_eq!(RUNTIME.block_on(sink.get("M-1")).unwrap(), Some(small));
 }

@@ -139,8 +139,8 @@ at most --limit of them, at most --rate per second, one at a time; the run stops
 back with attempts + 1 and last_failed_at now. The run is recorded (see `audit`): when, --who,
 the filter, how many were selected, succeeded, failed and skipped.
 
-A JSONL store is opened for writing: stop the service writing it first (it holds the file's
-lock). A progress bar shows on stderr for runs of 20 letters or more.
+A JSONL store is opened for writing beside the service writing it: each takes the file's lock
+only to append. A progress bar shows on stderr for runs of 20 letters or more.
 
 Exit status: 0 every chosen letter redriven (or --dry-run listed them); 1 a letter failed again
 or was skipped, or the run stopped early; 2 usage error or store error.")]
@@ -269,12 +269,12 @@ async fn open(selection: &Selection, write: bool) -> Result<Store, Failure> {
     match selection {
         Selection::Jsonl(path) if write => {
             existing_file(path, "jsonl")?;
-            // The one writer: fails while the service holds the file's lock.
+            // Beside the service: each sink locks the file only for its appends.
             Ok(Store::Jsonl(JsonlSink::open(path).map_err(Failure::Store)?))
         }
         Selection::Jsonl(path) => {
             existing_file(path, "jsonl")?;
-            // Read-only: no lock, no repair, so it works beside the service writing the file.
+            // Read-only: no write access, no repair, so it works beside the service writing it.
             let sink = JsonlSink::open_read_only(path).map_err(Failure::Store)?;
             for torn in sink.torn() {
                 eprintln!(

@@ -1,0 +1,91 @@
+//! The burst of give-ups that `examples/dlq_burst.rs` measures and `tests/dlq_kill.rs` kills
+//! mid-way: a real `#[retryable(max = 1, dlq(...))]` function whose upstream is down, parking
+//! ~200-byte originals into a JSONL file or a SQLite table.
+#![allow(dead_code)]
+
+use std::path::Path;
+
+use retry_core::dlq::{
+    DeadLetter, DeadLetterSink, DlqError, DlqFailed, JsonlSink, SqliteDeadLetters,
+};
+use retry_core::{Classify, Decision, retryable};
+use serde::Serialize;
+
+/// The two file stores, as one sink.
+pub enum Sink {
+    Jsonl(JsonlSink),
+    Sqlite(SqliteDeadLetters),
+}
+
+impl Sink {
+    /// Opens (creating) the store at `path`: a JSONL file, or a SQLite one.
+    pub fn open(path: &Path, jsonl: bool) -> Result<Self, DlqError> {
+        Ok(if jsonl {
+            Sink::Jsonl(JsonlSink::open(path)?)
+        } else {
+            Sink::Sqlite(SqliteDeadLetters::open(path)?)
+        })
+    }
+}
+
+impl DeadLetterSink for Sink {
+    async fn park(&self, letter: &DeadLetter) -> Result<(), DlqError> {
+        match self {
+            Sink::Jsonl(sink) => sink.park(letter).await,
+            Sink::Sqlite(sink) => sink.park(letter).await,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum SendError {
+    /// The upstream is down: what every call of the burst gets.
+    Unavailable,
+    /// Given up, and the letter was not parked.
+    NotParked(Box<DlqFailed>),
+}
+
+impl Classify for SendError {
+    fn classify(&self) -> Decision {
+        match self {
+            SendError::Unavailable => Decision::Retry,
+            SendError::NotParked(failed) => failed.decision(),
+        }
+    }
+}
+
+impl From<DlqFailed> for SendError {
+    fn from(failed: DlqFailed) -> Self {
+        SendError::NotParked(Box::new(failed))
+    }
+}
+
+/// What the calls send: about 200 bytes as JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct Transfer {
+    pub id: String,
+    from: String,
+    to: String,
+    cents: u64,
+    currency: &'static str,
+    memo: String,
+}
+
+/// Task `task`'s call number `call`: its id is `T-<task>-<call>`.
+pub fn transfer(task: usize, call: usize) -> Transfer {
+    Transfer {
+        id: format!("T-{task:02}-{call:03}"),
+        from: format!("DE89 3704 0044 0532 0130 {task:02}"),
+        to: format!("FR14 2004 1010 0505 0001 3M02 {call:03}"),
+        cents: (task * 1000 + call) as u64,
+        currency: "EUR",
+        memo: "invoice 2026-08 / monthly settlement, second notice".into(),
+    }
+}
+
+/// Always fails, and gives up at once: `Err(Unavailable)` once the letter is parked,
+/// `Err(NotParked)` if it was not.
+#[retryable(max = 1, dlq(sink = letters, id = transfer.id.clone(), original = transfer))]
+pub async fn send(letters: &Sink, transfer: Transfer) -> Result<(), SendError> {
+    Err(SendError::Unavailable)
+}
