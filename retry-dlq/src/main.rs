@@ -381,7 +381,15 @@ async fn run<S: LegacyStore>(
                 }
             }
         }
+        // TRANSITIONAL (remove with the `dlq_stores_migrated` cfg): the redrive runs on
+        // `DeadLetterStore`, which the JSONL, SQLite and PostgreSQL stores implement once their
+        // branches are merged.
+        #[cfg(dlq_stores_migrated)]
         Command::Redrive(args) => redrive::redrive(store, args, out).await,
+        #[cfg(not(dlq_stores_migrated))]
+        Command::Redrive(_) => Err(Failure::Usage(
+            "redrive needs the stores on DeadLetterStore (not in this build)".to_owned(),
+        )),
         Command::Audit => redrive::audit(store, out).await,
         Command::Export => {
             for letter in list_all(store).await? {

@@ -9,8 +9,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use reqwest::header::{HeaderName, HeaderValue};
 use retry_core::dlq::http::post_letter;
 use retry_core::dlq::{
-    DeadLetter, Filter, LegacyStore, Outcome, Redrive, RedriveError, RedriveRecord,
-    assume_idempotent,
+    DeadLetter, DeadLetterStore, Filter, LegacyStore, Outcome, Redrive, RedriveError,
+    RedriveRecord, assume_idempotent,
 };
 
 use crate::report::{one_line, truncate};
@@ -84,7 +84,8 @@ fn parse_header(line: &str) -> Result<(HeaderName, HeaderValue), String> {
 
 /// Runs `redrive`: 0 when every chosen letter was redriven (or a dry run listed them), 1 when a
 /// letter failed again, was skipped, or the run stopped early.
-pub(crate) async fn redrive<S: LegacyStore>(
+#[cfg_attr(not(dlq_stores_migrated), allow(dead_code))]
+pub(crate) async fn redrive<S: DeadLetterStore + Sync>(
     store: &S,
     args: &RedriveArgs,
     out: &mut impl Write,
@@ -190,6 +191,7 @@ pub(crate) async fn redrive<S: LegacyStore>(
 }
 
 /// A bar on stderr for long runs, when stderr is a terminal; hidden otherwise.
+#[cfg_attr(not(dlq_stores_migrated), allow(dead_code))]
 fn progress(len: usize) -> ProgressBar {
     if len < PROGRESS_FROM {
         return ProgressBar::hidden();
@@ -201,6 +203,7 @@ fn progress(len: usize) -> ProgressBar {
     bar
 }
 
+#[cfg_attr(not(dlq_stores_migrated), allow(dead_code))]
 fn print_outcomes(out: &mut impl Write, letters: &[(String, Outcome)]) -> std::io::Result<()> {
     for (msg_id, outcome) in letters {
         let msg_id = one_line(msg_id);
