@@ -145,13 +145,23 @@ lock). A progress bar shows on stderr for runs of 20 letters or more.
 Exit status: 0 every chosen letter redriven (or --dry-run listed them); 1 a letter failed again
 or was skipped, or the run stopped early; 2 usage error or store error.")]
     Redrive(redrive::RedriveArgs),
-    /// The recorded redrive runs, oldest first.
+    /// The recorded redrive runs, oldest first; with --run, that run's row per letter.
     #[command(after_help = "\
 Columns, tab-separated, no header: started_at, run_id, who, target, filter, selected,
 succeeded, failed, skipped, why the run stopped early (- if it did not).
 
-Exit status: 0 listed (also when empty); 2 usage error or store error.")]
-    Audit,
+With --run ID: at, msg_id, outcome, finished_at, one line per letter the run held, in the order
+it took them. Each row is written before the letter is sent and completed after: a row with
+NO OUTCOME is a letter whose run ended during the send (killed, crashed): it may or may not
+have reached the receiver, and stays pending for a later run (its receiver deduplicates).
+
+Exit status: 0 listed (also when empty); 1 --run names no recorded rows; 2 usage error or
+store error.")]
+    Audit {
+        /// Show this run's row per letter (run ids are the second column of `audit`).
+        #[arg(long, value_name = "ID")]
+        run: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -390,7 +400,12 @@ async fn run<S: LegacyStore>(
         Command::Redrive(_) => Err(Failure::Usage(
             "redrive needs the stores on DeadLetterStore (not in this build)".to_owned(),
         )),
-        Command::Audit => redrive::audit(store, out).await,
+        #[cfg(dlq_stores_migrated)]
+        Command::Audit { run } => redrive::audit(store, run.as_deref(), out).await,
+        #[cfg(not(dlq_stores_migrated))]
+        Command::Audit { .. } => Err(Failure::Usage(
+            "audit needs the stores on DeadLetterStore (not in this build)".to_owned(),
+        )),
         Command::Export => {
             for letter in list_all(store).await? {
                 let json = serde_json::to_string(&letter)
@@ -426,6 +441,9 @@ async fn main_inner(cli: &Cli) -> Result<u8, Failure> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
+    // rustls's crypto for `redrive --to https://` (and `--pg` over TLS): ring, chosen here
+    // since reqwest is built without a provider of its own. Err: one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     match main_inner(&cli).await {
         Ok(status) => ExitCode::from(status),
