@@ -4,6 +4,8 @@
 //! redrives (`audit`). Only `redrive` writes to the store.
 
 mod duration;
+#[cfg(feature = "postgres")]
+mod pg;
 mod redrive;
 mod report;
 
@@ -30,7 +32,9 @@ The store:
   One of --jsonl PATH, --sqlite PATH, --pg URL; without any, the environment: RETRY_DLQ_JSONL
   or RETRY_DLQ_SQLITE (not both), else DATABASE_URL as --pg. An option always wins over the
   environment. --pg needs the `postgres` build feature; prefer DATABASE_URL to --pg when the
-  URL holds a password (command lines are visible to other users).
+  URL holds a password (command lines are visible to other users). With sslmode=require in
+  the URL, the connection is TLS (rustls), the server's certificate checked against the
+  system's trust store.
   The file of --jsonl/--sqlite must exist: a mistyped path is an error, never an empty store.
   A JSONL file is read as it is, beside the service writing it, and never changed: a torn
   last line (a write cut short by a crash; that letter was never parked) is reported on stderr
@@ -304,12 +308,7 @@ async fn open(selection: &Selection, write: bool) -> Result<Store, Failure> {
             Ok(Store::Sqlite(store))
         }
         #[cfg(feature = "postgres")]
-        Selection::Pg(url) => {
-            let store = retry_core::dlq::PgDeadLetters::connect(url)
-                .await
-                .map_err(Failure::Store)?;
-            Ok(Store::Pg(store))
-        }
+        Selection::Pg(url) => Ok(Store::Pg(pg::connect(url).await?)),
         #[cfg(not(feature = "postgres"))]
         Selection::Pg(_) => Err(Failure::Usage(
             "this retry-dlq was built without PostgreSQL support (cargo feature `postgres`); \
