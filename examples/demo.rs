@@ -18,9 +18,6 @@
 //!
 //! `--keep` leaves the SQLite and JSONL files in place (their paths are printed) for
 //! `retry-dlq --jsonl <file> audit` and friends.
-// TRANSITIONAL: see `main`.
-#![allow(unexpected_cfgs)]
-#![cfg_attr(not(dlq_stores_migrated), allow(dead_code, unused))]
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -305,15 +302,6 @@ impl Drop for Files {
     }
 }
 
-// TRANSITIONAL (remove with the `dlq_stores_migrated` cfg): the demo needs `JsonlSink` to
-// implement `DeadLetterStore`, which the JSONL store's branch brings.
-#[cfg(not(dlq_stores_migrated))]
-fn main() {
-    eprintln!("demo: needs JsonlSink: DeadLetterStore (the store branches' merge)");
-    std::process::exit(1);
-}
-
-#[cfg(dlq_stores_migrated)]
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let keep = std::env::args().any(|a| a == "--keep");

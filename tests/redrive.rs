@@ -4,9 +4,6 @@
 //! the filter, the dry run, the rate, and the idempotency-key check. Then the safety check's
 //! refusals, the audit row per letter (and the one a killed run leaves), and two runs at once
 //! over the same letters, which send each exactly once.
-// TRANSITIONAL (remove with the `dlq_stores_migrated` cfg once the JSONL, SQLite and PostgreSQL
-// stores implement `DeadLetterStore`): the tests over those stores are compiled only then.
-#![allow(unexpected_cfgs)]
 
 use std::collections::HashMap;
 use std::fmt;
@@ -16,21 +13,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, Filter, MemoryDeadLetters, Outcome,
-    Redrive, assume_idempotent,
+    DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, Filter, JsonlSink,
+    MemoryDeadLetters, Outcome, Redrive, SqliteDeadLetters, assume_idempotent,
 };
-#[cfg(dlq_stores_migrated)]
-use retry_core::dlq::{JsonlSink, SqliteDeadLetters};
 use retry_core::idempotency::{IdempotencyError, MemoryStore};
 use retry_core::time::{Clock, ManualClock, format_rfc3339};
 use retry_core::{Classify, Decision, idempotent, retryable};
 use serde::{Deserialize, Serialize};
 
-#[cfg(dlq_stores_migrated)]
 #[path = "common/tempdir.rs"]
 mod tempdir;
 
-#[cfg(dlq_stores_migrated)]
 use tempdir::TempDir;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -247,7 +240,6 @@ async fn a_small_batch_is_sent_recorded_and_a_second_run_repeats_nothing_in_memo
     small_batch_then_everything_again(&MemoryDeadLetters::new()).await;
 }
 
-#[cfg(dlq_stores_migrated)]
 #[tokio::test]
 async fn a_small_batch_is_sent_recorded_and_a_second_run_repeats_nothing_in_jsonl() {
     let dir = TempDir::new("redrive-jsonl");
@@ -261,7 +253,6 @@ async fn a_small_batch_is_sent_recorded_and_a_second_run_repeats_nothing_in_json
     assert_eq!(pending(&reopened).await, 5);
 }
 
-#[cfg(dlq_stores_migrated)]
 #[tokio::test]
 async fn a_small_batch_is_sent_recorded_and_a_second_run_repeats_nothing_in_sqlite() {
     let dir = TempDir::new("redrive-sqlite");
@@ -275,11 +266,11 @@ async fn a_small_batch_is_sent_recorded_and_a_second_run_repeats_nothing_in_sqli
     );
 }
 
-#[cfg(all(feature = "postgres", dlq_stores_migrated))]
+#[cfg(feature = "postgres")]
 #[path = "common/pg.rs"]
 mod pg;
 
-#[cfg(all(feature = "postgres", dlq_stores_migrated))]
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn a_small_batch_is_sent_recorded_and_a_second_run_repeats_nothing_in_postgres() {
     let schema = pg::Schema::new("redrive").await;

@@ -1,10 +1,6 @@
 //! What must never leak: a request's payload (`original`) into logs, whatever happens to the
 //! call, and an unredacted payload into a dead letter. One test, one subscriber: tracing caches
 //! per-callsite interest process-wide, so scoped subscribers in parallel tests would miss events.
-// TRANSITIONAL (remove with the `dlq_stores_migrated` cfg once the JSONL, SQLite and
-// PostgreSQL stores implement `DeadLetterStore`): the redrive here runs on one of them.
-#![allow(unexpected_cfgs)]
-#![cfg(dlq_stores_migrated)]
 
 use std::fmt;
 use std::sync::{Arc, Mutex};

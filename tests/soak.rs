@@ -34,10 +34,6 @@
 //! `--all-features` only the SQLite run is built; with it, the PostgreSQL run needs
 //! `DATABASE_URL` (as `scripts/test` sets it) and fails without one. `SOAK_SEED` changes the
 //! injected faults.
-// TRANSITIONAL (remove with the `dlq_stores_migrated` cfg once the JSONL, SQLite and
-// PostgreSQL stores implement `DeadLetterStore`): the redrive here runs on one of them.
-#![allow(unexpected_cfgs)]
-#![cfg(dlq_stores_migrated)]
 
 use std::collections::HashMap;
 use std::fmt;

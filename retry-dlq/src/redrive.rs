@@ -224,7 +224,6 @@ fn is_loopback(url: &Url) -> bool {
 
 /// Runs `redrive`: 0 when every chosen letter was redriven (or a dry run listed them), 1 when a
 /// letter failed again, was skipped, or the run stopped early.
-#[cfg_attr(not(dlq_stores_migrated), allow(dead_code))]
 pub(crate) async fn redrive<S: DeadLetterStore + Sync>(
     store: &S,
     args: &RedriveArgs,
@@ -364,7 +363,6 @@ fn print_outcomes(out: &mut impl Write, letters: &[(String, Outcome)]) -> std::i
 }
 
 /// `audit`: one line per recorded run, oldest first; with `run`, that run's row per letter.
-#[cfg_attr(not(dlq_stores_migrated), allow(dead_code))]
 pub(crate) async fn audit<S: DeadLetterStore>(
     store: &S,
     run: Option<&str>,
