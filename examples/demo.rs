@@ -31,7 +31,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use retry_core::dlq::http::post_letter;
-use retry_core::dlq::{DlqFailed, JsonlSink, LegacyStore, Redrive};
+use retry_core::dlq::{DeadLetterStore, DlqFailed, JsonlSink, Redrive};
 use retry_core::http::{IDEMPOTENT_REPLAYED, IdempotencyKey};
 use retry_core::idempotency::SqliteStore;
 use retry_core::reqwest::{HttpError, RequestBuilderExt};
@@ -403,7 +403,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The outage is over: redrive what was parked, under the keys the originals carried.
     println!();
-    let parked = letters.count().await?;
+    let parked = letters.stats().await?.pending;
     event(
         "ops",
         format_args!("the outage is over; {parked} dead letter(s) pending, redriving"),
@@ -415,7 +415,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (msg_id, outcome) in &report.letters {
         event("ops", format_args!("redrive {msg_id}: {outcome:?}"));
     }
-    let pending = letters.count().await?;
+    let pending = letters.stats().await?.pending;
 
     let booked = bank.ledger.lock().unwrap().clone();
     let mut ids: Vec<&str> = booked.iter().map(|p| p.payment_id.as_str()).collect();

@@ -4,7 +4,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DlqError, DlqFailed, FailureClass, LegacyStore, MemoryDeadLetters,
+    DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, DlqFailed, FailureClass,
+    MemoryDeadLetters, Page,
 };
 use retry_core::time::parse_rfc3339;
 use retry_core::{Classify, Decision, retryable};
@@ -172,7 +173,7 @@ async fn a_retry_collapsed_by_nesting_parks_nothing() {
     let letters = MemoryDeadLetters::new();
     assert!(outer(&letters).await.is_err());
     let parked: Vec<_> = letters
-        .list()
+        .page(&Page::first(usize::MAX))
         .await
         .unwrap()
         .into_iter()
@@ -301,7 +302,7 @@ async fn the_original_is_serialised_only_on_give_up() {
             .is_err()
     );
     assert_eq!(serialised.load(Ordering::SeqCst), 1);
-    assert_eq!(letters.count().await.unwrap(), 1);
+    assert_eq!(letters.stats().await.unwrap().pending, 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -322,7 +323,7 @@ async fn a_single_attempt_parks_nothing_and_says_the_outer_layer_owns_the_give_u
         assert_eq!(failed.letter.msg_id, "M-single");
     }
     assert_eq!(calls.load(Ordering::SeqCst), 2, "one attempt each");
-    assert_eq!(letters.count().await.unwrap(), 0, "nothing parked");
+    assert_eq!(letters.stats().await.unwrap().pending, 0, "nothing parked");
 }
 
 /// Hides the nesting from the compiler: the inner retry collapses at run time.
@@ -344,7 +345,7 @@ async fn a_collapsed_nested_call_whose_error_is_stop_parks_nothing_of_its_own() 
         1,
         "Stop: the outer layer does not retry"
     );
-    let parked = letters.list().await.unwrap();
+    let parked = letters.page(&Page::first(usize::MAX)).await.unwrap();
     let ids: Vec<_> = parked.iter().map(|l| l.msg_id.as_str()).collect();
     assert_eq!(ids, ["M-outer"], "one letter, the outer layer's");
     assert_eq!(parked[0].class, FailureClass::Data);

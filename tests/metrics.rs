@@ -142,6 +142,275 @@ fn the_dead_letter_queue_reports_pending_letters_and_the_oldest_age() {
     );
 }
 
+/// A dead-letter store whose reads fail while `down` is set (its database went away), over the
+/// memory store: the monitor must say so instead of showing the last count.
+#[derive(Default)]
+struct Unreachable {
+    letters: retry_core::dlq::MemoryDeadLetters,
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl Unreachable {
+    fn check(&self) -> Result<(), retry_core::dlq::DlqError> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(retry_core::dlq::DlqError::Io("connection refused".into()));
+        }
+        Ok(())
+    }
+}
+
+impl retry_core::dlq::DeadLetterSink for Unreachable {
+    async fn park(
+        &self,
+        letter: &retry_core::dlq::DeadLetter,
+    ) -> Result<(), retry_core::dlq::DlqError> {
+        self.check()?;
+        self.letters.park(letter).await
+    }
+}
+
+/// Every read goes through `check`, then to the memory store.
+impl retry_core::dlq::DeadLetterStore for Unreachable {
+    async fn page(
+        &self,
+        page: &retry_core::dlq::Page,
+    ) -> Result<Vec<retry_core::dlq::DeadLetter>, retry_core::dlq::DlqError> {
+        self.check()?;
+        self.letters.page(page).await
+    }
+    async fn stats(&self) -> Result<retry_core::dlq::Stats, retry_core::dlq::DlqError> {
+        self.check()?;
+        self.letters.stats().await
+    }
+    async fn get(
+        &self,
+        msg_id: &str,
+    ) -> Result<Option<retry_core::dlq::DeadLetter>, retry_core::dlq::DlqError> {
+        self.check()?;
+        self.letters.get(msg_id).await
+    }
+    async fn lease(
+        &self,
+        msg_id: &str,
+        run_id: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Option<retry_core::dlq::DeadLetter>, retry_core::dlq::DlqError> {
+        self.check()?;
+        self.letters.lease(msg_id, run_id, ttl).await
+    }
+    async fn release(&self, msg_id: &str, run_id: &str) -> Result<bool, retry_core::dlq::DlqError> {
+        self.check()?;
+        self.letters.release(msg_id, run_id).await
+    }
+    async fn resolve(
+        &self,
+        msg_id: &str,
+        resolution: &retry_core::dlq::Resolution,
+    ) -> Result<bool, retry_core::dlq::DlqError> {
+        self.check()?;
+        self.letters.resolve(msg_id, resolution).await
+    }
+    async fn put_back(
+        &self,
+        msg_id: &str,
+        run_id: &str,
+        failure: &retry_core::dlq::Failure,
+    ) -> Result<bool, retry_core::dlq::DlqError> {
+        self.check()?;
+        self.letters.put_back(msg_id, run_id, failure).await
+    }
+    async fn purge_resolved(
+        &self,
+        before: std::time::SystemTime,
+    ) -> Result<u64, retry_core::dlq::DlqError> {
+        self.check()?;
+        self.letters.purge_resolved(before).await
+    }
+    async fn audit(
+        &self,
+        entry: &retry_core::dlq::AuditEntry,
+    ) -> Result<(), retry_core::dlq::DlqError> {
+        self.check()?;
+        self.letters.audit(entry).await
+    }
+    async fn audit_rows(
+        &self,
+        run_id: Option<&str>,
+    ) -> Result<Vec<retry_core::dlq::AuditEntry>, retry_core::dlq::DlqError> {
+        self.check()?;
+        self.letters.audit_rows(run_id).await
+    }
+    async fn record_redrive(
+        &self,
+        record: &retry_core::dlq::RedriveRecord,
+    ) -> Result<(), retry_core::dlq::DlqError> {
+        self.check()?;
+        self.letters.record_redrive(record).await
+    }
+    async fn redrives(
+        &self,
+    ) -> Result<Vec<retry_core::dlq::RedriveRecord>, retry_core::dlq::DlqError> {
+        self.check()?;
+        self.letters.redrives().await
+    }
+}
+
+/// The gauges and counters of one queue, by name.
+fn dlq_values(recorder: &DebuggingRecorder) -> std::collections::BTreeMap<String, f64> {
+    recorder
+        .snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, _, _, _)| {
+            key.key()
+                .labels()
+                .any(|l| l.key() == "queue" && l.value() == "payments")
+        })
+        .filter_map(|(key, _, _, value)| {
+            let value = match value {
+                DebugValue::Gauge(v) => v.into_inner(),
+                DebugValue::Counter(n) => n as f64,
+                DebugValue::Histogram(_) => return None,
+            };
+            Some((key.key().name().to_owned(), value))
+        })
+        .collect()
+}
+
+#[test]
+fn a_monitor_that_cannot_read_its_store_says_so_instead_of_a_stale_count() {
+    use retry_core::dlq::{DeadLetterSink, FailureClass};
+    let recorder = DebuggingRecorder::new();
+    let store = Unreachable::default();
+    let an_hour_ago = retry_core::time::format_rfc3339(
+        std::time::SystemTime::now() - std::time::Duration::from_secs(3600),
+    );
+    let letter: retry_core::dlq::DeadLetter = serde_json::from_value(serde_json::json!({
+        "msg_id": "M-1", "original": {}, "reason": "503", "attempts": 5,
+        "first_failed_at": an_hour_ago, "last_failed_at": an_hour_ago,
+        "trace_id": "0", "class": FailureClass::System, "error_type": "E"
+    }))
+    .unwrap();
+    let runtime = paused_runtime();
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            store.park(&letter).await.unwrap();
+            assert_eq!(
+                retry_core::dlq::pending(&store, "payments")
+                    .await
+                    .unwrap()
+                    .count,
+                1
+            );
+        })
+    });
+    let up = dlq_values(&recorder);
+    assert_eq!(up[names::DLQ_PENDING], 1.0, "{up:?}");
+    assert_eq!(up[names::DLQ_MONITOR_UP], 1.0, "{up:?}");
+
+    store.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            for _ in 0..2 {
+                assert!(retry_core::dlq::pending(&store, "payments").await.is_err());
+            }
+        })
+    });
+    let down = dlq_values(&recorder);
+    assert_eq!(
+        down[names::DLQ_MONITOR_ERRORS],
+        2.0,
+        "each failed read counted: {down:?}"
+    );
+    assert_eq!(down[names::DLQ_MONITOR_UP], 0.0, "{down:?}");
+    assert_eq!(
+        down[names::DLQ_PENDING],
+        0.0,
+        "not the last count: {down:?}"
+    );
+    assert_eq!(
+        down[names::DLQ_OLDEST_AGE],
+        0.0,
+        "not the last age: {down:?}"
+    );
+
+    store.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async { retry_core::dlq::pending(&store, "payments").await.unwrap() })
+    });
+    let back = dlq_values(&recorder);
+    assert_eq!(
+        (back[names::DLQ_MONITOR_UP], back[names::DLQ_PENDING]),
+        (1.0, 1.0),
+        "{back:?}"
+    );
+}
+
+/// A sink that refuses every letter: the disk is full.
+struct Full;
+
+impl retry_core::dlq::DeadLetterSink for Full {
+    async fn park(&self, _: &retry_core::dlq::DeadLetter) -> Result<(), retry_core::dlq::DlqError> {
+        Err(retry_core::dlq::DlqError::Io(
+            "no space left on device".into(),
+        ))
+    }
+}
+
+#[derive(Debug)]
+struct NotParked;
+
+impl From<retry_core::dlq::DlqFailed> for NotParked {
+    fn from(_: retry_core::dlq::DlqFailed) -> Self {
+        NotParked
+    }
+}
+
+impl From<std::io::Error> for NotParked {
+    fn from(_: std::io::Error) -> Self {
+        NotParked
+    }
+}
+
+impl retry_core::Classify for NotParked {
+    fn classify(&self) -> retry_core::Decision {
+        retry_core::Decision::Retry
+    }
+}
+
+#[retryable(max = 2, base = "1ms", dlq(sink = sink, id = "M-1", original = "payload"))]
+async fn park_into(sink: &Full) -> Result<(), NotParked> {
+    Err(NotParked)
+}
+
+#[test]
+fn a_letter_the_sink_refused_is_counted_by_function() {
+    let recorder = DebuggingRecorder::new();
+    metrics::with_local_recorder(&recorder, || {
+        paused_runtime().block_on(async {
+            for _ in 0..3 {
+                assert!(park_into(&Full).await.is_err());
+            }
+        })
+    });
+    let failures: Vec<_> = counters(&recorder)
+        .into_iter()
+        .filter(|(name, _, _)| name == names::DLQ_PARK_FAILURES)
+        .collect();
+    assert_eq!(
+        failures,
+        [(
+            names::DLQ_PARK_FAILURES.to_owned(),
+            vec![
+                ("function".to_owned(), "park_into".to_owned()),
+                ("module".to_owned(), "metrics".to_owned())
+            ],
+            3
+        )]
+    );
+}
+
 mod client {
     pub struct Client;
     impl Client {

@@ -1,17 +1,20 @@
 //! Redrive over every dead-letter store: a small batch out of many, on the record; a second run
 //! repeats no effect; a lost response parked and redriven is one effect in total; a target that
 //! keeps failing stops the run at its threshold with its letters back and counted; the snapshot,
-//! the filter, the dry run, the rate, and the idempotency-key check.
+//! the filter, the dry run, the rate, and the idempotency-key check. Then the safety check's
+//! refusals, the audit row per letter (and the one a killed run leaves), and two runs at once
+//! over the same letters, which send each exactly once.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, FailureClass, Filter, JsonlSink, LegacyStore, MemoryDeadLetters,
-    Outcome, Redrive, SqliteDeadLetters, assume_idempotent,
+    DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, Filter, JsonlSink,
+    MemoryDeadLetters, Outcome, Redrive, SqliteDeadLetters, assume_idempotent,
 };
 use retry_core::idempotency::{IdempotencyError, MemoryStore};
 use retry_core::time::{Clock, ManualClock, format_rfc3339};
@@ -114,14 +117,25 @@ async fn deposit(inbox: &MemoryStore, ledger: &Ledger, req: Deposit) -> Result<u
     Ok(req.amount)
 }
 
+/// A day ago, to the second: the letters' first failures follow it, one second per message, so
+/// they are in order and well within the target's retention.
+static A_DAY_AGO: LazyLock<SystemTime> = LazyLock::new(|| {
+    let now = SystemTime::now() - Duration::from_secs(86_400);
+    let secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+});
+
 fn letter(msg_no: u64, class: FailureClass) -> DeadLetter {
     DeadLetter {
         msg_id: msg_no.to_string(),
         original: serde_json::to_value(Deposit { msg_no, amount: 10 }).unwrap(),
         reason: "gave up after 5 attempts: 503 Service Unavailable".to_owned(),
         attempts: 5,
-        first_failed_at: format!("2026-08-19T02:{:02}:{:02}+09:00", msg_no / 60, msg_no % 60),
-        last_failed_at: "2026-08-19T03:00:00+09:00".to_owned(),
+        first_failed_at: format_rfc3339(*A_DAY_AGO + Duration::from_secs(msg_no)),
+        last_failed_at: format_rfc3339(*A_DAY_AGO + Duration::from_secs(3600)),
         trace_id: format!("{msg_no:016x}"),
         class,
         error_type: "DepositError".to_owned(),
@@ -133,6 +147,10 @@ fn letter(msg_no: u64, class: FailureClass) -> DeadLetter {
         history: Vec::new(),
         resolved: None,
     }
+}
+
+async fn pending<S: DeadLetterStore>(store: &S) -> u64 {
+    store.stats().await.unwrap().pending
 }
 
 async fn park_all<S: DeadLetterSink>(store: &S, letters: impl IntoIterator<Item = DeadLetter>) {
@@ -150,7 +168,7 @@ fn healthy() -> Ledger {
 /// 100 `system` letters (and 5 `data` ones) with a limit of 10: exactly 10 sent, one audit row,
 /// 90 left; then every letter again, the first 10 re-parked as if their acks were lost: the
 /// receiver answers those from its store, so each message has exactly one effect.
-async fn small_batch_then_everything_again<S: LegacyStore>(store: &S) {
+async fn small_batch_then_everything_again<S: DeadLetterStore>(store: &S) {
     park_all(store, (1..=100).map(|n| letter(n, FailureClass::System))).await;
     park_all(store, (101..=105).map(|n| letter(n, FailureClass::Data))).await;
     let inbox = MemoryStore::new();
@@ -171,7 +189,19 @@ async fn small_batch_then_everything_again<S: LegacyStore>(store: &S) {
         (10, 10, 0, 0)
     );
     assert_eq!(ledger.total_effects(), 10, "exactly 10 sent");
-    assert_eq!(store.count().await.unwrap(), 95, "90 system + 5 data left");
+    assert_eq!(pending(store).await, 95, "90 system + 5 data left");
+    let rows = store.audit_rows(Some(&r.run_id)).await.unwrap();
+    assert_eq!(rows.len(), 10, "one audit row per letter");
+    assert!(
+        rows.iter()
+            .all(|row| row.outcome.as_deref() == Some("redriven")),
+        "{rows:?}"
+    );
+    let resolved = store.get("1").await.unwrap().unwrap().resolved.unwrap();
+    assert_eq!(
+        (resolved.by.as_str(), resolved.run_id.as_deref()),
+        ("alice", Some(r.run_id.as_str()))
+    );
     let audit = store.redrives().await.unwrap();
     assert_eq!(audit.len(), 1, "one audit row");
     assert_eq!(audit[0], report.record);
@@ -201,11 +231,7 @@ async fn small_batch_then_everything_again<S: LegacyStore>(store: &S) {
     );
     assert_eq!(ledger.total_effects(), 100, "no duplicate effect");
     assert_eq!(ledger.max_effects_per_message(), 1);
-    assert_eq!(
-        store.count().await.unwrap(),
-        5,
-        "only the data letters are left"
-    );
+    assert_eq!(pending(store).await, 5, "only the data letters are left");
     assert_eq!(store.redrives().await.unwrap().len(), 2);
 }
 
@@ -224,7 +250,7 @@ async fn a_small_batch_is_sent_recorded_and_a_second_run_repeats_nothing_in_json
     // The audit log is in the file, read back on open.
     let reopened = JsonlSink::open_read_only(&path).unwrap();
     assert_eq!(reopened.redrives().await.unwrap().len(), 2);
-    assert_eq!(reopened.count().await.unwrap(), 5);
+    assert_eq!(pending(&reopened).await, 5);
 }
 
 #[tokio::test]
@@ -306,7 +332,7 @@ async fn an_effect_whose_response_was_lost_is_parked_and_redriven_once_in_total(
         .unwrap();
     assert_eq!(report.letters, [("7".to_owned(), Outcome::Redriven)]);
     assert_eq!(ledger.total_effects(), 1, "one side effect in total");
-    assert_eq!(letters.count().await.unwrap(), 0);
+    assert_eq!(pending(&letters).await, 0);
 }
 
 // ---- a target that fails ----
@@ -318,9 +344,7 @@ async fn a_run_whose_target_starts_failing_stops_at_the_threshold_and_puts_lette
     let inbox = MemoryStore::new();
     let ledger = Ledger::default();
     ledger.healthy_for.store(5, Ordering::SeqCst);
-    let clock = Arc::new(ManualClock::new(
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
-    ));
+    let clock = Arc::new(ManualClock::new(SystemTime::now()));
 
     let report = Redrive::new(&letters, "alice")
         .limit(20)
@@ -337,11 +361,7 @@ async fn a_run_whose_target_starts_failing_stops_at_the_threshold_and_puts_lette
     );
     let stopped = r.stopped.as_deref().expect("stopped");
     assert!(stopped.contains("3 letters failed again"), "{stopped}");
-    assert_eq!(
-        letters.count().await.unwrap(),
-        15,
-        "3 failed + 12 never sent"
-    );
+    assert_eq!(pending(&letters).await, 15, "3 failed + 12 never sent");
 
     for n in 6..=8 {
         let back = letters.get(&n.to_string()).await.unwrap().unwrap();
@@ -357,6 +377,12 @@ async fn a_run_whose_target_starts_failing_stops_at_the_threshold_and_puts_lette
             "{}",
             back.reason
         );
+        assert_eq!(
+            back.history.last().unwrap().reason,
+            before.reason,
+            "the earlier give-up kept"
+        );
+        assert_eq!(back.history.last().unwrap().at, before.last_failed_at);
     }
     for n in 9..=20 {
         assert_eq!(
@@ -426,11 +452,7 @@ async fn the_filter_chooses_by_class_reason_and_age_and_the_dry_run_sends_nothin
         plan.iter().map(|l| l.msg_id.as_str()).collect::<Vec<_>>(),
         ["1"]
     );
-    assert_eq!(
-        letters.count().await.unwrap(),
-        4,
-        "the dry run changed nothing"
-    );
+    assert_eq!(pending(&letters).await, 4, "the dry run changed nothing");
     assert!(
         letters.redrives().await.unwrap().is_empty(),
         "and recorded nothing"
@@ -529,7 +551,7 @@ async fn a_letter_whose_original_does_not_decode_is_skipped_and_kept() {
         report.letters
     );
     assert_eq!(report.record.skipped, 1);
-    assert_eq!(letters.count().await.unwrap(), 1);
+    assert_eq!(pending(&letters).await, 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -651,7 +673,7 @@ async fn a_lost_response_redriven_over_http_is_replayed_not_repeated() {
     let gave_up = transfer_losing_answers(&client, &url, &letters, &key, &transfer).await;
     assert!(gave_up.is_err());
     assert_eq!(effects.load(Ordering::SeqCst), 1, "the resend was absorbed");
-    assert_eq!(letters.count().await.unwrap(), 1, "parked");
+    assert_eq!(pending(&letters).await, 1, "parked");
 
     let report = Redrive::new(&letters, "ops")
         .target(url.as_str())
@@ -664,5 +686,362 @@ async fn a_lost_response_redriven_over_http_is_replayed_not_repeated() {
         1,
         "one side effect in total"
     );
-    assert_eq!(letters.count().await.unwrap(), 0);
+    assert_eq!(pending(&letters).await, 0);
+}
+
+#[tokio::test]
+async fn a_resend_carries_the_key_the_original_call_recorded() {
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let record = seen.clone();
+    let handler = move |headers: axum::http::HeaderMap| {
+        let record = record.clone();
+        async move {
+            let key = headers
+                .get("idempotency-key")
+                .map(|v| v.to_str().unwrap().to_owned())
+                .unwrap_or_default();
+            record.lock().unwrap().push(key);
+            "ok"
+        }
+    };
+    let app = axum::Router::new().route("/deposits", axum::routing::post(handler));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/deposits", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = retry_core::reqwest::client_builder().build().unwrap();
+
+    let letters = MemoryDeadLetters::new();
+    park_all(
+        &letters,
+        [
+            DeadLetter {
+                idempotency_key: Some("key-of-the-first-call".into()),
+                ..letter(1, FailureClass::System)
+            },
+            letter(2, FailureClass::System),
+        ],
+    )
+    .await;
+    let report = Redrive::new(&letters, "ops")
+        .rate(1000)
+        .run_letters(|letter| retry_core::dlq::http::post_letter(client.post(&url), letter))
+        .await
+        .unwrap();
+    assert_eq!(report.record.succeeded, 2, "{:?}", report.letters);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter().map(|k| k.trim_matches('"')).collect::<Vec<_>>(),
+        ["key-of-the-first-call", "2"],
+        "the recorded key, else the msg_id"
+    );
+}
+
+// ---- the safety check, one letter at a time ----
+
+#[tokio::test(start_paused = true)]
+async fn letters_whose_resend_could_repeat_an_effect_are_refused_and_audited_with_the_reason() {
+    let letters = MemoryDeadLetters::new();
+    let now = SystemTime::now();
+    let days_ago = |days: u64| format_rfc3339(now - Duration::from_secs(days * 86_400));
+    park_all(
+        &letters,
+        [
+            DeadLetter {
+                redacted: true,
+                ..letter(1, FailureClass::System)
+            },
+            DeadLetter {
+                first_failed_at: days_ago(10),
+                ..letter(2, FailureClass::System)
+            },
+            DeadLetter {
+                key_expires_at: Some(days_ago(0)),
+                ..letter(3, FailureClass::System)
+            },
+            DeadLetter {
+                key_scope: Some("tenant-a".into()),
+                ..letter(4, FailureClass::System)
+            },
+            DeadLetter {
+                key_scope: Some("tenant-b".into()),
+                ..letter(5, FailureClass::System)
+            },
+            letter(6, FailureClass::System),
+        ],
+    )
+    .await;
+    let inbox = MemoryStore::new();
+    let ledger = healthy();
+    let report = Redrive::new(&letters, "alice")
+        .retention(Duration::from_secs(7 * 86_400))
+        .scope("tenant-b")
+        .rate(1000)
+        .run(|req: Deposit| deposit(&inbox, &ledger, req))
+        .await
+        .unwrap();
+    let outcomes: HashMap<String, Outcome> = report.letters.iter().cloned().collect();
+    let refused = |id: &str, words: &str| {
+        let Outcome::Skipped(why) = &outcomes[id] else {
+            panic!("{id}: {outcomes:?}")
+        };
+        assert!(why.contains(words), "{id}: {why}");
+    };
+    refused("1", "redacted");
+    refused("2", "longer than the target keeps idempotency keys");
+    refused("3", "forgot its idempotency key");
+    refused("4", "scope \"tenant-a\"");
+    assert_eq!(outcomes["5"], Outcome::Redriven, "the same scope");
+    assert_eq!(
+        outcomes["6"],
+        Outcome::Redriven,
+        "no scope recorded: not a mismatch"
+    );
+    assert_eq!(ledger.total_effects(), 2, "nothing refused was sent");
+    assert_eq!((report.record.skipped, report.record.succeeded), (4, 2));
+
+    let stats = letters.stats().await.unwrap();
+    assert_eq!(
+        (stats.pending, stats.leased),
+        (4, 0),
+        "refused letters stay, released"
+    );
+    let rows = letters
+        .audit_rows(Some(&report.record.run_id))
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.len(),
+        6,
+        "a row for every letter the run held: {rows:?}"
+    );
+    let row = |id: &str| rows.iter().find(|r| r.msg_id == id).unwrap();
+    assert!(
+        row("1")
+            .outcome
+            .as_deref()
+            .unwrap()
+            .starts_with("skipped: the original was redacted")
+    );
+    assert_eq!(row("5").outcome.as_deref(), Some("redriven"));
+    assert!(
+        rows.iter()
+            .all(|r| r.who == "alice" && r.finished_at.is_some())
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_source_chooses_the_letters_of_one_function() {
+    let letters = MemoryDeadLetters::new();
+    park_all(
+        &letters,
+        (1..=6).map(|n| DeadLetter {
+            source: Some(
+                if n % 2 == 0 {
+                    "bank::deposit"
+                } else {
+                    "bank::withdraw"
+                }
+                .into(),
+            ),
+            ..letter(n, FailureClass::System)
+        }),
+    )
+    .await;
+    let inbox = MemoryStore::new();
+    let ledger = healthy();
+    let report = Redrive::new(&letters, "alice")
+        .filter(Filter::any().source("bank::deposit"))
+        .rate(1000)
+        .run(|req: Deposit| deposit(&inbox, &ledger, req))
+        .await
+        .unwrap();
+    let sent: Vec<&str> = report.letters.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(sent, ["2", "4", "6"]);
+    assert_eq!(report.record.filter, "source=bank::deposit");
+    assert_eq!(pending(&letters).await, 3);
+}
+
+// ---- the audit, leases and runs at once ----
+
+#[tokio::test(start_paused = true)]
+async fn a_run_killed_during_a_send_leaves_the_intent_row_without_an_outcome() {
+    let letters = MemoryDeadLetters::new();
+    park_all(&letters, (1..=3).map(|n| letter(n, FailureClass::System))).await;
+    let sent = AtomicU32::new(0);
+    let run = Redrive::new(&letters, "alice")
+        .target("slow")
+        .run_letters(|_| {
+            sent.fetch_add(1, Ordering::SeqCst);
+            // A receiver that never answers.
+            assume_idempotent(async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok::<(), std::io::Error>(())
+            })
+        });
+    // Killed in the middle of the first send.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .is_err()
+    );
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+
+    let rows = letters.audit_rows(None).await.unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].msg_id, "1");
+    assert_eq!(
+        (rows[0].who.as_str(), rows[0].target.as_str()),
+        ("alice", "slow")
+    );
+    assert_eq!(
+        rows[0].outcome, None,
+        "the letter may or may not have reached the target"
+    );
+    assert_eq!(rows[0].finished_at, None);
+    assert!(
+        letters.redrives().await.unwrap().is_empty(),
+        "the run never finished"
+    );
+    let stats = letters.stats().await.unwrap();
+    assert_eq!(
+        (stats.pending, stats.leased),
+        (3, 1),
+        "still pending, held until the lease runs out"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_letter_another_run_holds_is_skipped_and_not_audited_by_this_one() {
+    let letters = MemoryDeadLetters::new();
+    park_all(&letters, (1..=3).map(|n| letter(n, FailureClass::System))).await;
+    assert!(
+        letters
+            .lease("2", "other-run", Duration::from_secs(600))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let inbox = MemoryStore::new();
+    let ledger = healthy();
+    let report = Redrive::new(&letters, "alice")
+        .rate(1000)
+        .run(|req: Deposit| deposit(&inbox, &ledger, req))
+        .await
+        .unwrap();
+    let outcomes: HashMap<String, Outcome> = report.letters.into_iter().collect();
+    assert!(
+        matches!(&outcomes["2"], Outcome::Skipped(why) if why.contains("leased by another run"))
+    );
+    assert_eq!(ledger.total_effects(), 2);
+    let rows = letters
+        .audit_rows(Some(&report.record.run_id))
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.iter().map(|r| r.msg_id.as_str()).collect::<Vec<_>>(),
+        ["1", "3"],
+        "a row for the letters this run held"
+    );
+    assert!(letters.get("2").await.unwrap().unwrap().is_pending());
+}
+
+/// Two runs at once over the same 200 letters, each choosing all of them: every letter is sent
+/// by exactly one run, and the audit has one row per letter with its outcome.
+#[tokio::test(start_paused = true)]
+async fn two_runs_at_once_send_each_letter_exactly_once() {
+    let letters = Arc::new(MemoryDeadLetters::new());
+    park_all(
+        &*letters,
+        (1..=200).map(|n| letter(n, FailureClass::System)),
+    )
+    .await;
+    let sends = Arc::new(Mutex::new(HashMap::<String, u32>::new()));
+    let run = |who: &'static str| {
+        let (letters, sends) = (letters.clone(), sends.clone());
+        tokio::spawn(async move {
+            Redrive::new(&*letters, who)
+                .limit(1000)
+                .rate(1000)
+                .run_letters(|letter: &DeadLetter| {
+                    let (sends, msg_id) = (sends.clone(), letter.msg_id.clone());
+                    assume_idempotent(async move {
+                        *sends.lock().unwrap().entry(msg_id).or_default() += 1;
+                        // A receiver that takes a moment: the other run goes meanwhile.
+                        tokio::time::sleep(Duration::from_millis(3)).await;
+                        Ok::<(), std::io::Error>(())
+                    })
+                })
+                .await
+                .unwrap()
+        })
+    };
+    let (a, b) = (run("alice"), run("bob"));
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+
+    let sends = sends.lock().unwrap().clone();
+    assert_eq!(sends.len(), 200, "every letter sent");
+    assert!(sends.values().all(|&n| n == 1), "none twice: {sends:?}");
+    assert_eq!(a.record.succeeded + b.record.succeeded, 200);
+    assert!(
+        a.record.succeeded > 0 && b.record.succeeded > 0,
+        "both runs sent: they overlapped"
+    );
+    assert_eq!(
+        a.record.skipped, b.record.succeeded,
+        "each skipped what the other sent"
+    );
+    assert_eq!(pending(&*letters).await, 0);
+
+    let rows = letters.audit_rows(None).await.unwrap();
+    assert_eq!(rows.len(), 200, "one row per letter");
+    let mut ids: Vec<&str> = rows.iter().map(|r| r.msg_id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 200);
+    assert!(
+        rows.iter()
+            .all(|r| r.outcome.as_deref() == Some("redriven")),
+        "{rows:?}"
+    );
+    for (report, who) in [(&a, "alice"), (&b, "bob")] {
+        let own = letters
+            .audit_rows(Some(&report.record.run_id))
+            .await
+            .unwrap();
+        assert_eq!(own.len() as u64, report.record.succeeded);
+        assert!(own.iter().all(|r| r.who == who));
+    }
+}
+
+/// On the real clock (leases run out by the wall clock): a send slower than the lease keeps it
+/// renewed, so a second run started meanwhile does not send the letter as well.
+#[tokio::test]
+async fn a_send_slower_than_the_lease_keeps_the_letter_from_other_runs() {
+    let letters = MemoryDeadLetters::new();
+    park_all(&letters, [letter(1, FailureClass::System)]).await;
+    let sends = AtomicU32::new(0);
+    let slow = Redrive::new(&letters, "alice")
+        .lease(Duration::from_secs(1))
+        .run_letters(|_| {
+            sends.fetch_add(1, Ordering::SeqCst);
+            assume_idempotent(async {
+                tokio::time::sleep(Duration::from_millis(1600)).await;
+                Ok::<(), std::io::Error>(())
+            })
+        });
+    let second = async {
+        // After the first lease would have run out without renewal.
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        Redrive::new(&letters, "bob")
+            .run_letters(|_| {
+                sends.fetch_add(1, Ordering::SeqCst);
+                assume_idempotent(async { Ok::<(), std::io::Error>(()) })
+            })
+            .await
+            .unwrap()
+    };
+    let (slow, second) = tokio::join!(slow, second);
+    assert_eq!(slow.unwrap().record.succeeded, 1);
+    assert_eq!(second.record.succeeded, 0, "{:?}", second.letters);
+    assert_eq!(sends.load(Ordering::SeqCst), 1);
 }

@@ -6,8 +6,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use retry_core::dlq::{
-    DeadLetterSink, DlqFailed, JsonlSink, LegacyStore, MemoryDeadLetters, Redrive,
-    assume_idempotent,
+    DeadLetter, DeadLetterSink, DeadLetterStore, DlqFailed, JsonlSink, MemoryDeadLetters, Outcome,
+    Redrive, assume_idempotent,
 };
 use retry_core::{Classify, Decision, retryable};
 use serde::{Deserialize, Serialize};
@@ -138,19 +138,39 @@ fn payloads_never_reach_the_logs_and_are_redacted_before_they_are_written() {
         // Stopped at once (a data letter).
         let memory = MemoryDeadLetters::new();
         assert!(charge_declined(&memory, charge("O-2")).await.is_err());
-        // A redrive that fails again (WARN stop), then one that succeeds (INFO summary).
-        let failing = Redrive::new(&letters, "ops")
+        // A redrive refuses the redacted letter: it is not the payload (INFO summary).
+        let refused = Redrive::new(&letters, "ops")
+            .run_letters(|_| assume_idempotent(async { Ok::<(), ChargeError>(()) }))
+            .await
+            .unwrap();
+        assert!(
+            matches!(&refused.letters[..], [(_, Outcome::Skipped(why))] if why.contains("redacted")),
+            "{:?}",
+            refused.letters
+        );
+        // The same letter, unflagged: a redrive that fails again (WARN stop), then one that
+        // succeeds.
+        let unflagged = MemoryDeadLetters::new();
+        let masked = DeadLetterStore::get(&letters, "O-1").await.unwrap().unwrap();
+        unflagged
+            .park(&DeadLetter {
+                redacted: false,
+                ..masked
+            })
+            .await
+            .unwrap();
+        let failing = Redrive::new(&unflagged, "ops")
             .stop_after_failures(1)
             .run_letters(|_| assume_idempotent(async { Err::<(), _>(ChargeError::Unavailable) }))
             .await
             .unwrap();
         assert_eq!(failing.record.failed, 1);
-        let fine = Redrive::new(&letters, "ops")
+        let fine = Redrive::new(&unflagged, "ops")
             .run_letters(|_| assume_idempotent(async { Ok::<(), ChargeError>(()) }))
             .await
             .unwrap();
         assert_eq!(fine.record.succeeded, 1);
-        assert_eq!(memory.count().await.unwrap(), 1);
+        assert_eq!(memory.stats().await.unwrap().pending, 1);
         // Parking the same letter again directly goes through no log either.
         let letter = memory.get("O-2").await.unwrap().unwrap();
         letters.park(&letter).await.unwrap();

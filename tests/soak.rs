@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
-use retry_core::dlq::{DlqFailed, FailureClass, LegacyStore, Redrive, SqliteDeadLetters};
+use retry_core::dlq::{DeadLetterStore, DlqFailed, Redrive, SqliteDeadLetters};
 use retry_core::idempotency::{
     IdempotencyError, SqliteStore, SqliteTransaction, StoreError, TransactionalStore, encode_key,
     encode_namespaced_key,
@@ -534,14 +534,9 @@ async fn soak<S: Effects>(
 
     // Every letter is the receiver's own input: redrive them all into it.
     let redrive_started = Instant::now();
-    let pending_before_redrive = ctx.letters.count().await.unwrap();
-    let system_letters = ctx
-        .letters
-        .list()
-        .await
-        .unwrap()
-        .iter()
-        .all(|letter| letter.class == FailureClass::System);
+    let before = ctx.letters.stats().await.unwrap();
+    let pending_before_redrive = before.pending;
+    let system_letters = before.data == 0;
     let redrive = Redrive::new(&ctx.letters, "soak")
         .limit(usize::MAX)
         .rate(REDRIVE_RATE)
@@ -555,7 +550,7 @@ async fn soak<S: Effects>(
             ctx.tally.snapshot()
         ),
     };
-    let pending_after_redrive = ctx.letters.count().await.unwrap();
+    let pending_after_redrive = ctx.letters.stats().await.unwrap().pending;
     let redrive = redrive_started.elapsed();
 
     let Ok(ctx) = Arc::try_unwrap(ctx) else {

@@ -7,17 +7,26 @@
 //! | `retry_core_give_ups_total` | counter | `function`, `module`, `reason` | calls that returned their last error after failing |
 //! | `retry_core_nested_suppressed_total` | counter | `function`, `module` | inner retries collapsed to one attempt |
 //! | `retry_core_budget_refusals_total` | counter | `function`, `module` | retries skipped because the budget was empty |
-//!
-//! `module` is the module path of a `#[retryable]` function (`app::client` for `Client::fetch`,
-//! `app::cache` for `Cache::fetch`), so two functions of one name are told apart; it is empty
-//! for a closure retry, whose `.name(..)` is the whole label.
 //! | `retry_core_idempotency_duplicates_total` | counter | `function` | duplicates answered with the stored response |
 //! | `retry_core_idempotency_fenced_total` | counter | `function` | late completions refused after a takeover |
 //! | `retry_core_idempotency_not_stored_total` | counter | `function` | responses of finished calls that could not be stored |
 //! | `retry_core_idempotency_abandoned_total` | counter | `function`, `released` | calls dropped while holding a claim |
 //! | `retry_core_idempotency_renewal_failures_total` | counter | `function`, `reason` (`fenced`, `unavailable`) | lease renewals that failed while a body ran |
-//! | `retry_core_dlq_pending` | gauge | `queue` | dead letters waiting (set by `dlq::pending`) |
-//! | `retry_core_dlq_oldest_age_seconds` | gauge | `queue` | age of the oldest waiting letter's first failure |
+//! | `retry_core_dlq_park_failures_total` | counter | `function`, `module` | dead letters the sink refused (the caller got `DlqFailed`, nothing was parked) |
+//! | `retry_core_dlq_pending` | gauge | `queue` | dead letters waiting (set by `dlq::pending`); 0 while the store cannot be read |
+//! | `retry_core_dlq_oldest_age_seconds` | gauge | `queue` | age of the oldest waiting letter's first failure; 0 while the store cannot be read |
+//! | `retry_core_dlq_monitor_up` | gauge | `queue` | 1 when the last read of the store worked, 0 when it failed |
+//! | `retry_core_dlq_monitor_errors_total` | counter | `queue` | reads of the store by `dlq::pending` / `dlq::spawn_monitor` that failed |
+//!
+//! `module` is the module path of a `#[retryable]` function (`app::client` for `Client::fetch`,
+//! `app::cache` for `Cache::fetch`), so two functions of one name are told apart; it is empty
+//! for a closure retry, whose `.name(..)` is the whole label.
+//!
+//! A dead-letter monitor that cannot read its store must not look healthy: the read is
+//! counted as an error, `retry_core_dlq_monitor_up` drops to 0, and the two gauges are set to 0
+//! rather than left at their last value (the `metrics` facade has no way to remove a gauge).
+//! Alert on `retry_core_dlq_monitor_up == 0` beside the queue itself, e.g.
+//! `retry_core_dlq_monitor_up == 0 or retry_core_dlq_oldest_age_seconds > 3600`.
 
 /// Metric names, for dashboards and tests.
 pub mod names {
@@ -46,6 +55,12 @@ pub mod names {
     pub const DLQ_PENDING: &str = "retry_core_dlq_pending";
     /// Age in seconds of the oldest waiting dead letter's first failure.
     pub const DLQ_OLDEST_AGE: &str = "retry_core_dlq_oldest_age_seconds";
+    /// 1 when the dead-letter monitor's last read of its store worked, 0 when it failed.
+    pub const DLQ_MONITOR_UP: &str = "retry_core_dlq_monitor_up";
+    /// Reads of a dead-letter store by the monitor that failed.
+    pub const DLQ_MONITOR_ERRORS: &str = "retry_core_dlq_monitor_errors_total";
+    /// Dead letters a sink refused: the call gave up and nothing was parked.
+    pub const DLQ_PARK_FAILURES: &str = "retry_core_dlq_park_failures_total";
 }
 
 /// A retrying function as metrics and tracing name it: its name and the keys of its counters,
@@ -174,6 +189,16 @@ pub(crate) fn gave_up(site: &'static Site, reason: &'static str) {
         "function" => site.function,
         "module" => site.module,
         "reason" => reason
+    )
+    .increment(1);
+}
+
+/// A sink refused `site`'s dead letter.
+pub(crate) fn park_failed(site: &'static Site) {
+    ::metrics::counter!(
+        names::DLQ_PARK_FAILURES,
+        "function" => site.function,
+        "module" => site.module
     )
     .increment(1);
 }

@@ -1,9 +1,13 @@
 //! `retry-dlq`: look into a dead-letter store of retry-core and redrive it. Counts and ages for
 //! alerting (`stats --check`), a line per letter (`list`), one letter (`show`), everything as JSON
-//! Lines (`export`), a redrive to an idempotent HTTP receiver (`redrive`), and the record of past
-//! redrives (`audit`). Only `redrive` writes to the store.
+//! Lines (`export`), acknowledging by hand (`ack`), a redrive to an idempotent HTTP receiver
+//! (`redrive`), and the record of past redrives (`audit`). Only `ack` and `redrive` write to the
+//! store. Every command reads the store a page at a time, or asks it to count: none loads every
+//! letter at once.
 
 mod duration;
+#[cfg(feature = "postgres")]
+mod pg;
 mod redrive;
 mod report;
 
@@ -14,9 +18,14 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use retry_core::dlq::SqliteDeadLetters;
-use retry_core::dlq::{DeadLetter, DlqError, FailureClass, JsonlSink, LegacyStore};
+use retry_core::dlq::{
+    DeadLetter, DeadLetterStore, DlqError, FailureClass, JsonlSink, Page, Resolution,
+};
 
-use crate::report::{Stats, Verdict};
+use crate::report::{Reasons, Stats, Verdict};
+
+/// Letters asked of the store at a time by `list`, `export` and `stats --top`.
+const PAGE: usize = 500;
 
 /// Exit status: done, nothing to flag.
 pub(crate) const EXIT_OK: u8 = 0;
@@ -30,7 +39,9 @@ The store:
   One of --jsonl PATH, --sqlite PATH, --pg URL; without any, the environment: RETRY_DLQ_JSONL
   or RETRY_DLQ_SQLITE (not both), else DATABASE_URL as --pg. An option always wins over the
   environment. --pg needs the `postgres` build feature; prefer DATABASE_URL to --pg when the
-  URL holds a password (command lines are visible to other users).
+  URL holds a password (command lines are visible to other users). With sslmode=require in
+  the URL, the connection is TLS (rustls), the server's certificate checked against the
+  system's trust store.
   The file of --jsonl/--sqlite must exist: a mistyped path is an error, never an empty store.
   A JSONL file is read as it is, beside the service writing it, and never changed: a torn
   last line (a write cut short by a crash; that letter was never parked) is reported on stderr
@@ -39,18 +50,19 @@ The store:
 const EXIT_HELP: &str = "\
 Exit status:
   0  success (stats --check: nothing to alert on)
-  1  stats --check: something to alert on; show: no pending letter with that msg_id
+  1  stats --check: something to alert on; show: no letter with that msg_id; ack: a letter
+     was not pending; redrive: a letter failed again or was skipped; audit --run: no such run
   2  usage error, or the store could not be opened or read (message on stderr)";
 
 #[derive(Debug, Parser)]
 #[command(
     name = "retry-dlq",
     version,
-    about = "Inspect and redrive a dead-letter store of retry-core: stats for alerting, list, show, export, redrive, audit",
+    about = "Inspect and redrive a dead-letter store of retry-core: stats for alerting, list, show, export, ack, redrive, audit",
     long_about = "Inspect and redrive a dead-letter store of retry-core: stats for alerting, list, \
-                  show, export, redrive, audit.\n\nOnly `redrive` writes to the store: it \
-                  acknowledges the letters it sent, puts back the ones that failed again, and \
-                  records the run.",
+                  show, export, ack, redrive, audit.\n\nOnly `ack` and `redrive` write to the \
+                  store: `ack` resolves letters by hand; `redrive` resolves the letters it sent, \
+                  puts back the ones that failed again, and records the run and each letter.",
     after_help = format!("{STORE_HELP}\n\n{EXIT_HELP}"),
     arg_required_else_help = true
 )]
@@ -77,6 +89,8 @@ struct StoreArgs {
     pg: Option<String>,
 }
 
+// `redrive`'s options are most of the size; the command line is parsed once.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Pending letters by class and by reason, and the oldest first failure with its age.
@@ -96,28 +110,33 @@ For cron or a monitoring check, e.g.:  retry-dlq --jsonl /var/lib/app/dlq.jsonl 
         /// (30s, 15m, 1h, 2d, 1h30m).
         #[arg(long, value_name = "DURATION", requires = "check", value_parser = duration::parse_duration)]
         max_age: Option<Duration>,
-        /// How many of the most frequent reasons to show.
-        #[arg(long, value_name = "N", default_value_t = 10)]
-        top: usize,
+        /// Also count the pending letters by reason and show the N most frequent. This reads
+        /// every pending letter (a page at a time); without it the store only counts.
+        #[arg(long, value_name = "N")]
+        top: Option<usize>,
     },
     /// One line per pending letter, oldest first failure first.
     #[command(after_help = "\
 Columns, tab-separated, no header: msg_id, class, attempts, first_failed_at, reason.
 Control characters (tabs, newlines) inside a field are escaped as \\t, \\n, so every letter
-is exactly one line.
+is exactly one line. Letters are read a page at a time.
 
 Exit status: 0 listed (also when empty); 2 usage error or store error.")]
     List {
         /// Only letters of this class.
         #[arg(long, value_enum)]
         class: Option<ClassArg>,
-        /// At most N letters (the oldest); how many more there are is said on stderr.
+        /// Only letters parked by this function (`module::function`, the letter's `source`).
+        #[arg(long, value_name = "NAME")]
+        source: Option<String>,
+        /// At most N letters (the oldest); whether there are more is said on stderr.
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
     },
-    /// One pending letter as pretty JSON.
+    /// One letter as pretty JSON, pending or resolved (then with who resolved it, when, and in
+    /// which run).
     #[command(after_help = "\
-Exit status: 0 printed; 1 no pending letter with that msg_id; 2 usage error or store error.")]
+Exit status: 0 printed; 1 no letter with that msg_id; 2 usage error or store error.")]
     Show {
         /// The letter's msg_id (the first column of `list`).
         msg_id: String,
@@ -128,6 +147,21 @@ Oldest first failure first. Each line parses as retry_core::dlq::DeadLetter.
 
 Exit status: 0 exported (also when empty); 2 usage error or store error.")]
     Export,
+    /// Acknowledge letters by hand: each is resolved (who, when) and no longer pending; it is
+    /// kept, with its resolution, until resolved letters are purged.
+    #[command(after_help = "\
+One line per msg_id: `resolved\tID`, or `not pending\tID` when there is no pending letter of
+that id, or a redrive run holds it right now.
+
+Exit status: 0 every letter resolved; 1 one was not pending; 2 usage error or store error.")]
+    Ack {
+        /// The letters' msg_ids (the first column of `list`).
+        #[arg(required = true, value_name = "MSG_ID")]
+        msg_ids: Vec<String>,
+        /// Who judged them, for the record (a person or a job).
+        #[arg(long, value_name = "NAME")]
+        who: String,
+    },
     /// Send letters again to an idempotent HTTP receiver, in a small batch, on the record.
     #[command(after_help = "\
 Each chosen letter's original is POSTed as JSON to --to, with `Idempotency-Key` set to the
@@ -145,13 +179,23 @@ only to append. A progress bar shows on stderr for runs of 20 letters or more.
 Exit status: 0 every chosen letter redriven (or --dry-run listed them); 1 a letter failed again
 or was skipped, or the run stopped early; 2 usage error or store error.")]
     Redrive(redrive::RedriveArgs),
-    /// The recorded redrive runs, oldest first.
+    /// The recorded redrive runs, oldest first; with --run, that run's row per letter.
     #[command(after_help = "\
 Columns, tab-separated, no header: started_at, run_id, who, target, filter, selected,
 succeeded, failed, skipped, why the run stopped early (- if it did not).
 
-Exit status: 0 listed (also when empty); 2 usage error or store error.")]
-    Audit,
+With --run ID: at, msg_id, outcome, finished_at, one line per letter the run held, in the order
+it took them. Each row is written before the letter is sent and completed after: a row with
+NO OUTCOME is a letter whose run ended during the send (killed, crashed): it may or may not
+have reached the receiver, and stays pending for a later run (its receiver deduplicates).
+
+Exit status: 0 listed (also when empty); 1 --run names no recorded rows; 2 usage error or
+store error.")]
+    Audit {
+        /// Show this run's row per letter (run ids are the second column of `audit`).
+        #[arg(long, value_name = "ID")]
+        run: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -294,12 +338,7 @@ async fn open(selection: &Selection, write: bool) -> Result<Store, Failure> {
             Ok(Store::Sqlite(store))
         }
         #[cfg(feature = "postgres")]
-        Selection::Pg(url) => {
-            let store = retry_core::dlq::PgDeadLetters::connect(url)
-                .await
-                .map_err(Failure::Store)?;
-            Ok(Store::Pg(store))
-        }
+        Selection::Pg(url) => Ok(Store::Pg(pg::connect(url).await?)),
         #[cfg(not(feature = "postgres"))]
         Selection::Pg(_) => Err(Failure::Usage(
             "this retry-dlq was built without PostgreSQL support (cargo feature `postgres`); \
@@ -310,12 +349,36 @@ async fn open(selection: &Selection, write: bool) -> Result<Store, Failure> {
     }
 }
 
-async fn list_all<S: LegacyStore>(store: &S) -> Result<Vec<DeadLetter>, Failure> {
-    store.list().await.map_err(Failure::Store)
+/// Every pending letter of `page`'s class and source, a page at a time, each through `each`
+/// until it says stop; whether letters were left when it did.
+async fn pages<S: DeadLetterStore>(
+    store: &S,
+    mut page: Page,
+    mut each: impl FnMut(&DeadLetter) -> Result<bool, Failure>,
+) -> Result<bool, Failure> {
+    loop {
+        let letters = store.page(&page).await.map_err(Failure::Store)?;
+        let Some(last) = letters.last() else {
+            return Ok(false);
+        };
+        page = page.next_after(last);
+        for (n, letter) in letters.iter().enumerate() {
+            if !each(letter)? {
+                let left_on_page = n + 1 < letters.len();
+                if left_on_page {
+                    return Ok(true);
+                }
+                let mut peek = page;
+                peek.limit = 1;
+                let next = store.page(&peek).await.map_err(Failure::Store)?;
+                return Ok(!next.is_empty());
+            }
+        }
+    }
 }
 
 /// Runs `command` on `store`, writing results to `out`; the exit status when it got that far.
-async fn run<S: LegacyStore>(
+async fn run<S: DeadLetterStore + Sync>(
     store: &S,
     command: &Command,
     out: &mut impl Write,
@@ -326,9 +389,23 @@ async fn run<S: LegacyStore>(
             max_age,
             top,
         } => {
-            let letters = list_all(store).await?;
-            let stats = Stats::of(&letters, SystemTime::now());
-            let mut text = stats.render(*top);
+            let counts = store.stats().await.map_err(Failure::Store)?;
+            let oldest = store
+                .page(&Page::first(1))
+                .await
+                .map_err(Failure::Store)?
+                .pop();
+            let mut stats = Stats::new(&counts, oldest.as_ref(), SystemTime::now());
+            if top.is_some() {
+                let mut reasons = Reasons::default();
+                pages(store, Page::first(PAGE), |letter| {
+                    reasons.add(std::slice::from_ref(letter));
+                    Ok(true)
+                })
+                .await?;
+                stats = stats.with_reasons(reasons);
+            }
+            let mut text = stats.render(top.unwrap_or(0));
             let status = if *check {
                 let (status, line) = match report::check(&stats, *max_age) {
                     Verdict::Ok(why) => (EXIT_OK, format!("check: OK: {why}\n")),
@@ -346,20 +423,30 @@ async fn run<S: LegacyStore>(
                 Ok(()) => Ok(status),
             }
         }
-        Command::List { class, limit } => {
-            let class = class.map(FailureClass::from);
-            let letters = list_all(store).await?;
-            let mut matching = letters
-                .iter()
-                .filter(|l| class.is_none_or(|c| l.class == c));
+        Command::List {
+            class,
+            source,
+            limit,
+        } => {
+            let mut page = Page::first(PAGE.min(limit.unwrap_or(PAGE).max(1)));
+            page.class = class.map(FailureClass::from);
+            page.source.clone_from(source);
             let limit = limit.unwrap_or(usize::MAX);
-            for letter in matching.by_ref().take(limit) {
+            let mut listed = 0;
+            let more = pages(store, page, |letter| {
+                if listed == limit {
+                    return Ok(false);
+                }
                 writeln!(out, "{}", report::list_line(letter))?;
-            }
-            let more = matching.count();
-            if more > 0 {
+                listed += 1;
+                Ok(listed < limit)
+            })
+            .await?;
+            if more {
                 out.flush()?;
-                eprintln!("retry-dlq: {more} more letter(s) not listed (--limit {limit})");
+                eprintln!(
+                    "retry-dlq: more letters not listed (--limit {limit}); `stats` counts them"
+                );
             }
             Ok(EXIT_OK)
         }
@@ -374,21 +461,42 @@ async fn run<S: LegacyStore>(
                 }
                 None => {
                     eprintln!(
-                        "retry-dlq: no pending letter with msg_id {}",
+                        "retry-dlq: no letter with msg_id {}",
                         report::one_line(msg_id)
                     );
                     Ok(EXIT_FLAGGED)
                 }
             }
         }
+        Command::Ack { msg_ids, who } => {
+            let mut status = EXIT_OK;
+            for msg_id in msg_ids {
+                let resolution = Resolution::new(
+                    who.as_str(),
+                    retry_core::time::format_rfc3339(SystemTime::now()),
+                );
+                let resolved = store
+                    .resolve(msg_id, &resolution)
+                    .await
+                    .map_err(Failure::Store)?;
+                let word = if resolved { "resolved" } else { "not pending" };
+                if !resolved {
+                    status = EXIT_FLAGGED;
+                }
+                writeln!(out, "{word}\t{}", report::one_line(msg_id))?;
+            }
+            Ok(status)
+        }
         Command::Redrive(args) => redrive::redrive(store, args, out).await,
-        Command::Audit => redrive::audit(store, out).await,
+        Command::Audit { run } => redrive::audit(store, run.as_deref(), out).await,
         Command::Export => {
-            for letter in list_all(store).await? {
-                let json = serde_json::to_string(&letter)
+            pages(store, Page::first(PAGE), |letter| {
+                let json = serde_json::to_string(letter)
                     .map_err(|e| Failure::Output(io::Error::other(e)))?;
                 writeln!(out, "{json}")?;
-            }
+                Ok(true)
+            })
+            .await?;
             Ok(EXIT_OK)
         }
     }
@@ -399,7 +507,8 @@ async fn main_inner(cli: &Cli) -> Result<u8, Failure> {
         .store
         .select(|name| std::env::var(name).ok())
         .map_err(Failure::Usage)?;
-    let store = open(&selection, matches!(cli.command, Command::Redrive(_))).await?;
+    let writes = matches!(cli.command, Command::Redrive(_) | Command::Ack { .. });
+    let store = open(&selection, writes).await?;
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let status = match &store {
@@ -418,6 +527,9 @@ async fn main_inner(cli: &Cli) -> Result<u8, Failure> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
+    // rustls's crypto for `redrive --to https://` (and `--pg` over TLS): ring, chosen here
+    // since reqwest is built without a provider of its own. Err: one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     match main_inner(&cli).await {
         Ok(status) => ExitCode::from(status),

@@ -9,19 +9,25 @@ use retry_core::time::parse_rfc3339;
 
 use crate::duration::format_age;
 
-/// The pending letters summed up.
+/// What is pending, summed up: the store's counts, its oldest letter, and (when asked) the
+/// pending letters counted by reason.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stats {
     /// Pending letters.
-    pub total: usize,
+    pub total: u64,
     /// Letters per class, `system` then `data` (both always present).
-    pub by_class: [(FailureClass, usize); 2],
-    /// Letters per reason, most frequent first (ties by reason).
-    pub reasons: Vec<(String, usize)>,
-    /// The letter with the earliest readable `first_failed_at`.
+    pub by_class: [(FailureClass, u64); 2],
+    /// Pending letters a redrive run holds a lease on.
+    pub leased: u64,
+    /// Resolved letters not purged yet.
+    pub resolved: u64,
+    /// The letter with the earliest first failure, when its time is readable.
     pub oldest: Option<Oldest>,
-    /// Letters whose `first_failed_at` is not RFC 3339: their age is unknown.
-    pub unreadable_times: Vec<String>,
+    /// The oldest letter's msg_id, when its `first_failed_at` is not RFC 3339: its age is
+    /// unknown.
+    pub unreadable_oldest: Option<String>,
+    /// Letters per reason, most frequent first (ties by reason); `None` when not counted.
+    pub reasons: Option<Vec<(String, u64)>>,
 }
 
 /// The letter that has waited longest.
@@ -36,52 +42,65 @@ pub struct Oldest {
     pub in_future: bool,
 }
 
-impl Stats {
-    pub fn of(letters: &[DeadLetter], now: SystemTime) -> Stats {
-        let mut by_class = [(FailureClass::System, 0), (FailureClass::Data, 0)];
-        let mut reasons: HashMap<&str, usize> = HashMap::new();
-        let mut oldest: Option<(SystemTime, &DeadLetter)> = None;
-        let mut unreadable_times = Vec::new();
+/// Pending letters counted by reason, a page at a time.
+#[derive(Debug, Default)]
+pub struct Reasons(HashMap<String, u64>);
+
+impl Reasons {
+    /// Counts `letters` in.
+    pub fn add(&mut self, letters: &[DeadLetter]) {
         for letter in letters {
-            for (class, n) in &mut by_class {
-                if *class == letter.class {
-                    *n += 1;
-                }
-            }
-            *reasons.entry(&letter.reason).or_default() += 1;
-            match parse_rfc3339(&letter.first_failed_at) {
-                Some(at) => {
-                    if oldest.is_none_or(|(t, _)| at < t) {
-                        oldest = Some((at, letter));
-                    }
-                }
-                None => unreadable_times.push(letter.msg_id.clone()),
-            }
+            *self.0.entry(letter.reason.clone()).or_default() += 1;
         }
-        let mut reasons: Vec<(String, usize)> = reasons
-            .into_iter()
-            .map(|(reason, n)| (reason.to_owned(), n))
-            .collect();
-        reasons.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let oldest = oldest.map(|(at, letter)| {
-            let (age, in_future) = match now.duration_since(at) {
-                Ok(age) => (age, false),
-                Err(_) => (Duration::ZERO, true),
-            };
-            Oldest {
-                msg_id: letter.msg_id.clone(),
-                first_failed_at: letter.first_failed_at.clone(),
-                age,
-                in_future,
+    }
+}
+
+impl Stats {
+    /// The store's `counts` and its `oldest` pending letter, at `now`.
+    pub fn new(
+        counts: &retry_core::dlq::Stats,
+        oldest: Option<&DeadLetter>,
+        now: SystemTime,
+    ) -> Stats {
+        let mut unreadable_oldest = None;
+        let oldest = oldest.and_then(|letter| match parse_rfc3339(&letter.first_failed_at) {
+            Some(at) => {
+                let (age, in_future) = match now.duration_since(at) {
+                    Ok(age) => (age, false),
+                    Err(_) => (Duration::ZERO, true),
+                };
+                Some(Oldest {
+                    msg_id: letter.msg_id.clone(),
+                    first_failed_at: letter.first_failed_at.clone(),
+                    age,
+                    in_future,
+                })
+            }
+            None => {
+                unreadable_oldest = Some(letter.msg_id.clone());
+                None
             }
         });
         Stats {
-            total: letters.len(),
-            by_class,
-            reasons,
+            total: counts.pending,
+            by_class: [
+                (FailureClass::System, counts.system),
+                (FailureClass::Data, counts.data),
+            ],
+            leased: counts.leased,
+            resolved: counts.resolved,
             oldest,
-            unreadable_times,
+            unreadable_oldest,
+            reasons: None,
         }
+    }
+
+    /// The same, with the letters counted by reason.
+    pub fn with_reasons(mut self, reasons: Reasons) -> Stats {
+        let mut reasons: Vec<(String, u64)> = reasons.0.into_iter().collect();
+        reasons.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        self.reasons = Some(reasons);
+        self
     }
 
     /// The report `stats` prints, at most `top` reasons.
@@ -107,36 +126,36 @@ impl Stats {
                 let _ = writeln!(out, "oldest first failure: -");
             }
         }
-        if !self.unreadable_times.is_empty() {
+        if let Some(msg_id) = &self.unreadable_oldest {
             let _ = writeln!(
                 out,
-                "unreadable first_failed_at (age unknown): {} letter(s), e.g. msg_id {}",
-                self.unreadable_times.len(),
-                one_line(&self.unreadable_times[0])
+                "unreadable first_failed_at (age unknown): msg_id {}",
+                one_line(msg_id)
             );
         }
-        if self.total == 0 {
+        if self.total == 0 && self.resolved == 0 {
             return out;
         }
         let _ = writeln!(out, "by class:");
         for (class, n) in &self.by_class {
             let _ = writeln!(out, "  {n:>7}  {class}");
         }
-        let shown = top.min(self.reasons.len());
-        let _ = writeln!(
-            out,
-            "top reasons ({shown} of {} distinct):",
-            self.reasons.len()
-        );
-        for (reason, n) in &self.reasons[..shown] {
+        let _ = writeln!(out, "leased by a redrive run: {}", self.leased);
+        let _ = writeln!(out, "resolved, kept until purged: {}", self.resolved);
+        let Some(reasons) = &self.reasons else {
+            return out;
+        };
+        let shown = top.min(reasons.len());
+        let _ = writeln!(out, "top reasons ({shown} of {} distinct):", reasons.len());
+        for (reason, n) in &reasons[..shown] {
             let _ = writeln!(out, "  {n:>7}  {}", truncate(&one_line(reason), 120));
         }
-        let rest: usize = self.reasons[shown..].iter().map(|(_, n)| n).sum();
+        let rest: u64 = reasons[shown..].iter().map(|(_, n)| n).sum();
         if rest > 0 {
             let _ = writeln!(
                 out,
                 "  {rest:>7}  (other reasons: {} more)",
-                self.reasons.len() - shown
+                reasons.len() - shown
             );
         }
         out
@@ -162,10 +181,10 @@ pub fn check(stats: &Stats, max_age: Option<Duration>) -> Verdict {
         return Verdict::Alert(format!("{} letter(s) pending", stats.total));
     };
     let limit = format_age(max_age);
-    if !stats.unreadable_times.is_empty() {
+    if let Some(msg_id) = &stats.unreadable_oldest {
         return Verdict::Alert(format!(
-            "{} letter(s) have an unreadable first_failed_at, so their age is unknown (limit {limit})",
-            stats.unreadable_times.len()
+            "the oldest letter ({}) has an unreadable first_failed_at, so its age is unknown (limit {limit})",
+            one_line(msg_id)
         ));
     }
     match &stats.oldest {
@@ -248,6 +267,24 @@ mod tests {
         }
     }
 
+    /// What `stats` makes of `letters`, counted as a store counts them.
+    fn of(letters: &[DeadLetter], now: SystemTime) -> Stats {
+        let mut counts = retry_core::dlq::Stats::default();
+        counts.pending = letters.len() as u64;
+        counts.system = letters
+            .iter()
+            .filter(|l| l.class == FailureClass::System)
+            .count() as u64;
+        counts.data = counts.pending - counts.system;
+        // Stores take letters by first failure; an unreadable one has no time, and comes first.
+        let oldest = letters
+            .iter()
+            .min_by_key(|l| (parse_rfc3339(&l.first_failed_at), l.msg_id.clone()));
+        let mut reasons = Reasons::default();
+        reasons.add(letters);
+        Stats::new(&counts, oldest, now).with_reasons(reasons)
+    }
+
     fn ago(now: SystemTime, secs: u64) -> String {
         format_rfc3339(now - Duration::from_secs(secs))
     }
@@ -266,15 +303,15 @@ mod tests {
             ),
             letter("c", FailureClass::Data, "400", "2026-08-19T11:59:00Z"),
         ];
-        let stats = Stats::of(&letters, now);
+        let stats = of(&letters, now);
         assert_eq!(stats.total, 3);
         assert_eq!(
             stats.by_class,
             [(FailureClass::System, 2), (FailureClass::Data, 1)]
         );
         assert_eq!(
-            stats.reasons,
-            [("503".to_owned(), 2), ("400".to_owned(), 1)]
+            stats.reasons.as_deref(),
+            Some(&[("503".to_owned(), 2), ("400".to_owned(), 1)][..])
         );
         let oldest = stats.oldest.as_ref().unwrap();
         assert_eq!(oldest.msg_id, "b");
@@ -298,7 +335,7 @@ mod tests {
     #[test]
     fn check_alerts_on_anything_pending_or_only_on_age() {
         let now = SystemTime::now();
-        let empty = Stats::of(&[], now);
+        let empty = of(&[], now);
         assert!(matches!(check(&empty, None), Verdict::Ok(_)));
         assert!(matches!(
             check(&empty, Some(Duration::from_secs(60))),
@@ -306,7 +343,7 @@ mod tests {
         ));
         assert_eq!(empty.render(10), "pending: 0\noldest first failure: -\n");
 
-        let recent = Stats::of(&[letter("r", FailureClass::Data, "x", &ago(now, 60))], now);
+        let recent = of(&[letter("r", FailureClass::Data, "x", &ago(now, 60))], now);
         assert!(matches!(check(&recent, None), Verdict::Alert(_)));
         assert!(matches!(
             check(&recent, Some(Duration::from_secs(3600))),
@@ -317,8 +354,8 @@ mod tests {
             Verdict::Alert(_)
         ));
 
-        let unreadable = Stats::of(&[letter("u", FailureClass::Data, "x", "yesterday")], now);
-        assert_eq!(unreadable.unreadable_times, ["u"]);
+        let unreadable = of(&[letter("u", FailureClass::Data, "x", "yesterday")], now);
+        assert_eq!(unreadable.unreadable_oldest.as_deref(), Some("u"));
         assert!(matches!(
             check(&unreadable, Some(Duration::from_secs(3600))),
             Verdict::Alert(m) if m.contains("unreadable")
@@ -328,7 +365,7 @@ mod tests {
     #[test]
     fn future_times_are_flagged_not_negative() {
         let now = SystemTime::now();
-        let stats = Stats::of(
+        let stats = of(
             &[letter(
                 "f",
                 FailureClass::System,

@@ -246,7 +246,7 @@ fn stats_reports_classes_reasons_and_the_oldest_with_its_age() {
         let letters = three_letters();
         kind.park(&path, &letters);
 
-        let output = run(kind, &path, &["stats"]);
+        let output = run(kind, &path, &["stats", "--top", "10"]);
         assert_status(&output, 0);
         let text = stdout(&output);
         let oldest = &letters[1];
@@ -261,6 +261,8 @@ fn stats_reports_classes_reasons_and_the_oldest_with_its_age() {
             text.contains("by class:\n        2  system\n        1  data\n"),
             "{text}"
         );
+        assert!(text.contains("leased by a redrive run: 0\n"), "{text}");
+        assert!(text.contains("resolved, kept until purged: 0\n"), "{text}");
         assert!(
             text.contains(
                 "top reasons (2 of 2 distinct):\n        2  upstream 503 after 5 attempts\n        1  not retryable: 400 Bad Request\n"
@@ -272,6 +274,10 @@ fn stats_reports_classes_reasons_and_the_oldest_with_its_age() {
             top1.contains("        1  (other reasons: 1 more)"),
             "{top1}"
         );
+        // Without --top the store only counts: no reasons.
+        let counted = stdout(&run(kind, &path, &["stats"]));
+        assert!(!counted.contains("reasons"), "{counted}");
+        assert!(counted.contains("by class:"), "{counted}");
     }
 }
 
@@ -373,10 +379,12 @@ fn list_prints_a_line_per_letter_oldest_first() {
         assert_status(&limited, 0);
         assert_eq!(stdout(&limited), line(&letters[1]), "{kind:?}");
         assert!(
-            stderr(&limited).contains("1 more letter(s) not listed"),
+            stderr(&limited).contains("more letters not listed (--limit 1)"),
             "{}",
             stderr(&limited)
         );
+        let everything = run(kind, &path, &["list", "--class", "system", "--limit", "2"]);
+        assert_eq!(stderr(&everything), "", "nothing more to list");
 
         assert_status(&run(kind, &path, &["list", "--class", "network"]), 2);
     }
@@ -404,7 +412,7 @@ fn show_prints_the_letter_as_json_or_exits_1() {
         assert_status(&missing, 1);
         assert_eq!(stdout(&missing), "");
         assert!(
-            stderr(&missing).contains("no pending letter with msg_id M-404"),
+            stderr(&missing).contains("no letter with msg_id M-404"),
             "{}",
             stderr(&missing)
         );
@@ -816,6 +824,10 @@ struct Receiver {
 struct ReceiverState {
     effects: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     requests: std::sync::atomic::AtomicU32,
+    /// Every request, effect or not, per `Idempotency-Key`.
+    requests_by_key: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// The `Authorization` and `X-Shop` headers of every request.
+    credentials: std::sync::Mutex<Vec<(String, String)>>,
     healthy_for: std::sync::atomic::AtomicU32,
 }
 
@@ -843,6 +855,25 @@ impl Receiver {
                     );
                 };
                 let key = key.to_str().unwrap().trim_matches('"').to_owned();
+                *state
+                    .requests_by_key
+                    .lock()
+                    .unwrap()
+                    .entry(key.clone())
+                    .or_default() += 1;
+                let header = |name: &str| {
+                    headers
+                        .get(name)
+                        .map(|v| v.to_str().unwrap().to_owned())
+                        .unwrap_or_default()
+                };
+                state
+                    .credentials
+                    .lock()
+                    .unwrap()
+                    .push((header("authorization"), header("x-shop")));
+                // A receiver that takes a moment: runs at once overlap.
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
                 if state.effects.lock().unwrap().contains_key(&key) {
                     return (StatusCode::OK, format!("replayed {key}"));
                 }
@@ -1083,14 +1114,15 @@ fn redrive_needs_who_and_an_http_url_and_runs_beside_the_service() {
     );
     assert_status(&output, 2);
     assert!(stderr(&output).contains("--who"), "{}", stderr(&output));
+    // Letters and credentials in clear text over the network: refused without --insecure.
     let output = run(
         Kind::Jsonl,
         &path,
-        &["redrive", "--to", "https://example.invalid/x", "--who", "a"],
+        &["redrive", "--to", "http://payments.invalid/x", "--who", "a"],
     );
     assert_status(&output, 2);
     assert!(
-        stderr(&output).contains("only http://"),
+        stderr(&output).contains("http:// only to a loopback address"),
         "{}",
         stderr(&output)
     );
@@ -1113,4 +1145,291 @@ fn redrive_needs_who_and_an_http_url_and_runs_beside_the_service() {
         letter.reason.starts_with("redrive by a failed"),
         "{letter:?}"
     );
+}
+
+#[test]
+fn credentials_come_from_the_environment_or_a_file_and_a_literal_header_warns() {
+    let dir = TempDir::new("redrive-credentials");
+    let path = dir.path("dlq.sqlite");
+    let letters = hundred_system_letters();
+    Kind::Sqlite.park(&path, &letters[..3]);
+    let receiver = Receiver::start(u32::MAX);
+    let headers = dir.path("headers");
+    std::fs::write(&headers, "# the shop\n\nX-Shop: 42\n").unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&headers, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let output = retry_dlq()
+        .env("DLQ_AUTH", "Bearer s3cret")
+        .arg("--sqlite")
+        .arg(&path)
+        .args([
+            "redrive",
+            "--to",
+            &receiver.url,
+            "--who",
+            "alice",
+            "--rate",
+            "1000",
+        ])
+        .args(["--header-env", "Authorization=DLQ_AUTH", "--header-file"])
+        .arg(&headers)
+        .serial_output();
+    assert_status(&output, 0);
+    assert_eq!(
+        stderr(&output),
+        "",
+        "no warning for credentials kept off the command line"
+    );
+    let seen = receiver.state.credentials.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3);
+    assert!(
+        seen.iter()
+            .all(|(auth, shop)| auth == "Bearer s3cret" && shop == "42"),
+        "{seen:?}"
+    );
+
+    // A literal header works, and says it can be seen.
+    Kind::Sqlite.park(&path, &letters[3..4]);
+    let output = run(
+        Kind::Sqlite,
+        &path,
+        &[
+            "redrive",
+            "--to",
+            &receiver.url,
+            "--who",
+            "alice",
+            "--header",
+            "Authorization: Bearer s3cret",
+        ],
+    );
+    assert_status(&output, 0);
+    assert!(
+        stderr(&output).contains("visible to other users"),
+        "{}",
+        stderr(&output)
+    );
+
+    // An unset variable, a file that is not there: usage errors, nothing sent.
+    Kind::Sqlite.park(&path, &letters[4..5]);
+    let before = receiver
+        .state
+        .requests
+        .load(std::sync::atomic::Ordering::SeqCst);
+    for extra in [
+        &["--header-env", "Authorization=NOT_SET_ANYWHERE"][..],
+        &["--header-file", "/nonexistent/headers"],
+    ] {
+        let output = retry_dlq()
+            .env_remove("NOT_SET_ANYWHERE")
+            .arg("--sqlite")
+            .arg(&path)
+            .args(["redrive", "--to", &receiver.url, "--who", "alice"])
+            .args(extra)
+            .serial_output();
+        assert_status(&output, 2);
+    }
+    assert_eq!(
+        receiver
+            .state
+            .requests
+            .load(std::sync::atomic::Ordering::SeqCst),
+        before
+    );
+}
+
+#[test]
+fn http_to_a_host_that_is_not_loopback_needs_insecure() {
+    let dir = TempDir::new("redrive-insecure");
+    let path = dir.path("dlq.sqlite");
+    Kind::Sqlite.park(&path, &three_letters());
+    let refused = run(
+        Kind::Sqlite,
+        &path,
+        &["redrive", "--to", "http://192.0.2.1:9/x", "--who", "a"],
+    );
+    assert_status(&refused, 2);
+    assert!(
+        stderr(&refused).contains("loopback"),
+        "{}",
+        stderr(&refused)
+    );
+    // With --insecure the command goes ahead: a dry run, so nothing leaves this machine.
+    let allowed = run(
+        Kind::Sqlite,
+        &path,
+        &[
+            "redrive",
+            "--to",
+            "http://192.0.2.1:9/x",
+            "--who",
+            "a",
+            "--insecure",
+            "--dry-run",
+        ],
+    );
+    assert_status(&allowed, 0);
+}
+
+#[test]
+fn ack_resolves_by_hand_and_show_says_who() {
+    for kind in KINDS {
+        let dir = TempDir::new("ack");
+        let path = dir.path(kind.file());
+        kind.park(&path, &three_letters());
+        let output = run(kind, &path, &["ack", "M-1", "M-404", "--who", "carol"]);
+        assert_status(&output, 1);
+        assert_eq!(
+            stdout(&output),
+            "resolved\tM-1\nnot pending\tM-404\n",
+            "{kind:?}"
+        );
+        assert_eq!(count(kind, &path), 2);
+        let shown: DeadLetter =
+            serde_json::from_str(&stdout(&run(kind, &path, &["show", "M-1"]))).unwrap();
+        let resolution = shown.resolved.expect("kept, resolved");
+        assert_eq!((resolution.by.as_str(), resolution.run_id), ("carol", None));
+        assert_status(&run(kind, &path, &["ack", "M-2", "--who", "carol"]), 0);
+        assert_status(&run(kind, &path, &["ack", "M-2"]), 2);
+    }
+}
+
+#[test]
+fn audit_run_shows_a_row_per_letter() {
+    let dir = TempDir::new("audit-run");
+    let path = dir.path("dlq.sqlite");
+    let letters = hundred_system_letters();
+    Kind::Sqlite.park(&path, &letters[..4]);
+    let redacted = DeadLetter {
+        redacted: true,
+        ..letter("M-R", FailureClass::System, "503", 2 * HOUR)
+    };
+    Kind::Sqlite.park(&path, &[redacted]);
+    let receiver = Receiver::start(u32::MAX);
+    let output = run(
+        Kind::Sqlite,
+        &path,
+        &[
+            "redrive",
+            "--to",
+            &receiver.url,
+            "--who",
+            "alice",
+            "--rate",
+            "1000",
+        ],
+    );
+    assert_status(&output, 1);
+    assert!(
+        stdout(&output).contains("skipped\tM-R\tthe original was redacted"),
+        "{}",
+        stdout(&output)
+    );
+    let runs = stdout(&run(Kind::Sqlite, &path, &["audit"]));
+    let run_id = runs
+        .lines()
+        .next()
+        .unwrap()
+        .split('\t')
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    let rows = stdout(&run(Kind::Sqlite, &path, &["audit", "--run", &run_id]));
+    let rows: Vec<Vec<&str>> = rows.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    let outcome = |id: &str| rows.iter().find(|r| r[1] == id).unwrap()[2];
+    assert_eq!(outcome("M-000"), "redriven");
+    assert!(outcome("M-R").starts_with("skipped: the original was redacted"));
+    assert!(
+        rows.iter().all(|r| r[3] != "-"),
+        "every row has its outcome"
+    );
+    assert_status(
+        &run(Kind::Sqlite, &path, &["audit", "--run", "no-such-run"]),
+        1,
+    );
+}
+
+/// Two `retry-dlq redrive` processes at once over the same 200 letters of one SQLite file: the
+/// leases let each letter through once, and the audit has one row per letter.
+#[test]
+fn two_redrive_processes_at_once_send_each_letter_once() {
+    let dir = TempDir::new("redrive-two");
+    let path = dir.path("dlq.sqlite");
+    let letters: Vec<DeadLetter> = (0..200)
+        .map(|n| {
+            letter(
+                &format!("M-{n:03}"),
+                FailureClass::System,
+                "upstream 503 after 5 attempts",
+                Duration::from_secs(7200 - n),
+            )
+        })
+        .collect();
+    Kind::Sqlite.park(&path, &letters);
+    let receiver = Receiver::start(u32::MAX);
+    let children: Vec<std::process::Child> = {
+        let _serial = serial();
+        ["alice", "bob"]
+            .into_iter()
+            .map(|who| {
+                std::process::Command::new(env!("CARGO_BIN_EXE_retry-dlq"))
+                    .env_remove("DATABASE_URL")
+                    .arg("--sqlite")
+                    .arg(&path)
+                    .args(["redrive", "--to", &receiver.url, "--who", who])
+                    .args(["--limit", "1000", "--rate", "1000", "--stop-after", "1000"])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let outputs: Vec<Output> = children
+        .into_iter()
+        .map(|child| child.wait_with_output().unwrap())
+        .collect();
+    let sent: usize = outputs
+        .iter()
+        .map(|o| {
+            stdout(o)
+                .lines()
+                .filter(|l| l.starts_with("sent\t"))
+                .count()
+        })
+        .sum();
+    assert_eq!(
+        sent,
+        200,
+        "{:?}",
+        outputs.iter().map(stderr).collect::<Vec<_>>()
+    );
+    let by_key = receiver.state.requests_by_key.lock().unwrap().clone();
+    assert_eq!(by_key.len(), 200);
+    assert!(
+        by_key.values().all(|&n| n == 1),
+        "a letter was sent twice: {by_key:?}"
+    );
+    assert_eq!(count(Kind::Sqlite, &path), 0);
+
+    let runs = stdout(&run(Kind::Sqlite, &path, &["audit"]));
+    let mut rows = Vec::new();
+    for line in runs.lines() {
+        let run_id = line.split('\t').nth(1).unwrap();
+        rows.extend(
+            stdout(&run(Kind::Sqlite, &path, &["audit", "--run", run_id]))
+                .lines()
+                .map(|l| l.split('\t').map(str::to_owned).collect::<Vec<_>>()),
+        );
+    }
+    assert_eq!(rows.len(), 200, "one row per letter");
+    let mut ids: Vec<&str> = rows.iter().map(|r| r[1].as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 200);
+    assert!(rows.iter().all(|r| r[2] == "redriven"), "{rows:?}");
 }

@@ -9,18 +9,21 @@ use crate::reqwest::{HttpError, RequestBuilderExt};
 
 /// Sends `letter` again through `request` (a POST to the receiver, with whatever credentials
 /// the original requests carried: the receiver keeps keys per client): its `original` as the
-/// JSON body, and `Idempotency-Key` set to its `msg_id` (which `dlq(id = ...)` should make the key the original requests carried), for
+/// JSON body, and `Idempotency-Key` set to the key the original call recorded
+/// ([`DeadLetter::idempotency_key`]), else to its `msg_id` (which `dlq(id = ...)` should make
+/// the key the original requests carried), for
 /// [`Redrive::run_letters`](super::Redrive::run_letters). The receiver's deduplication on that
 /// key is what makes the resend safe, which is why the future is declared
-/// [`assume_idempotent`]: point it only at such a receiver (`tower::IdempotencyLayer`, or any
-/// server following the IETF `Idempotency-Key` draft).
+/// [`assume_idempotent`] (with that key, so the redrive's key check sees it): point it only at
+/// such a receiver (`tower::IdempotencyLayer`, or any server following the IETF
+/// `Idempotency-Key` draft).
 ///
 /// ```no_run
-/// use retry_core::dlq::{http::post_letter, JsonlSink, Redrive};
+/// use retry_core::dlq::{http::post_letter, MemoryDeadLetters, Redrive};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let letters = JsonlSink::open("dlq.jsonl")?;
+/// let letters = MemoryDeadLetters::new();
 /// let client = retry_core::reqwest::client_builder().build()?;
 /// let url = "http://payments.internal/payments";
 /// let report = Redrive::new(&letters, "alice")
@@ -37,8 +40,8 @@ pub fn post_letter(
 ) -> AssumeIdempotent<
     impl Future<Output = Result<::reqwest::Response, PostLetterError>> + Send + use<>,
 > {
-    let request = letter
-        .msg_id
+    let key = key_of(letter);
+    let request = key
         .parse::<IdempotencyKey>()
         .map(|key| {
             request
@@ -48,13 +51,20 @@ pub fn post_letter(
         })
         .map_err(PostLetterError::Key);
     assume_idempotent(async move { request?.send_checked().await.map_err(PostLetterError::Http) })
+        .with_key(key)
+}
+
+/// The key a resend of `letter` carries: the one its original call claimed, when recorded.
+fn key_of(letter: &DeadLetter) -> &str {
+    letter.idempotency_key.as_deref().unwrap_or(&letter.msg_id)
 }
 
 /// Why [`post_letter`] did not get a 2xx.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum PostLetterError {
-    /// The letter's `msg_id` cannot be an `Idempotency-Key`; nothing was sent.
+    /// The letter's key (its recorded `idempotency_key`, else its `msg_id`) cannot be an
+    /// `Idempotency-Key`; nothing was sent.
     Key(InvalidIdempotencyKey),
     /// The request failed, or the receiver answered with an error status.
     Http(HttpError),
@@ -63,7 +73,10 @@ pub enum PostLetterError {
 impl fmt::Display for PostLetterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PostLetterError::Key(e) => write!(f, "msg_id is not sendable as Idempotency-Key: {e}"),
+            PostLetterError::Key(e) => write!(
+                f,
+                "the letter's key is not sendable as Idempotency-Key: {e}"
+            ),
             PostLetterError::Http(e) => write!(f, "{e}"),
         }
     }

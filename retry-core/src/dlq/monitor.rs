@@ -1,9 +1,10 @@
-//! The dead-letter queue as a monitoring target: how many are pending, and how old the oldest.
+//! The dead-letter queue as a monitoring target: how many are pending, and how old the oldest;
+//! and, when the store cannot be read, that it cannot (never a stale, healthy-looking value).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{DlqError, LegacyStore};
+use super::{DeadLetterStore, DlqError};
 use crate::metrics::names;
 use crate::time::parse_rfc3339;
 
@@ -16,8 +17,18 @@ pub struct Pending {
     pub oldest_age: Option<Duration>,
 }
 
-/// Reads what is pending in `store` and sets the gauges `retry_core_dlq_pending` and
+/// Reads what is pending in `store` (one [`stats`](DeadLetterStore::stats) call: the store
+/// counts, no letter is loaded) and sets the gauges `retry_core_dlq_pending` and
 /// `retry_core_dlq_oldest_age_seconds` (labelled `queue = name`): alert on either.
+///
+/// A read that fails is counted in `retry_core_dlq_monitor_errors_total`, sets
+/// `retry_core_dlq_monitor_up` to 0 and both gauges to 0, so the last good value does not stay
+/// on a dashboard looking current: alert on `retry_core_dlq_monitor_up == 0` too. A read that
+/// works sets it to 1.
+///
+/// # Errors
+/// The store's error, or [`DlqError::Corrupt`] when the oldest `first_failed_at` is not
+/// RFC 3339 (its age is unknown, which is not "nothing is old").
 ///
 /// ```
 /// use retry_core::dlq::{pending, MemoryDeadLetters};
@@ -29,31 +40,50 @@ pub struct Pending {
 /// assert_eq!((now.count, now.oldest_age), (0, None));
 /// # }
 /// ```
-pub async fn pending<S: LegacyStore + ?Sized>(
+pub async fn pending<S: DeadLetterStore + ?Sized>(
     store: &S,
     name: &'static str,
 ) -> Result<Pending, DlqError> {
-    let count = store.count().await?;
-    let oldest_age = match store.oldest().await? {
+    match read(store).await {
+        Ok(pending) => {
+            ::metrics::gauge!(names::DLQ_PENDING, "queue" => name).set(pending.count as f64);
+            ::metrics::gauge!(names::DLQ_OLDEST_AGE, "queue" => name)
+                .set(pending.oldest_age.map_or(0.0, |age| age.as_secs_f64()));
+            ::metrics::gauge!(names::DLQ_MONITOR_UP, "queue" => name).set(1.0);
+            Ok(pending)
+        }
+        Err(error) => {
+            ::metrics::counter!(names::DLQ_MONITOR_ERRORS, "queue" => name).increment(1);
+            ::metrics::gauge!(names::DLQ_MONITOR_UP, "queue" => name).set(0.0);
+            ::metrics::gauge!(names::DLQ_PENDING, "queue" => name).set(0.0);
+            ::metrics::gauge!(names::DLQ_OLDEST_AGE, "queue" => name).set(0.0);
+            Err(error)
+        }
+    }
+}
+
+async fn read<S: DeadLetterStore + ?Sized>(store: &S) -> Result<Pending, DlqError> {
+    let stats = store.stats().await?;
+    let oldest_age = match stats.oldest_first_failed_at {
         None => None,
-        Some(letter) => {
-            let first = parse_rfc3339(&letter.first_failed_at).ok_or_else(|| {
+        Some(at) => {
+            let first = parse_rfc3339(&at).ok_or_else(|| {
                 DlqError::Corrupt(format!(
-                    "letter `{}` has an unreadable first_failed_at",
-                    letter.msg_id
+                    "the oldest pending letter has an unreadable first_failed_at: {at:?}"
                 ))
             })?;
             Some(SystemTime::now().duration_since(first).unwrap_or_default())
         }
     };
-    ::metrics::gauge!(names::DLQ_PENDING, "queue" => name).set(count as f64);
-    ::metrics::gauge!(names::DLQ_OLDEST_AGE, "queue" => name)
-        .set(oldest_age.map_or(0.0, |age| age.as_secs_f64()));
-    Ok(Pending { count, oldest_age })
+    Ok(Pending {
+        count: stats.pending,
+        oldest_age,
+    })
 }
 
-/// Updates the gauges of [`pending`] every `every` (at least a second) in the background; logs
-/// errors and tries again, never panics. Abort the handle to stop it.
+/// Updates the gauges of [`pending`] every `every` (at least a second) in the background; a
+/// failed read is logged and counted (see [`pending`]) and tried again at the next tick, never
+/// a panic. Abort the handle to stop it.
 ///
 /// # Panics
 /// Outside a Tokio runtime (like `tokio::spawn`).
@@ -68,7 +98,7 @@ pub async fn pending<S: LegacyStore + ?Sized>(
 /// monitor.abort();
 /// # }
 /// ```
-pub fn spawn_monitor<S: LegacyStore + 'static>(
+pub fn spawn_monitor<S: DeadLetterStore + 'static>(
     store: Arc<S>,
     name: &'static str,
     every: Duration,
