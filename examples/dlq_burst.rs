@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use retry_core::dlq::{DeadLetterStore, LegacyStore, Page};
+use retry_core::dlq::{DeadLetter, DeadLetterStore, Page};
 
 const TASKS: usize = 64;
 const CALLS: usize = 50;
@@ -174,6 +174,27 @@ async fn heartbeat(worst_micros: Arc<AtomicU64>, stop: Arc<AtomicBool>) {
     }
 }
 
+/// Every pending letter, a page at a time, checked against the store's own count.
+async fn every_letter<S: DeadLetterStore>(store: &S) -> Result<Vec<DeadLetter>, String> {
+    let mut letters = Vec::new();
+    let mut page = Page::first(500);
+    loop {
+        let more = store.page(&page).await.map_err(|e| e.to_string())?;
+        let Some(last) = more.last() else { break };
+        page = page.next_after(last);
+        letters.extend(more);
+    }
+    let stats = store.stats().await.map_err(|e| e.to_string())?;
+    if stats.pending as usize != letters.len() {
+        return Err(format!(
+            "stats count {} pending, the pages {}",
+            stats.pending,
+            letters.len()
+        ));
+    }
+    Ok(letters)
+}
+
 /// Reopens the store: every letter once, with the one attempt it was parked with.
 async fn verify(path: &Path, jsonl: bool, not_parked: &[String]) -> Result<(), String> {
     if let Some(first) = not_parked.first() {
@@ -183,27 +204,8 @@ async fn verify(path: &Path, jsonl: bool, not_parked: &[String]) -> Result<(), S
         ));
     }
     let letters = match open(path, jsonl) {
-        Sink::Jsonl(sink) => {
-            let mut letters = Vec::new();
-            let mut page = Page::first(500);
-            loop {
-                let more = sink.page(&page).await.map_err(|e| e.to_string())?;
-                let Some(last) = more.last() else { break };
-                page = page.next_after(last);
-                letters.extend(more);
-            }
-            let stats = sink.stats().await.map_err(|e| e.to_string())?;
-            if stats.pending as usize != letters.len() {
-                return Err(format!(
-                    "stats count {} pending, the pages {}",
-                    stats.pending,
-                    letters.len()
-                ));
-            }
-            letters
-        }
-        // The old interface until `SqliteDeadLetters` implements `DeadLetterStore`.
-        Sink::Sqlite(sink) => sink.list().await.map_err(|e| e.to_string())?,
+        Sink::Jsonl(sink) => every_letter(&sink).await?,
+        Sink::Sqlite(sink) => every_letter(&sink).await?,
     };
     let expected: HashSet<String> = (0..TASKS)
         .flat_map(|task| (0..CALLS).map(move |call| transfer(task, call).id))

@@ -20,7 +20,7 @@ mod burst;
 mod tempdir;
 
 use burst::{SendError, Sink, send, transfer};
-use retry_core::dlq::{DeadLetterStore, JsonlSink, LegacyStore, Page, SqliteDeadLetters};
+use retry_core::dlq::{DeadLetterStore, JsonlSink, Page, SqliteDeadLetters};
 
 /// Set in the child: the store's path.
 const CHILD: &str = "RETRY_CORE_DLQ_KILL_CHILD";
@@ -179,9 +179,8 @@ fn a_sqlite_burst_killed_midway_keeps_every_parked_letter() {
         .build()
         .unwrap();
     let store = SqliteDeadLetters::open(&path).unwrap();
-    // The old interface until `SqliteDeadLetters` implements `DeadLetterStore`.
     let stored: Vec<(String, u32)> = runtime
-        .block_on(LegacyStore::list(&store))
+        .block_on(store.page(&Page::first(usize::MAX)))
         .unwrap()
         .into_iter()
         .map(|l| (l.msg_id, l.attempts))

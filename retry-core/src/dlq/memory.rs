@@ -5,7 +5,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use super::{
-    AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, LegacyStore, Page,
+    AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, Page,
     RedriveRecord, Resolution, Stats,
 };
 use crate::time::parse_rfc3339;
@@ -246,52 +246,5 @@ impl DeadLetterStore for MemoryDeadLetters {
 
     async fn redrives(&self) -> Result<Vec<RedriveRecord>, DlqError> {
         Ok(self.state().redrives.clone())
-    }
-}
-
-impl LegacyStore for MemoryDeadLetters {
-    async fn list(&self) -> Result<Vec<DeadLetter>, DlqError> {
-        DeadLetterStore::page(self, &Page::first(usize::MAX)).await
-    }
-
-    async fn count(&self) -> Result<u64, DlqError> {
-        Ok(DeadLetterStore::stats(self).await?.pending)
-    }
-
-    async fn oldest(&self) -> Result<Option<DeadLetter>, DlqError> {
-        Ok(DeadLetterStore::page(self, &Page::first(1)).await?.pop())
-    }
-
-    async fn get(&self, msg_id: &str) -> Result<Option<DeadLetter>, DlqError> {
-        Ok(DeadLetterStore::get(self, msg_id)
-            .await?
-            .filter(|l| l.is_pending()))
-    }
-
-    async fn ack(&self, msg_id: &str) -> Result<bool, DlqError> {
-        DeadLetterStore::resolve(self, msg_id, &Resolution::new("", "")).await
-    }
-
-    async fn put_back(&self, letter: &DeadLetter) -> Result<(), DlqError> {
-        let mut state = self.state();
-        match state.letter(&letter.msg_id) {
-            Some(pending) => {
-                let first = std::mem::take(&mut pending.first_failed_at);
-                *pending = DeadLetter {
-                    first_failed_at: first,
-                    ..letter.clone()
-                };
-            }
-            None => state.letters.push(letter.clone()),
-        }
-        Ok(())
-    }
-
-    async fn record_redrive(&self, record: &RedriveRecord) -> Result<(), DlqError> {
-        DeadLetterStore::record_redrive(self, record).await
-    }
-
-    async fn redrives(&self) -> Result<Vec<RedriveRecord>, DlqError> {
-        DeadLetterStore::redrives(self).await
     }
 }

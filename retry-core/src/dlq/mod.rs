@@ -239,33 +239,6 @@ pub struct Stats {
     pub oldest_first_failed_at: Option<String>,
 }
 
-/// The old store interface, until every store implements [`DeadLetterStore`].
-#[doc(hidden)]
-pub trait LegacyStore: DeadLetterSink {
-    /// Every pending letter, oldest first failure first.
-    fn list(&self) -> impl Future<Output = Result<Vec<DeadLetter>, DlqError>> + Send;
-    /// How many letters are pending.
-    fn count(&self) -> impl Future<Output = Result<u64, DlqError>> + Send;
-    /// The pending letter with the oldest first failure.
-    fn oldest(&self) -> impl Future<Output = Result<Option<DeadLetter>, DlqError>> + Send;
-    /// The pending letter `msg_id`, if any.
-    fn get(
-        &self,
-        msg_id: &str,
-    ) -> impl Future<Output = Result<Option<DeadLetter>, DlqError>> + Send;
-    /// Removes `msg_id` from the pending letters.
-    fn ack(&self, msg_id: &str) -> impl Future<Output = Result<bool, DlqError>> + Send;
-    /// Puts a letter back after a redrive failed again.
-    fn put_back(&self, letter: &DeadLetter) -> impl Future<Output = Result<(), DlqError>> + Send;
-    /// Appends a redrive run's audit record.
-    fn record_redrive(
-        &self,
-        record: &RedriveRecord,
-    ) -> impl Future<Output = Result<(), DlqError>> + Send;
-    /// Every recorded redrive run.
-    fn redrives(&self) -> impl Future<Output = Result<Vec<RedriveRecord>, DlqError>> + Send;
-}
-
 impl<S: DeadLetterSink + ?Sized> DeadLetterSink for &S {
     fn park(&self, letter: &DeadLetter) -> impl Future<Output = Result<(), DlqError>> + Send {
         (**self).park(letter)

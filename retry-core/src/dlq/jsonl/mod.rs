@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use super::{
-    AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, LegacyStore, Page,
+    AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, Page,
     RedriveRecord, Resolution, Stats,
 };
-use crate::time::format_rfc3339;
+
 use file::Access;
 use writer::{Core, Op, Read, Write, Writer};
 
@@ -614,45 +614,5 @@ impl DeadLetterStore for JsonlSink {
 
     async fn redrives(&self) -> Result<Vec<RedriveRecord>, DlqError> {
         self.read(Read::Redrives).await
-    }
-}
-
-/// The old interface, on the new operations, until the redrive runner, monitor and CLI move
-/// over.
-impl LegacyStore for JsonlSink {
-    async fn list(&self) -> Result<Vec<DeadLetter>, DlqError> {
-        DeadLetterStore::page(self, &Page::first(usize::MAX)).await
-    }
-
-    async fn count(&self) -> Result<u64, DlqError> {
-        Ok(DeadLetterStore::stats(self).await?.pending)
-    }
-
-    async fn oldest(&self) -> Result<Option<DeadLetter>, DlqError> {
-        Ok(DeadLetterStore::page(self, &Page::first(1)).await?.pop())
-    }
-
-    async fn get(&self, msg_id: &str) -> Result<Option<DeadLetter>, DlqError> {
-        Ok(DeadLetterStore::get(self, msg_id)
-            .await?
-            .filter(DeadLetter::is_pending))
-    }
-
-    async fn ack(&self, msg_id: &str) -> Result<bool, DlqError> {
-        let now = Resolution::new("", format_rfc3339(SystemTime::now()));
-        DeadLetterStore::resolve(self, msg_id, &now).await
-    }
-
-    async fn put_back(&self, letter: &DeadLetter) -> Result<(), DlqError> {
-        let letter = Box::new(letter.clone());
-        self.write(|reply| Write::Replace(letter, reply)).await
-    }
-
-    async fn record_redrive(&self, record: &RedriveRecord) -> Result<(), DlqError> {
-        DeadLetterStore::record_redrive(self, record).await
-    }
-
-    async fn redrives(&self) -> Result<Vec<RedriveRecord>, DlqError> {
-        DeadLetterStore::redrives(self).await
     }
 }

@@ -43,9 +43,6 @@ pub(super) enum Op {
 /// append).
 pub(super) enum Write {
     Park(Box<DeadLetter>, Reply<()>),
-    /// The old interface's put-back: the letter replaces the pending one, keeping its first
-    /// failure.
-    Replace(Box<DeadLetter>, Reply<()>),
     Lease {
         msg_id: String,
         run_id: String,
@@ -356,16 +353,6 @@ impl Core {
                     Answer::Unit(reply),
                 );
             }
-            Write::Replace(mut letter, reply) => {
-                if let Some(pending) = index.letter(&letter.msg_id).filter(|l| l.is_pending()) {
-                    letter.first_failed_at.clone_from(&pending.first_failed_at);
-                }
-                group.push(
-                    index,
-                    vec![Line::Letter(Arc::from(letter))],
-                    Answer::Unit(reply),
-                );
-            }
             Write::Lease {
                 msg_id,
                 run_id,
@@ -666,10 +653,9 @@ impl Answer {
 fn fail(write: Write, error: &DlqError) {
     let failed = Some(error);
     match write {
-        Write::Park(_, reply)
-        | Write::Replace(_, reply)
-        | Write::Audit(_, reply)
-        | Write::Redrive(_, reply) => Answer::Unit(reply).send(failed),
+        Write::Park(_, reply) | Write::Audit(_, reply) | Write::Redrive(_, reply) => {
+            Answer::Unit(reply).send(failed)
+        }
         Write::Lease { reply, .. } => Answer::Letter(reply, None).send(failed),
         Write::Release { reply, .. }
         | Write::Resolve { reply, .. }

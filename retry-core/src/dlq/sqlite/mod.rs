@@ -39,11 +39,11 @@ use rusqlite::Connection;
 
 use super::row::{self, NewRow, ResolvedRow};
 use super::{
-    AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, LegacyStore, Page,
+    AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, Page,
     RedriveRecord, Resolution, Stats,
 };
 use crate::sql::sqlite::{DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, Reservation, Settings};
-use crate::time::{format_rfc3339, format_utc, later, parse_rfc3339};
+use crate::time::{format_utc, later, parse_rfc3339};
 use error::Fail;
 use writer::Writer;
 
@@ -537,46 +537,5 @@ impl DeadLetterStore for SqliteDeadLetters {
 
     async fn redrives(&self) -> Result<Vec<RedriveRecord>, DlqError> {
         self.read(queries::redrives).await
-    }
-}
-
-/// The old interface, on the new methods, until the redrive runner and the CLI move over.
-impl LegacyStore for SqliteDeadLetters {
-    async fn list(&self) -> Result<Vec<DeadLetter>, DlqError> {
-        DeadLetterStore::page(self, &Page::first(usize::MAX)).await
-    }
-
-    async fn count(&self) -> Result<u64, DlqError> {
-        Ok(DeadLetterStore::stats(self).await?.pending)
-    }
-
-    async fn oldest(&self) -> Result<Option<DeadLetter>, DlqError> {
-        Ok(DeadLetterStore::page(self, &Page::first(1)).await?.pop())
-    }
-
-    async fn get(&self, msg_id: &str) -> Result<Option<DeadLetter>, DlqError> {
-        Ok(DeadLetterStore::get(self, msg_id)
-            .await?
-            .filter(DeadLetter::is_pending))
-    }
-
-    async fn ack(&self, msg_id: &str) -> Result<bool, DlqError> {
-        let now = Resolution::new("", format_rfc3339(SystemTime::now()));
-        DeadLetterStore::resolve(self, msg_id, &now).await
-    }
-
-    async fn put_back(&self, letter: &DeadLetter) -> Result<(), DlqError> {
-        let row = NewRow::new(letter)?;
-        self.writer
-            .write(move |conn| queries::legacy_replace(conn, &row))
-            .await
-    }
-
-    async fn record_redrive(&self, record: &RedriveRecord) -> Result<(), DlqError> {
-        DeadLetterStore::record_redrive(self, record).await
-    }
-
-    async fn redrives(&self) -> Result<Vec<RedriveRecord>, DlqError> {
-        DeadLetterStore::redrives(self).await
     }
 }

@@ -81,21 +81,6 @@ const AUDIT: &str = "INSERT INTO dead_letter_audit \
 const INSERT_REDRIVE: &str = "INSERT INTO dead_letter_redrives (run_id, started_utc, record, seq) \
      VALUES (?1, ?2, ?3, (SELECT coalesce(max(seq), 0) + 1 FROM dead_letter_redrives))";
 
-/// The old interface's put-back (`LegacyStore`): the letter replaces the stored one, except for
-/// its first failure; pending again, unleased.
-const LEGACY_REPLACE: &str = concat!(
-    insert_letter!(),
-    "ON CONFLICT(msg_id) DO UPDATE SET original = excluded.original, reason = excluded.reason, \
-      attempts = excluded.attempts, last_failed_at = excluded.last_failed_at, \
-      trace_id = excluded.trace_id, class = excluded.class, error_type = excluded.error_type, \
-      idempotency_key = excluded.idempotency_key, parked_at = excluded.parked_at, \
-      source = excluded.source, redacted = excluded.redacted, key_scope = excluded.key_scope, \
-      key_expires_at = excluded.key_expires_at, history = excluded.history, \
-      resolved_at = excluded.resolved_at, resolved_by = excluded.resolved_by, \
-      resolved_run = excluded.resolved_run, resolved_utc = excluded.resolved_utc, \
-      lease_run = NULL, lease_until = NULL"
-);
-
 // ---- reads ----
 
 const SELECT_ONE: &str = concat!(
@@ -263,12 +248,6 @@ pub(super) fn record_redrive(
 ) -> Result<(), Fail> {
     conn.prepare_cached(INSERT_REDRIVE)?
         .execute(params![run_id, started_utc, json])?;
-    Ok(())
-}
-
-/// The old interface's put-back (see [`LEGACY_REPLACE`]).
-pub(super) fn legacy_replace(conn: &Connection, row: &NewRow) -> Result<(), Fail> {
-    insert(conn, LEGACY_REPLACE, row, &format_utc(SystemTime::now()))?;
     Ok(())
 }
 
