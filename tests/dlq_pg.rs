@@ -381,6 +381,16 @@ async fn letters_that_cannot_be_stored_are_refused_before_the_server_is_asked() 
         Err(DlqError::Serialize(message)) => assert!(message.contains("NUL"), "{message}"),
         other => panic!("expected Serialize, got {other:?}"),
     }
+    // Nor can a letter, run or source with a NUL exist: asking for one answers "none".
+    assert_eq!(store.get("M-3\0").await.unwrap(), None);
+    let ttl = Duration::from_secs(60);
+    assert_eq!(store.lease("M-2", "run\0", ttl).await.unwrap(), None);
+    assert!(!store.release("M-2\0", "run-1").await.unwrap());
+    assert_eq!(
+        store.page(&Page::first(10).source("a\0")).await.unwrap(),
+        []
+    );
+    assert_eq!(store.audit_rows(Some("run\0")).await.unwrap(), []);
     let escaped = DeadLetter {
         original: serde_json::json!({"note": "a\0b"}),
         ..letter("M-4", "2026-08-19T02:11:03Z")
@@ -1213,8 +1223,9 @@ fn parks_per_second() {
         assert_eq!(parked, (TASKS * PARKS) as i64);
         let per_second = (TASKS * PARKS) as f64 / elapsed.as_secs_f64();
         eprintln!(
-            "{} letters in {elapsed:?}: {per_second:.0} letters/s",
-            TASKS * PARKS
+            "{} letters in {elapsed:?}: {per_second:.0} letters/s, {} commits",
+            TASKS * PARKS,
+            commits(&schema).await
         );
         drop(store);
         schema.drop_all().await;

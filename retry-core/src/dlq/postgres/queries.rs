@@ -145,6 +145,13 @@ async fn query(
     rows.map_err(|e| failed(db, e))
 }
 
+/// Whether a letter, run or source named `text` can be stored at all: PostgreSQL's `text`
+/// holds no NUL, so asking for one would be an error of the server, where the answer is that
+/// there is no such thing.
+fn storable(text: &str) -> bool {
+    !text.contains('\0')
+}
+
 /// A count the server made, which cannot be negative.
 fn count(row: &Row, i: usize) -> Result<u64, tokio_postgres::Error> {
     Ok(u64::try_from(row.try_get::<_, i64>(i)?).unwrap_or(0))
@@ -165,6 +172,9 @@ pub(super) async fn page(db: &Db, page: &Page) -> Result<Vec<DeadLetter>, DlqErr
             (format_utc(at), cursor.msg_id.as_str())
         }
     };
+    if !page.source.as_deref().is_none_or(storable) {
+        return Ok(Vec::new());
+    }
     let limit = i64::try_from(page.limit).unwrap_or(i64::MAX);
     let class = page.class.map(|c| c.as_str());
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![&after_utc, &after_id, &limit];
@@ -209,6 +219,9 @@ pub(super) async fn stats(db: &Db) -> Result<Stats, DlqError> {
 }
 
 pub(super) async fn get(db: &Db, msg_id: &str) -> Result<Option<DeadLetter>, DlqError> {
+    if !storable(msg_id) {
+        return Ok(None);
+    }
     query(db, "get", GET, &[&msg_id])
         .await?
         .first()
@@ -224,6 +237,9 @@ pub(super) async fn lease(
     run_id: &str,
     ttl: Duration,
 ) -> Result<Option<DeadLetter>, DlqError> {
+    if !storable(msg_id) || !storable(run_id) {
+        return Ok(None);
+    }
     let micros =
         i64::try_from(ttl.as_micros()).map_or(MAX_LEASE_MICROS, |m| m.min(MAX_LEASE_MICROS));
     query(db, "lease", LEASE, &[&msg_id, &run_id, &micros])
@@ -234,6 +250,9 @@ pub(super) async fn lease(
 }
 
 pub(super) async fn release(db: &Db, msg_id: &str, run_id: &str) -> Result<bool, DlqError> {
+    if !storable(msg_id) || !storable(run_id) {
+        return Ok(false);
+    }
     Ok(execute(db, "release", RELEASE, &[&msg_id, &run_id]).await? > 0)
 }
 
@@ -243,6 +262,9 @@ pub(super) async fn resolve(
     resolution: &Resolution,
 ) -> Result<bool, DlqError> {
     let columns = ResolvedColumns::new(msg_id, resolution)?;
+    if !storable(msg_id) {
+        return Ok(false);
+    }
     let params: [&(dyn ToSql + Sync); 5] = [
         &msg_id,
         &columns.at,
@@ -319,6 +341,9 @@ pub(super) async fn put_back(
     failure: &Failure,
 ) -> Result<bool, DlqError> {
     rows::check_failure(msg_id, failure)?;
+    if !storable(msg_id) || !storable(run_id) {
+        return Ok(false);
+    }
     merge_failure(db, msg_id, Holder::Run(run_id), &|letter| {
         letter.failed_again(1, failure.clone());
     })
@@ -355,6 +380,9 @@ pub(super) async fn audit(db: &Db, entry: &AuditEntry) -> Result<(), DlqError> {
 }
 
 pub(super) async fn audit_rows(db: &Db, run_id: Option<&str>) -> Result<Vec<AuditEntry>, DlqError> {
+    if !run_id.is_none_or(storable) {
+        return Ok(Vec::new());
+    }
     let rows = query(db, "audit_rows", AUDIT_ROWS, &[&run_id]).await?;
     rows.iter()
         .map(|row| {

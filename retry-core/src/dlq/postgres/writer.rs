@@ -126,6 +126,10 @@ async fn run(db: Db, mut queue: mpsc::Receiver<Job>) {
             // A caller that stopped waiting is not told; its letter was written all the same.
             let _ = job.reply.send(answer);
         }
+        // The callers just answered often park again at once (a batch working through an
+        // outage): let them run first, so that their letters join the next group instead of
+        // waiting a whole commit for the one after.
+        tokio::task::yield_now().await;
         if queue.is_empty() || connection.as_ref().is_some_and(|c| c.is_closed()) {
             connection = None;
         }
