@@ -252,6 +252,26 @@ fn dead_letters_and_redrive_records_are_bound_not_spliced() {
 #[path = "common/pg.rs"]
 mod pg;
 
+/// A redrive record of hostile texts (its JSON escapes NUL, so any text goes).
+#[cfg(feature = "postgres")]
+fn hostile_record(case: u32, texts: &[String; 5]) -> RedriveRecord {
+    RedriveRecord {
+        run_id: format!("{case}:{}", texts[0]),
+        who: texts[1].clone(),
+        filter: texts[2].clone(),
+        target: texts[3].clone(),
+        started_at: format!("2026-08-20T09:{:02}:00+00:00", case % 60),
+        finished_at: "2026-08-20T10:00:00+00:00".into(),
+        limit: 10,
+        rate_per_second: 1,
+        selected: 1,
+        succeeded: 0,
+        failed: 1,
+        skipped: 0,
+        stopped: Some(texts[4].clone()),
+    }
+}
+
 /// The tables of the schema `schema` of the PostgreSQL server.
 #[cfg(feature = "postgres")]
 async fn pg_tables(client: &tokio_postgres::Client, schema: &str) -> BTreeSet<String> {
@@ -349,6 +369,21 @@ fn postgres_dead_letters_resolutions_audit_rows_and_redrive_records_are_bound_no
                     .finished(texts[0].replace('\0', ""), "2026-08-20T09:00:01Z");
                     letters.audit(&entry).await.unwrap();
                     assert_eq!(letters.audit_rows(Some(&run)).await.unwrap(), [entry]);
+                    let mut record = hostile_record(case, &texts);
+                    if record.run_id.contains('\0') {
+                        let answer = DeadLetterStore::record_redrive(&letters, &record).await;
+                        assert!(matches!(answer, Err(DlqError::Serialize(_))), "{answer:?}");
+                        record.run_id = record.run_id.replace('\0', "");
+                    }
+                    DeadLetterStore::record_redrive(&letters, &record)
+                        .await
+                        .unwrap();
+                    assert!(
+                        DeadLetterStore::redrives(&letters)
+                            .await
+                            .unwrap()
+                            .contains(&record)
+                    );
                     // Every other case's letter is resolved, by a hostile who in a hostile run.
                     if case.is_multiple_of(2) {
                         let resolution =
@@ -403,6 +438,13 @@ fn postgres_dead_letters_resolutions_audit_rows_and_redrive_records_are_bound_no
         .unwrap();
     let stats = RUNTIME.block_on(letters.stats()).unwrap();
     assert_eq!(stats.resolved, u64::from(cases.get() / 2));
+    assert_eq!(
+        RUNTIME
+            .block_on(DeadLetterStore::redrives(&letters))
+            .unwrap()
+            .len(),
+        cases.get() as usize
+    );
     assert_eq!(
         RUNTIME.block_on(pg_tables(&raw, &schema.name)),
         expected_tables

@@ -203,14 +203,14 @@ pub(super) async fn page(db: &Db, page: &Page) -> Result<Vec<DeadLetter>, DlqErr
 pub(super) async fn stats(db: &Db) -> Result<Stats, DlqError> {
     let row = query(db, "stats", STATS, &[]).await?;
     let read = |row: &Row| -> Result<Stats, tokio_postgres::Error> {
-        let mut stats = Stats::default();
-        stats.pending = count(row, 0)?;
-        stats.system = count(row, 1)?;
-        stats.data = count(row, 2)?;
-        stats.leased = count(row, 3)?;
-        stats.resolved = count(row, 4)?;
-        stats.oldest_first_failed_at = row.try_get(5)?;
-        Ok(stats)
+        Ok(Stats {
+            pending: count(row, 0)?,
+            system: count(row, 1)?,
+            data: count(row, 2)?,
+            leased: count(row, 3)?,
+            resolved: count(row, 4)?,
+            oldest_first_failed_at: row.try_get(5)?,
+        })
     };
     match row.first() {
         Some(row) => read(row).map_err(|e| DlqError::Io(db.error(e))),
@@ -405,6 +405,13 @@ pub(super) async fn audit_rows(db: &Db, run_id: Option<&str>) -> Result<Vec<Audi
 
 pub(super) async fn record_redrive(db: &Db, record: &RedriveRecord) -> Result<(), DlqError> {
     let (run_id, started_utc, json) = sql_row::record_row(record)?;
+    // The rest of the record is JSON, which escapes NUL; its key is a column of its own.
+    if !storable(&run_id) {
+        return Err(DlqError::Serialize(format!(
+            "redrive record `{}`: run_id holds a NUL character, which PostgreSQL text cannot store",
+            run_id.escape_debug()
+        )));
+    }
     execute(
         db,
         "record_redrive",
