@@ -27,9 +27,12 @@
 //!   reaches the writer, so it cannot fail the others of its group.
 //! - The schema is version 2 (`schema.rs`); a database of version 1 is upgraded in place at
 //!   connect, its pending letters kept, under the advisory lock every store migrates under.
-//! - Serialization failures and deadlocks (`40001`, `40P01`: a server whose default isolation
-//!   is SERIALIZABLE, the application locking rows) are tried again, 3 times in all, as
-//!   `PgStore` does.
+//! - Every write runs READ COMMITTED, whatever the session's default (a single statement in a
+//!   transaction of its own whose `BEGIN` and `COMMIT` are pipelined with it: one round trip,
+//!   as autocommit): under SERIALIZABLE a letter that many writers merge, or a lease many runs
+//!   ask for, would fail with serialization errors where READ COMMITTED waits for the row and
+//!   checks it again. Deadlocks (`40P01`, the application locking rows) and any serialization
+//!   failure (`40001`) are tried again, 3 times in all, as `PgStore` does.
 
 mod queries;
 mod rows;

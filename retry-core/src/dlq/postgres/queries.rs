@@ -11,7 +11,7 @@ use super::super::row as sql_row;
 use super::super::{
     AuditEntry, DeadLetter, DlqError, Failure, Page, RedriveRecord, Resolution, Stats,
 };
-use super::rows::{self, Encoded, Fail, ResolvedColumns, letter_columns};
+use super::rows::{self, Encoded, Fail, In, ResolvedColumns, letter_columns, read_committed};
 use crate::sql::postgres::{Db, retrying_conflicts};
 use crate::time::{format_utc, parse_rfc3339};
 
@@ -115,7 +115,9 @@ fn failed(db: &Db, e: Fail) -> DlqError {
     db.fail(e, DlqError::Io)
 }
 
-/// One statement in autocommit, tried again after a serialization failure or a deadlock.
+/// One write in a READ COMMITTED transaction of its own ([`rows::read_committed`]: whatever
+/// the session's default isolation, a busy row is waited for, not a serialization failure),
+/// tried again after a deadlock; how many rows it changed.
 async fn execute(
     db: &Db,
     what: &str,
@@ -125,22 +127,27 @@ async fn execute(
     let client = client(db).await?;
     let done: Result<u64, Fail> = retrying_conflicts!(db, what, async {
         let statement = client.prepare_cached(sql).await?;
-        Ok(client.execute(&statement, params).await?)
+        Ok(read_committed(&client, client.execute(&statement, params)).await?)
     });
     done.map_err(|e| failed(db, e))
 }
 
-/// [`execute`], for a statement that returns rows.
+/// One statement that returns rows: a read in autocommit, or a write as [`execute`] runs it.
 async fn query(
     db: &Db,
     what: &str,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
+    within: In,
 ) -> Result<Vec<Row>, DlqError> {
     let client = client(db).await?;
     let rows: Result<Vec<Row>, Fail> = retrying_conflicts!(db, what, async {
         let statement = client.prepare_cached(sql).await?;
-        Ok(client.query(&statement, params).await?)
+        let query = client.query(&statement, params);
+        Ok(match within {
+            In::Caller => query.await?,
+            In::Own => read_committed(&client, query).await?,
+        })
     });
     rows.map_err(|e| failed(db, e))
 }
@@ -193,7 +200,7 @@ pub(super) async fn page(db: &Db, page: &Page) -> Result<Vec<DeadLetter>, DlqErr
             PAGE_CLASS_SOURCE
         }
     };
-    query(db, "page", sql, &params)
+    query(db, "page", sql, &params, In::Caller)
         .await?
         .iter()
         .map(rows::decode)
@@ -201,7 +208,7 @@ pub(super) async fn page(db: &Db, page: &Page) -> Result<Vec<DeadLetter>, DlqErr
 }
 
 pub(super) async fn stats(db: &Db) -> Result<Stats, DlqError> {
-    let row = query(db, "stats", STATS, &[]).await?;
+    let row = query(db, "stats", STATS, &[], In::Caller).await?;
     let read = |row: &Row| -> Result<Stats, tokio_postgres::Error> {
         Ok(Stats {
             pending: count(row, 0)?,
@@ -222,7 +229,7 @@ pub(super) async fn get(db: &Db, msg_id: &str) -> Result<Option<DeadLetter>, Dlq
     if !storable(msg_id) {
         return Ok(None);
     }
-    query(db, "get", GET, &[&msg_id])
+    query(db, "get", GET, &[&msg_id], In::Caller)
         .await?
         .first()
         .map(rows::decode)
@@ -242,7 +249,7 @@ pub(super) async fn lease(
     }
     let micros =
         i64::try_from(ttl.as_micros()).map_or(MAX_LEASE_MICROS, |m| m.min(MAX_LEASE_MICROS));
-    query(db, "lease", LEASE, &[&msg_id, &run_id, &micros])
+    query(db, "lease", LEASE, &[&msg_id, &run_id, &micros], In::Own)
         .await?
         .first()
         .map(rows::decode)
@@ -383,7 +390,7 @@ pub(super) async fn audit_rows(db: &Db, run_id: Option<&str>) -> Result<Vec<Audi
     if !run_id.is_none_or(storable) {
         return Ok(Vec::new());
     }
-    let rows = query(db, "audit_rows", AUDIT_ROWS, &[&run_id]).await?;
+    let rows = query(db, "audit_rows", AUDIT_ROWS, &[&run_id], In::Caller).await?;
     rows.iter()
         .map(|row| {
             let read = || -> Result<AuditEntry, tokio_postgres::Error> {
@@ -423,7 +430,7 @@ pub(super) async fn record_redrive(db: &Db, record: &RedriveRecord) -> Result<()
 }
 
 pub(super) async fn redrives(db: &Db) -> Result<Vec<RedriveRecord>, DlqError> {
-    let rows = query(db, "redrives", SELECT_REDRIVES, &[]).await?;
+    let rows = query(db, "redrives", SELECT_REDRIVES, &[], In::Caller).await?;
     rows.iter()
         .map(|r| {
             let run_id: String = r.try_get(0).map_err(|e| DlqError::Io(db.error(e)))?;

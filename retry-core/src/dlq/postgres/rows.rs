@@ -3,6 +3,8 @@
 //! statement, `unnest` over one array per column).
 
 use std::collections::{HashMap, HashSet};
+use std::pin::{Pin, pin};
+use std::task::{Context, Poll};
 
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
@@ -287,19 +289,90 @@ impl<'a> Columns<'a> {
     }
 }
 
+/// Which transaction a statement runs in.
+#[derive(Clone, Copy)]
+pub(super) enum In {
+    /// The caller's: the one it began, or autocommit (reads).
+    Caller,
+    /// One of its own, READ COMMITTED ([`read_committed`]).
+    Own,
+}
+
+/// Runs `statement` (a future that sends its request when first polled, such as
+/// `client.query(..)` of a prepared statement) in a READ COMMITTED transaction of its own,
+/// whatever the session's default isolation: under it an `INSERT .. ON CONFLICT`, or an
+/// `UPDATE` of a row another transaction changed first, waits for that transaction and checks
+/// the row again instead of failing with a serialization error (which a busy letter would
+/// hit again and again under SERIALIZABLE). `BEGIN`, the statement and `COMMIT` are
+/// pipelined: one round trip, as in autocommit. A statement that fails leaves an aborted
+/// transaction, which the `COMMIT` rolls back.
+pub(super) async fn read_committed<C, T>(
+    client: &C,
+    statement: impl Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, tokio_postgres::Error>
+where
+    C: GenericClient + Sync,
+{
+    let begin = pin!(client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED"));
+    let statement = pin!(statement);
+    let commit = pin!(client.batch_execute("COMMIT"));
+    let (mut begin, mut statement, mut commit) = (Some(begin), Some(statement), Some(commit));
+    let (mut begun, mut done, mut committed) = (None, None, None);
+    // Each request goes out when its future is first polled: polled in this order, they go
+    // out in this order, before any answer is awaited.
+    let (begun, done, committed) = std::future::poll_fn(|cx| {
+        poll_once(&mut begin, &mut begun, cx);
+        poll_once(&mut statement, &mut done, cx);
+        poll_once(&mut commit, &mut committed, cx);
+        match (begun.take(), done.take(), committed.take()) {
+            (Some(b), Some(d), Some(c)) => Poll::Ready((b, d, c)),
+            (b, d, c) => {
+                (begun, done, committed) = (b, d, c);
+                Poll::Pending
+            }
+        }
+    })
+    .await;
+    begun?;
+    let value = done?;
+    committed?;
+    Ok(value)
+}
+
+/// Polls `future` until it is ready, then keeps its output in `output`.
+fn poll_once<F: Future>(
+    future: &mut Option<Pin<&mut F>>,
+    output: &mut Option<F::Output>,
+    cx: &mut Context<'_>,
+) {
+    if let Some(pending) = future
+        && let Poll::Ready(value) = pending.as_mut().poll(cx)
+    {
+        *output = Some(value);
+        *future = None;
+    }
+}
+
 /// Inserts `letters` (distinct `msg_id`s) in one statement, leaving a `msg_id` that is there
 /// alone; the `msg_id`s inserted.
 pub(super) async fn insert_new<C: GenericClient + Sync>(
     client: &C,
     letters: &[&Encoded],
     parked_at: &String,
+    within: In,
 ) -> Result<HashSet<String>, Fail> {
     if letters.is_empty() {
         return Ok(HashSet::new());
     }
     let columns = Columns::new(letters);
+    let params = columns.params(parked_at);
+    // Prepared first: a statement still to prepare would go out after the pipelined `COMMIT`.
     let statement = client.prepare_cached(INSERT_NEW).await?;
-    let rows = client.query(&statement, &columns.params(parked_at)).await?;
+    let insert = client.query(&statement, &params);
+    let rows = match within {
+        In::Caller => insert.await?,
+        In::Own => read_committed(client, insert).await?,
+    };
     Ok(rows
         .iter()
         .map(|row| row.try_get(0))

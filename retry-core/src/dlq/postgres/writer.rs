@@ -6,14 +6,17 @@
 //!   worker, and a full queue makes callers wait their turn instead of growing without bound.
 //! - The writer takes everything queued (up to [`MAX_GROUP`]) and writes it with one
 //!   connection. New `msg_id`s, the usual case, go in one multi-row `INSERT .. ON CONFLICT DO
-//!   NOTHING` in autocommit: one round trip, one commit, one WAL flush for the whole group. A
+//!   NOTHING`, in a READ COMMITTED transaction of its own whose `BEGIN` and `COMMIT` are
+//!   pipelined with it: one round trip, one commit, one WAL flush for the whole group. A
 //!   `msg_id` that is there already (and a second letter of one `msg_id` in the same group) is
 //!   merged ([`DeadLetter::absorb`]) in one READ COMMITTED transaction that locks those rows
 //!   (`SELECT .. FOR UPDATE`, in `msg_id` order), so merges never lose an update and never
 //!   overwrite. Each caller hears the outcome of the commit its letter was in; a caller is told
 //!   "parked" only after that commit (durable with the server's default `synchronous_commit =
 //!   on`).
-//! - Serialization failures and deadlocks are tried again ([`retrying_conflicts`]). A group the
+//! - Both run READ COMMITTED whatever the session's default, so a row another writer just
+//!   changed is waited for, never a serialization failure; deadlocks (and serialization
+//!   failures, should one come) are tried again ([`retrying_conflicts`]). A group the
 //!   server refuses for something in one letter (a data error) is written again one `msg_id`
 //!   at a time, so only that letter's caller hears of it. Any other failure (the server down,
 //!   the connection lost) fails every letter of the group with the server's error; the writer
@@ -34,7 +37,7 @@ use tokio_postgres::IsolationLevel;
 use tokio_postgres::error::SqlState;
 
 use super::super::{DeadLetter, DlqError};
-use super::rows::{self, Encoded, Fail};
+use super::rows::{self, Encoded, Fail, In};
 use crate::sql::postgres::{Db, retrying_conflicts};
 use crate::time::format_utc;
 
@@ -221,8 +224,11 @@ async fn write_ids(
 ) -> Result<(), Fail> {
     let parked_at = format_utc(SystemTime::now());
     let firsts: Vec<&Encoded> = ids.iter().map(|(_, v)| &jobs[v[0]].encoded).collect();
-    let inserted: HashSet<String> =
-        retrying_conflicts!(db, "park", rows::insert_new(&*client, &firsts, &parked_at))?;
+    let inserted: HashSet<String> = retrying_conflicts!(
+        db,
+        "park",
+        rows::insert_new(&*client, &firsts, &parked_at, In::Own)
+    )?;
     // What is left to merge: every letter of a `msg_id` that was there, the later letters of
     // one that was not.
     let mut merges: Vec<(&str, &[usize])> = Vec::new();
@@ -309,7 +315,13 @@ async fn merge(
         outcomes.push(Ok(()));
     }
     rows::update_merged(&tx, &updates.iter().collect::<Vec<_>>(), parked_at).await?;
-    let inserted = rows::insert_new(&tx, &inserts.iter().collect::<Vec<_>>(), parked_at).await?;
+    let inserted = rows::insert_new(
+        &tx,
+        &inserts.iter().collect::<Vec<_>>(),
+        parked_at,
+        In::Caller,
+    )
+    .await?;
     tx.commit().await?;
     // A purged letter parked again by someone else at the same moment: rare enough to hand
     // back to the caller rather than loop.
