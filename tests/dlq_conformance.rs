@@ -33,3 +33,27 @@ async fn sqlite_dead_letters_conform() {
     })
     .await;
 }
+
+#[cfg(feature = "postgres")]
+#[path = "common/pg.rs"]
+mod pg;
+
+/// Each check on a store in a schema of its own, on the server of `DATABASE_URL` (a loud
+/// failure without one); the schemas are dropped after a pass and kept after a failure.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn postgres_dead_letters_conform() {
+    let mut schemas = Vec::new();
+    conformance::run(async || {
+        let schema = pg::Schema::new("dlq_conformance").await;
+        let store = retry_core::dlq::PgDeadLetters::connect(&schema.url)
+            .await
+            .unwrap();
+        schemas.push(schema);
+        store
+    })
+    .await;
+    for schema in schemas {
+        schema.drop_all().await;
+    }
+}

@@ -300,3 +300,210 @@ fn dead_letters_and_redrive_records_are_bound_not_spliced() {
     );
     assert_eq!(tables(&path), expected_tables);
 }
+
+// ---- PostgreSQL (feature `postgres`, the server of DATABASE_URL) ----
+
+#[cfg(feature = "postgres")]
+#[path = "common/pg.rs"]
+mod pg;
+
+/// A redrive record of hostile texts (its JSON escapes NUL, so any text goes).
+#[cfg(feature = "postgres")]
+fn hostile_record(case: u32, texts: &[String]) -> RedriveRecord {
+    RedriveRecord {
+        run_id: format!("{case}:{}", texts[0]),
+        who: texts[1].clone(),
+        filter: texts[2].clone(),
+        target: texts[3].clone(),
+        started_at: format!("2026-08-20T09:{:02}:00+00:00", case % 60),
+        finished_at: "2026-08-20T10:00:00+00:00".into(),
+        limit: 10,
+        rate_per_second: 1,
+        selected: 1,
+        succeeded: 0,
+        failed: 1,
+        skipped: 0,
+        stopped: Some(texts[4].clone()),
+    }
+}
+
+/// The tables of the schema `schema` of the PostgreSQL server.
+#[cfg(feature = "postgres")]
+async fn pg_tables(client: &tokio_postgres::Client, schema: &str) -> BTreeSet<String> {
+    client
+        .query(
+            "SELECT tablename::text FROM pg_tables WHERE schemaname = $1",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// `PgDeadLetters` binds every text of a letter, a resolution, an audit row and a redrive
+/// record: hostile texts come back byte for byte, through the store and straight from the
+/// table, and every table is still there. A text holding NUL (which PostgreSQL's `text` cannot
+/// store) is refused before the server is asked, and nothing is written; inside the JSON
+/// original it is escaped and comes back.
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_dead_letters_resolutions_audit_rows_and_redrive_records_are_bound_not_spliced() {
+    use retry_core::dlq::{AuditEntry, DeadLetterStore, DlqError, Page, PgDeadLetters, Resolution};
+
+    let (schema, letters, raw) = RUNTIME.block_on(async {
+        let schema = pg::Schema::new("sql_bound_dlq").await;
+        let letters = PgDeadLetters::connect(&schema.url).await.unwrap();
+        let raw = schema.client().await;
+        (schema, letters, raw)
+    });
+    let expected_tables = set(&[
+        "dead_letter_audit",
+        "dead_letter_redrives",
+        "dead_letters",
+        "retry_core_schema",
+    ]);
+    assert_eq!(
+        RUNTIME.block_on(pg_tables(&raw, &schema.name)),
+        expected_tables
+    );
+    let cases = std::cell::Cell::new(0u32);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(24));
+    runner
+        .run(
+            &(hostile(), prop::array::uniform8(hostile())),
+            |(msg_id, texts)| {
+                cases.set(cases.get() + 1);
+                let case = cases.get();
+                let original =
+                    serde_json::json!({ texts[4].clone(): [texts[0].clone(), msg_id.clone()] });
+                let mut sent = letter(format!("{case}:{msg_id}"), &texts, original);
+                sent.source = Some(texts[4].clone());
+                sent.key_scope = Some(texts[1].clone());
+                RUNTIME.block_on(async {
+                    if sent.msg_id.contains('\0') || texts[..5].iter().any(|t| t.contains('\0')) {
+                        // Refused whole, before the server is asked.
+                        let answer = letters.park(&sent).await;
+                        assert!(matches!(answer, Err(DlqError::Serialize(_))), "{answer:?}");
+                        assert_eq!(
+                            DeadLetterStore::get(&letters, &sent.msg_id).await.unwrap(),
+                            None
+                        );
+                        let strip = |t: &str| t.replace('\0', "");
+                        sent.msg_id = strip(&sent.msg_id);
+                        sent.reason = strip(&sent.reason);
+                        sent.trace_id = strip(&sent.trace_id);
+                        sent.error_type = strip(&sent.error_type);
+                        sent.idempotency_key = sent.idempotency_key.as_deref().map(strip);
+                        sent.source = sent.source.as_deref().map(strip);
+                        sent.key_scope = sent.key_scope.as_deref().map(strip);
+                    }
+                    letters.park(&sent).await.unwrap();
+                    assert_eq!(
+                        DeadLetterStore::get(&letters, &sent.msg_id)
+                            .await
+                            .unwrap()
+                            .as_ref(),
+                        Some(&sent)
+                    );
+                    let source = sent.source.clone().unwrap_or_default();
+                    let of_source = letters
+                        .page(&Page::first(100).source(source.clone()))
+                        .await
+                        .unwrap();
+                    assert!(of_source.contains(&sent), "{source:?}");
+                    let run = format!("{case}:{}", texts[2].replace('\0', ""));
+                    let entry = AuditEntry::intent(
+                        run.clone(),
+                        sent.msg_id.clone(),
+                        texts[3].replace('\0', ""),
+                        texts[4].replace('\0', ""),
+                        "2026-08-20T09:00:00Z",
+                    )
+                    .finished(texts[0].replace('\0', ""), "2026-08-20T09:00:01Z");
+                    letters.audit(&entry).await.unwrap();
+                    assert_eq!(letters.audit_rows(Some(&run)).await.unwrap(), [entry]);
+                    let mut record = hostile_record(case, &texts);
+                    if record.run_id.contains('\0') {
+                        let answer = DeadLetterStore::record_redrive(&letters, &record).await;
+                        assert!(matches!(answer, Err(DlqError::Serialize(_))), "{answer:?}");
+                        record.run_id = record.run_id.replace('\0', "");
+                    }
+                    DeadLetterStore::record_redrive(&letters, &record)
+                        .await
+                        .unwrap();
+                    assert!(
+                        DeadLetterStore::redrives(&letters)
+                            .await
+                            .unwrap()
+                            .contains(&record)
+                    );
+                    // Every other case's letter is resolved, by a hostile who in a hostile run.
+                    if case.is_multiple_of(2) {
+                        let resolution =
+                            Resolution::new(texts[1].replace('\0', ""), "2026-08-20T09:00:02Z")
+                                .in_run(run.clone());
+                        assert!(letters.resolve(&sent.msg_id, &resolution).await.unwrap());
+                        let stored = DeadLetterStore::get(&letters, &sent.msg_id).await.unwrap();
+                        assert_eq!(stored.unwrap().resolved, Some(resolution));
+                    }
+                });
+                let row = RUNTIME
+                    .block_on(raw.query_one(
+                        "SELECT msg_id, reason, trace_id, error_type, idempotency_key, source \
+                         FROM dead_letters WHERE msg_id = $1",
+                        &[&sent.msg_id],
+                    ))
+                    .unwrap();
+                let stored: (
+                    String,
+                    String,
+                    String,
+                    String,
+                    Option<String>,
+                    Option<String>,
+                ) = (
+                    row.get(0),
+                    row.get(1),
+                    row.get(2),
+                    row.get(3),
+                    row.get(4),
+                    row.get(5),
+                );
+                prop_assert_eq!(
+                    stored,
+                    (
+                        sent.msg_id.clone(),
+                        sent.reason.clone(),
+                        sent.trace_id.clone(),
+                        sent.error_type.clone(),
+                        sent.idempotency_key.clone(),
+                        sent.source.clone()
+                    )
+                );
+                let rows: i64 = RUNTIME
+                    .block_on(raw.query_one("SELECT count(*) FROM dead_letters", &[]))
+                    .unwrap()
+                    .get(0);
+                prop_assert_eq!(rows, i64::from(case), "a letter appeared or vanished");
+                Ok(())
+            },
+        )
+        .unwrap();
+    let stats = RUNTIME.block_on(letters.stats()).unwrap();
+    assert_eq!(stats.resolved, u64::from(cases.get() / 2));
+    assert_eq!(
+        RUNTIME
+            .block_on(DeadLetterStore::redrives(&letters))
+            .unwrap()
+            .len(),
+        cases.get() as usize
+    );
+    assert_eq!(
+        RUNTIME.block_on(pg_tables(&raw, &schema.name)),
+        expected_tables
+    );
+    drop(letters);
+    RUNTIME.block_on(schema.drop_all());
+}

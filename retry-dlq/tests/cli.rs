@@ -702,7 +702,7 @@ fn a_jsonl_file_is_read_beside_the_writer_that_has_it_open() {
 #[cfg(feature = "postgres")]
 #[test]
 fn postgres_through_the_option_and_the_environment() {
-    use retry_core::dlq::{LegacyStore as _, PgDeadLetters};
+    use retry_core::dlq::{DeadLetterSink as _, DeadLetterStore as _, PgDeadLetters};
 
     let url = match std::env::var("DATABASE_URL") {
         Ok(url) if !url.trim().is_empty() => url,
@@ -726,7 +726,7 @@ fn postgres_through_the_option_and_the_environment() {
         for letter in &letters {
             store.park(letter).await.unwrap();
         }
-        assert_eq!(store.count().await.unwrap(), 3);
+        assert_eq!(store.stats().await.unwrap().pending, 3);
     });
 
     let pg = |args: &[&str]| {

@@ -12,7 +12,11 @@
 //!   starting together cannot race on the catalog (`CREATE TABLE IF NOT EXISTS` alone can fail
 //!   with a duplicate-key error when two sessions run it at once, and every store creates
 //!   `retry_core_schema`); a schema already at this version is left alone, so the service's role
-//!   needs no `CREATE` privilege once the table exists.
+//!   needs no `CREATE` privilege once the table exists. An older version is brought up to date
+//!   by the store's upgrade steps, in the same transaction; a new database runs the same steps
+//!   after the first layout, so both end with one layout.
+//! - Serialization failures and deadlocks are tried again by every store the same way
+//!   ([`retrying_conflicts`]).
 //! - Failures come back as a boxed error, which each store wraps into its own error type
 //!   (`StoreError::Unavailable`, `DlqError::Io`).
 
@@ -25,6 +29,7 @@ use deadpool_postgres::{
 };
 use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
+use tokio_postgres::error::SqlState;
 
 /// A failure of the plumbing, for the store to wrap into its own error type.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -41,6 +46,7 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 const MIGRATION_LOCK: i64 = 0x7265_7472_7963_6f72;
 
 const LOCK_MIGRATION: &str = "SELECT pg_advisory_xact_lock($1)";
+const UPDATE_VERSION: &str = "UPDATE retry_core_schema SET version = $2 WHERE component = $1";
 const SERVER_ADDRESS: &str =
     "SELECT host(inet_server_addr()), inet_server_port(), current_database()::text";
 
@@ -51,8 +57,13 @@ pub(crate) struct Schema {
     pub(crate) component: &'static str,
     /// The version of the layout this code writes.
     pub(crate) version: i32,
-    /// The store's `CREATE TABLE IF NOT EXISTS` / `CREATE INDEX IF NOT EXISTS` statements.
+    /// The store's `CREATE TABLE IF NOT EXISTS` / `CREATE INDEX IF NOT EXISTS` statements: the
+    /// layout of version 1.
     pub(crate) tables: &'static str,
+    /// The steps from each version to the next: `upgrades[0]` takes version 1 to 2, and so on
+    /// up to `version`. A new database gets `tables` and then every step, so the layout it
+    /// ends with is exactly the one an upgraded database has.
+    pub(crate) upgrades: &'static [&'static str],
     /// Whether `retry_core_schema` and the store's table exist: two booleans.
     pub(crate) tables_exist: &'static str,
     /// Reads the store's row of `retry_core_schema`.
@@ -172,10 +183,25 @@ impl Db {
                     .into(),
                 ));
             }
-            Some(_) if own_table => {}
+            Some(version) if own_table => {
+                let done = usize::try_from(version.max(1) - 1).unwrap_or(0);
+                if let Some(steps) = schema.upgrades.get(done..).filter(|s| !s.is_empty()) {
+                    for step in steps {
+                        tx.batch_execute(step).await?;
+                    }
+                    tx.execute(UPDATE_VERSION, &[&schema.component, &schema.version])
+                        .await?;
+                }
+            }
             _ => {
                 tx.batch_execute(&super::migration(schema.tables)).await?;
+                for step in schema.upgrades {
+                    tx.batch_execute(step).await?;
+                }
+                // A version row of its own, or one left by tables dropped by hand.
                 tx.execute(schema.record_version, &[&schema.version])
+                    .await?;
+                tx.execute(UPDATE_VERSION, &[&schema.component, &schema.version])
                     .await?;
             }
         }
@@ -241,6 +267,69 @@ impl Db {
         }
     }
 }
+
+// ---- serialization failures and deadlocks ----
+
+/// How many times an operation runs when the server aborts it with a serialization failure
+/// (`40001`) or a deadlock (`40P01`): both roll the statement back whole, so running it again
+/// is safe, and both are expected now and then (a server whose default isolation is
+/// SERIALIZABLE, the application's own transactions locking the store's rows).
+const SERIALIZATION_ATTEMPTS: u32 = 3;
+
+/// The pause before the next attempt, times the attempts so far: short, since the transaction
+/// the operation collided with has ended by the time the server reports the failure.
+const SERIALIZATION_PAUSE: Duration = Duration::from_millis(5);
+
+/// Whether the server rolled the statement back for a conflict with another transaction that
+/// may not recur: a serialization failure or a deadlock.
+pub(crate) fn is_transient_conflict(e: &tokio_postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(&SqlState::T_R_SERIALIZATION_FAILURE | &SqlState::T_R_DEADLOCK_DETECTED)
+    )
+}
+
+/// The pause before attempt `attempt + 1`, after a serialization failure or a deadlock `e` of
+/// an operation `what`; `None` when `e` is something else, or the attempts are used up.
+pub(crate) fn conflict_pause(
+    db: &Db,
+    what: &str,
+    attempt: u32,
+    e: &tokio_postgres::Error,
+) -> Option<Duration> {
+    if attempt >= SERIALIZATION_ATTEMPTS || !is_transient_conflict(e) {
+        return None;
+    }
+    tracing::debug!(server = %db.server, what, attempt, error = %e, "serialization failure or deadlock; trying again");
+    Some(SERIALIZATION_PAUSE * attempt)
+}
+
+/// Awaits `$op` (an expression making a new future each time, failing with a [`Fail`]) until
+/// it does not fail with a serialization failure or a deadlock, at most
+/// [`SERIALIZATION_ATTEMPTS`] times; the last failure is returned as it is. `$op` must be whole
+/// on its own (one statement, or one transaction), since the server rolled back all of it. A
+/// macro rather than a function taking an async closure: the futures of async closures cannot
+/// yet be shown `Send`.
+macro_rules! retrying_conflicts {
+    ($db:expr, $what:expr, $op:expr) => {{
+        let mut attempt = 1;
+        loop {
+            match $op.await {
+                Err($crate::sql::Fail::Sql(e)) => {
+                    match $crate::sql::postgres::conflict_pause($db, $what, attempt, &e) {
+                        Some(pause) => {
+                            tokio::time::sleep(pause).await;
+                            attempt += 1;
+                        }
+                        None => break Err($crate::sql::Fail::Sql(e)),
+                    }
+                }
+                other => break other,
+            }
+        }
+    }};
+}
+pub(crate) use retrying_conflicts;
 
 /// `host:port (database name)` for each host of `config`: never the user or the password.
 fn describe_server(config: &tokio_postgres::Config) -> String {

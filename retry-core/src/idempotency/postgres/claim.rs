@@ -12,12 +12,11 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use deadpool_postgres::{GenericClient, Object};
-use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{IsolationLevel, Row, Statement};
 
 use super::super::{Claim, ClaimOutcome, ClaimRequest, StoreError};
-use crate::sql::postgres::{self as sql, Db};
+use crate::sql::postgres::{self as sql, Db, retrying_conflicts};
 use crate::time::{Clock, parse_utc};
 
 /// Rows deleted per purge statement: each batch commits on its own, so a purge of millions of
@@ -28,16 +27,6 @@ const PURGE_BATCH: i64 = 5_000;
 /// How often a claim inserts again when the row that refused its insert was purged before it
 /// could be locked (a purge racing a resend of a long-expired key).
 const CLAIM_ATTEMPTS: usize = 3;
-
-/// How many times an operation runs when the server aborts it with a serialization failure
-/// (`40001`) or a deadlock (`40P01`): both roll the statement back whole, so running it again
-/// is safe, and both are expected now and then (a server whose default isolation is
-/// SERIALIZABLE, the application's own transactions locking rows of `inbox_log`).
-const SERIALIZATION_ATTEMPTS: u32 = 3;
-
-/// The pause before the next attempt, times the attempts so far: short, since the transaction
-/// the operation collided with has ended by the time the server reports the failure.
-const SERIALIZATION_PAUSE: Duration = Duration::from_millis(5);
 
 /// The longest span bound as a parameter, in microseconds (9999-12-31T23:59:59.999999Z after
 /// the epoch): any later end is clamped to the end of time in SQL anyway, and a span this long
@@ -245,53 +234,6 @@ fn corrupt(key: &str, what: impl fmt::Display) -> Fail {
     Fail::Store(StoreError::Corrupt(format!(
         "inbox_log row `{key}`: {what}"
     )))
-}
-
-/// Whether the server rolled the statement back for a conflict with another transaction that
-/// may not recur: a serialization failure or a deadlock.
-fn is_transient_conflict(e: &tokio_postgres::Error) -> bool {
-    matches!(
-        e.code(),
-        Some(&SqlState::T_R_SERIALIZATION_FAILURE | &SqlState::T_R_DEADLOCK_DETECTED)
-    )
-}
-
-/// The pause before attempt `attempt + 1`, after a serialization failure or a deadlock `e` of
-/// an operation `what`; `None` when `e` is something else, or the attempts are used up.
-fn conflict_pause(
-    db: &Db,
-    what: &str,
-    attempt: u32,
-    e: &tokio_postgres::Error,
-) -> Option<Duration> {
-    if attempt >= SERIALIZATION_ATTEMPTS || !is_transient_conflict(e) {
-        return None;
-    }
-    tracing::debug!(server = %db.server, what, attempt, error = %e, "serialization failure or deadlock; trying again");
-    Some(SERIALIZATION_PAUSE * attempt)
-}
-
-/// Awaits `$op` (an expression making a new future each time) until it does not fail with a
-/// serialization failure or a deadlock, at most [`SERIALIZATION_ATTEMPTS`] times; the last
-/// failure is returned as it is. `$op` must be whole on its own (one statement, or one
-/// transaction), since the server rolled back all of it. A macro rather than a function taking
-/// an async closure: the futures of async closures cannot yet be shown `Send`.
-macro_rules! retrying_conflicts {
-    ($db:expr, $what:expr, $op:expr) => {{
-        let mut attempt = 1;
-        loop {
-            match $op.await {
-                Err(Fail::Sql(e)) => match conflict_pause($db, $what, attempt, &e) {
-                    Some(pause) => {
-                        tokio::time::sleep(pause).await;
-                        attempt += 1;
-                    }
-                    None => break Err(Fail::Sql(e)),
-                },
-                other => break other,
-            }
-        }
-    }};
 }
 
 // ---- the writes of a claim's holder ----

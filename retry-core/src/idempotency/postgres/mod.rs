@@ -107,6 +107,7 @@ const SCHEMA: Schema = Schema {
     component: "inbox_log",
     version: SCHEMA_VERSION,
     tables: TABLES,
+    upgrades: &[],
     tables_exist: TABLES_EXIST,
     select_version: SELECT_VERSION,
     record_version: RECORD_VERSION,
