@@ -105,17 +105,14 @@ impl Faults {
     }
 }
 
-/// Refuses a payment that cannot be booked, before any transaction is asked for.
-#[allow(clippy::result_large_err, reason = "a response, returned at once")]
-fn validate(payment: &Payment) -> Result<(), Response> {
-    if payment.cents <= 0 || payment.order.is_empty() {
-        let refusal = (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "a payment needs an order and a positive amount in cents",
-        );
-        return Err(refusal.into_response());
-    }
-    Ok(())
+/// The refusal of a payment that cannot be booked, decided before any transaction is asked
+/// for (so it is stored and replayed as any answer of the non-transactional rules).
+fn refusal(payment: &Payment) -> Option<Response> {
+    let invalid = payment.cents <= 0 || payment.order.is_empty();
+    invalid.then(|| {
+        let why = "a payment needs an order and a positive amount in cents";
+        (StatusCode::UNPROCESSABLE_ENTITY, why).into_response()
+    })
 }
 
 /// The store failed: nothing was booked (the transaction rolls back), and a `503` tells the
@@ -141,7 +138,7 @@ async fn pay_sqlite(
     Extension(tx): Extension<RequestTransaction<SqliteStore>>,
     Json(request): Json<Payment>,
 ) -> Response {
-    if let Err(refusal) = validate(&request) {
+    if let Some(refusal) = refusal(&request) {
         return refusal;
     }
     // Taken as late as possible: on SQLite it holds the file's write lock until the commit.
@@ -175,7 +172,7 @@ async fn pay_pg(
     Extension(tx): Extension<RequestTransaction<retry_core::idempotency::PgStore>>,
     Json(request): Json<Payment>,
 ) -> Response {
-    if let Err(refusal) = validate(&request) {
+    if let Some(refusal) = refusal(&request) {
         return refusal;
     }
     let tx = match tx.get().await {

@@ -318,9 +318,12 @@ async fn duplicates_book_once(db: &Db) {
         }
     }
     assert_eq!(conflicts + replays, 63);
+    println!("{conflicts} answers 409, {replays} replays");
+    let after = curl(url, "dup-1", ORDER, Some("10")).await;
+    assert_eq!((after.status, &after.body), (201, receipt), "{after:?}");
     assert!(
-        replays >= 56,
-        "the later waves are replays: {conflicts} 409s"
+        after.replayed(),
+        "once answered, the key replays: {after:?}"
     );
     assert_eq!(db.payments().await, 1, "one booking");
     assert_eq!(db.keys().await, ["done"], "one stored response");

@@ -171,8 +171,7 @@
 //!
 //! # Transactional mode
 //!
-//! [`IdempotencyLayer::transactional`], on a
-//! [`TransactionalStore`](crate::idempotency::TransactionalStore) (`SqliteStore`, `PgStore`),
+//! [`IdempotencyLayer::transactional`], on a [`TransactionalStore`] (`SqliteStore`, `PgStore`),
 //! gives each handler the store's transaction: its writes, the `done` row and the stored
 //! response commit together, in one transaction fenced by the claim's token, or not at all. It
 //! is the mode of `#[idempotent(transaction = ..)]`, for HTTP:
