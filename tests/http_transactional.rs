@@ -138,10 +138,10 @@ impl Db {
         }
     }
 
+    #[cfg(feature = "postgres")]
     async fn drop_all(self) {
         match self {
             Db::Sqlite(_) => {}
-            #[cfg(feature = "postgres")]
             Db::Pg(schema) => schema.drop_all().await,
         }
     }
