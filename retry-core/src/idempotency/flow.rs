@@ -213,7 +213,7 @@ pub(super) async fn store_response<S: IdempotencyStore + ?Sized>(
 /// call, nor a retry loop around it. Giving up drops the operation; whatever of it still lands
 /// later is what a crash at that point would leave (a claim is freed by its lease, a commit is
 /// found by the next duplicate).
-pub(super) async fn bounded<S, T>(
+pub(crate) async fn bounded<S, T>(
     store: &S,
     operation: &'static str,
     future: impl Future<Output = Result<T, StoreError>>,

@@ -14,7 +14,8 @@ pub mod idempotency;
 
 pub use idempotency::{
     BoxError, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_KEY_BYTES, DEFAULT_NAMESPACE, Idempotency,
-    IdempotencyBody, IdempotencyLayer, NotApplied, RefusedHeader,
+    IdempotencyBody, IdempotencyLayer, InTransaction, Mode, NotApplied, Plain, RefusedHeader,
+    RequestTransaction, TransactionGuard,
 };
 
 /// Runs each handler whose request carries `Caller-Retries: ?1` inside a single-attempt retry

@@ -113,6 +113,11 @@
 //!
 //! The response is stored before it is sent, so a resend that follows it always finds it.
 //!
+//! This table is the non-transactional mode. Stored this way, the response commits after the
+//! handler's own writes, in a transaction of its own: a crash (or a store that fails or hangs)
+//! between the two leaves the key in progress, and once the lease has run out a resend runs the
+//! handler again. [Transactional mode](#transactional-mode) closes that gap.
+//!
 //! # A client that goes away
 //!
 //! Once the request body is read, the claim, the handler and the storing of its response run on
@@ -164,6 +169,111 @@
 //! that died) and a retention ([`retention`](IdempotencyLayer::retention),
 //! default 30 days: longer than any client retries; the draft asks servers to publish it).
 //!
+//! # Transactional mode
+//!
+//! [`IdempotencyLayer::transactional`], on a [`TransactionalStore`] (`SqliteStore`, `PgStore`),
+//! gives each handler the store's transaction: its writes, the `done` row and the stored
+//! response commit together, in one transaction fenced by the claim's token, or not at all. It
+//! is the mode of `#[idempotent(transaction = ..)]`, for HTTP:
+//!
+//! 1. The claim commits first, on its own, so a duplicate gets `409` at once instead of waiting
+//!    for the handler.
+//! 2. The request carries a [`RequestTransaction<St>`](RequestTransaction) in its extensions
+//!    (`St` is the layer's store type). An axum handler takes it with
+//!    `Extension<RequestTransaction<St>>`, any other service from `request.extensions()`. Its
+//!    [`get`](RequestTransaction::get) begins the transaction on first use and lends it out as
+//!    a [`TransactionGuard`]: on SQLite a
+//!    [`SqliteTransaction`](crate::idempotency::SqliteTransaction), whose `run(|conn| ..)`
+//!    runs the handler's rusqlite code on the store's blocking thread; on PostgreSQL a
+//!    [`PgTransaction`](crate::idempotency::PgTransaction), whose `client()` is a
+//!    tokio-postgres client inside the transaction. The guard gives the transaction back to
+//!    the layer when it is dropped.
+//! 3. Once the handler answered and its body was read, the layer takes the transaction back and
+//!    commits it with the stored response, or rolls it back:
+//!
+//! | the handler                                                   | its writes | the key | a resend gets |
+//! |---------------------------------------------------------------|------------|---------|---------------|
+//! | never asked for the transaction                               | its own business | the non-transactional rules (above) | |
+//! | answered below `500`, body complete                           | committed with the response | done | the stored response |
+//! | answered `5xx`, or with [`NotApplied`]                        | rolled back | **freed** | a new run |
+//! | returned `Err`, panicked, or its body failed or was too large to keep | rolled back | **freed** | a new run (the first client got the `Err`, or a `500` problem) |
+//! | answered while a `TransactionGuard` was still alive           | rolled back | **freed** | a new run (the first client got a `500` problem) |
+//! | asked, but `begin` failed                                     | none began | **freed** after a `5xx` or failure; an answer below `500` is stored | |
+//! | commit fenced: its lease ran out and a resend took the key over | rolled back | the other request's | its answer (this client got `503`) |
+//! | the store failed at the commit (unreachable, no answer)       | committed or not | done, or in progress until the lease ends | the stored response, or `409` and then one new run (this client got `503`) |
+//! | the client disconnected while the handler ran                 | committed with the response | done | the stored response |
+//! | the process died before the commit                            | rolled back by the database | in progress until the lease ends | `409` until then, then one new run |
+//!
+//! A `5xx` rolls back rather than being stored: in this mode the handler's effects are its
+//! writes, so after the rollback nothing happened and a resend may run (the rule of
+//! [`crate::idempotency`]). A refusal the client must see again on every resend (a declined
+//! card) is a `4xx`: committed and replayed like any answer below `500`.
+//!
+//! **Asking for the transaction is a promise**: the handler's effects are its writes in it. A
+//! call to another service made from such a handler is repeated by the resend after a
+//! rollback, so it must be idempotent itself (send
+//! [`Claim::derive`](crate::idempotency::Claim::derive) of
+//! [`idempotency::current()`](crate::idempotency::current) as its `Idempotency-Key`). A handler
+//! whose effects lie elsewhere (a card network, an email) does not ask: its request runs under
+//! the non-transactional rules, on the same layer. One of each:
+//!
+#![cfg_attr(feature = "sqlite", doc = "```")]
+#![cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
+//! use axum::{Extension, Router, http::StatusCode, routing::post};
+//! use retry_core::idempotency::{SqliteStore, StoreError};
+//! use retry_core::tower::{IdempotencyLayer, RequestTransaction};
+//!
+//! type Tx = Extension<RequestTransaction<SqliteStore>>;
+//!
+//! /// Books the payment in the service's own table: committed with the stored response.
+//! async fn pay(Extension(tx): Tx, order: String) -> Result<String, StatusCode> {
+//!     let failed = |_: StoreError| StatusCode::SERVICE_UNAVAILABLE; // rolled back: key freed
+//!     let mut tx = tx.get().await.map_err(failed)?;
+//!     tx.run(move |c| c.execute("INSERT INTO payments (id) VALUES (?1)", [order]))
+//!         .await
+//!         .map_err(failed)?;
+//!     Ok("booked".into())
+//! }
+//!
+//! /// Sends a receipt by email: no transaction asked for, so the answer is stored as in the
+//! /// non-transactional mode (and a `5xx` kept, since the email may have gone).
+//! async fn email_receipt(order: String) -> String {
+//!     format!("receipt for {order} sent")
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let path = std::env::temp_dir().join(format!("retry-core-doc-modes-{}.sqlite3", std::process::id()));
+//! let store = SqliteStore::open(&path)?;
+//! let app: Router = Router::new()
+//!     .route("/payments", post(pay))
+//!     .route("/receipts", post(email_receipt))
+//!     .layer(IdempotencyLayer::unauthenticated(store).transactional());
+//! # drop(app);
+//! # for suffix in ["", "-wal", "-shm"] {
+//! #     let mut file = path.clone().into_os_string();
+//! #     file.push(suffix);
+//! #     let _ = std::fs::remove_file(file);
+//! # }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! **SQLite has one writer.** `get` runs `BEGIN IMMEDIATE`: the file's write lock is taken then
+//! and held until the commit, and every other writer (the claims, commits and transactions of
+//! all other requests, in this process or another) waits meanwhile, up to the store's busy
+//! timeout, after which its request gets `503`. Throughput is at most one transactional request
+//! per lock hold: keep such handlers short. Validate and call other services first, take the
+//! transaction last, and run only SQL while the guard lives (milliseconds, not seconds; the
+//! lease renewal every `lease / 3` is a write as well and waits for the same lock). A handler
+//! that must hold its transaction longer, or many service instances, belong on PostgreSQL,
+//! where transactions of different keys run side by side and the claim's row is only touched
+//! by the commit.
+//!
+//! A crash before the commit leaves nothing of the handler's work, but the claim it committed
+//! first stays in progress until its lease ends, so resends get `409` until then. Live handlers
+//! renew their lease, so a short [`lease`](IdempotencyLayer::lease) (a few seconds) bounds that
+//! wait without any risk of a takeover under a slow handler.
+//!
 //! # Body types
 //!
 //! The inner service gets `Request<`[`IdempotencyBody`]`>` and the layer answers with
@@ -173,6 +283,7 @@
 //! [`IDEMPOTENT_REPLAYED`]: crate::http::IDEMPOTENT_REPLAYED
 
 mod body;
+mod extract;
 mod fingerprint;
 mod key;
 mod problem;
@@ -181,8 +292,10 @@ mod run;
 mod service;
 mod settle;
 mod stored;
+mod transactional;
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -191,11 +304,13 @@ use ::http::request::Parts;
 use ::tower_layer::Layer;
 
 pub use body::{BoxError, IdempotencyBody};
+pub use extract::{RequestTransaction, TransactionGuard};
 pub use replay::RefusedHeader;
 pub use service::Idempotency;
 pub use settle::NotApplied;
+pub use transactional::{InTransaction, Mode, Plain};
 
-use crate::idempotency::{DEFAULT_LEASE, DEFAULT_RETENTION, IdempotencyStore};
+use crate::idempotency::{DEFAULT_LEASE, DEFAULT_RETENTION, IdempotencyStore, TransactionalStore};
 use replay::ReplayHeaders;
 
 /// Longest `Idempotency-Key` accepted by default, in bytes: 255, as Stripe allows; a UUID or an
@@ -275,7 +390,7 @@ type ScopeFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 /// assert_eq!(app.call(unkeyed).await.unwrap().status(), 400);
 /// # }
 /// ```
-pub struct IdempotencyLayer<St> {
+pub struct IdempotencyLayer<St, M = Plain> {
     store: Arc<St>,
     /// `None`: the layer was built `unauthenticated`.
     scope: Option<ScopeFn>,
@@ -287,6 +402,8 @@ pub struct IdempotencyLayer<St> {
     replay_headers: ReplayHeaders,
     name: &'static str,
     namespace: Arc<str>,
+    /// [`Plain`] or [`InTransaction`]; `fn() -> M` so the layer is `Send + Sync` whatever `M`.
+    mode: PhantomData<fn() -> M>,
 }
 
 impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
@@ -345,9 +462,57 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
             replay_headers: ReplayHeaders::default(),
             name: "idempotency_layer",
             namespace: Arc::from(DEFAULT_NAMESPACE),
+            mode: PhantomData,
         }
     }
 
+    /// The same layer in transactional mode: each handler may take the store's transaction from
+    /// its request ([`RequestTransaction`]), and its writes, the `done` row and the stored
+    /// response then commit together, or not at all. See the
+    /// [module docs](crate::tower::idempotency#transactional-mode).
+    ///
+    #[cfg_attr(feature = "sqlite", doc = "```")]
+    #[cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
+    /// use http::request::Parts;
+    /// use retry_core::idempotency::SqliteStore;
+    /// use retry_core::tower::{IdempotencyLayer, InTransaction};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let path = std::env::temp_dir().join(format!("retry-core-doc-layer-tx-{}.sqlite3", std::process::id()));
+    /// let store = SqliteStore::open(&path)?;
+    /// let layer: IdempotencyLayer<SqliteStore, InTransaction> =
+    ///     IdempotencyLayer::unauthenticated(store).transactional();
+    /// # drop(layer);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn transactional(self) -> IdempotencyLayer<St, InTransaction>
+    where
+        St: TransactionalStore,
+    {
+        IdempotencyLayer {
+            store: self.store,
+            scope: self.scope,
+            required: self.required,
+            max_key_bytes: self.max_key_bytes,
+            max_body_bytes: self.max_body_bytes,
+            lease: self.lease,
+            retention: self.retention,
+            replay_headers: self.replay_headers,
+            name: self.name,
+            namespace: self.namespace,
+            mode: PhantomData,
+        }
+    }
+}
+
+impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
     /// Whether a non-safe request must carry `Idempotency-Key` (default `true`: `400` without
     /// one). With `false`, a request without a key passes straight through, unprotected.
     ///
@@ -506,7 +671,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
     }
 }
 
-impl<St> Clone for IdempotencyLayer<St> {
+impl<St, M> Clone for IdempotencyLayer<St, M> {
     fn clone(&self) -> Self {
         IdempotencyLayer {
             store: Arc::clone(&self.store),
@@ -519,15 +684,17 @@ impl<St> Clone for IdempotencyLayer<St> {
             replay_headers: self.replay_headers.clone(),
             name: self.name,
             namespace: Arc::clone(&self.namespace),
+            mode: PhantomData,
         }
     }
 }
 
-impl<St> fmt::Debug for IdempotencyLayer<St> {
+impl<St, M: Mode<St>> fmt::Debug for IdempotencyLayer<St, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IdempotencyLayer")
             .field("name", &self.name)
             .field("namespace", &self.namespace)
+            .field("transactional", &<M as Mode<St>>::TRANSACTIONAL)
             .field("authenticated", &self.scope.is_some())
             .field("required", &self.required)
             .field("max_key_bytes", &self.max_key_bytes)
@@ -539,10 +706,10 @@ impl<St> fmt::Debug for IdempotencyLayer<St> {
     }
 }
 
-impl<S, St> Layer<S> for IdempotencyLayer<St> {
-    type Service = Idempotency<S, St>;
+impl<S, St, M> Layer<S> for IdempotencyLayer<St, M> {
+    type Service = Idempotency<S, St, M>;
 
-    fn layer(&self, inner: S) -> Idempotency<S, St> {
+    fn layer(&self, inner: S) -> Idempotency<S, St, M> {
         Idempotency::new(inner, self.clone())
     }
 }

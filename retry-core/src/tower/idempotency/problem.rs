@@ -45,6 +45,13 @@ pub(super) enum Problem {
     Interrupted,
     StoreUnavailable,
     StoredUnreadable,
+    /// Transactional mode: the request failed (a panic, a response that cannot be kept, a
+    /// transaction still lent when the handler answered) and nothing of it was committed; its
+    /// key is free again.
+    RolledBack,
+    /// Transactional mode: the handler answered, but its transaction could not be committed
+    /// (fenced, or the store failed at the commit): a resend finds out.
+    NotCommitted,
 }
 
 impl Problem {
@@ -128,6 +135,16 @@ impl Problem {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 None,
                 "the response stored for this key cannot be read; the request was not processed again".into(),
+            ),
+            Problem::RolledBack => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                None,
+                "the request failed and nothing of it was committed; it may be sent again with the same Idempotency-Key".into(),
+            ),
+            Problem::NotCommitted => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                "the request was processed but its transaction could not be committed; send it again with the same Idempotency-Key: you get its response if the commit went through after all, otherwise it is processed once".into(),
             ),
         }
     }

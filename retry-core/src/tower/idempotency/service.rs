@@ -13,7 +13,6 @@ use ::http_body::Body;
 use ::http_body_util::Full;
 use ::tower_service::Service;
 
-use super::IdempotencyLayer;
 use super::body::{BoxError, IdempotencyBody, read_request};
 use super::fingerprint::fingerprint;
 use super::key::KeyField;
@@ -21,11 +20,14 @@ use super::problem::Problem;
 use super::replay::replay;
 use super::run::{detached, run_handler};
 use super::settle::settle;
+use super::{IdempotencyLayer, Mode, Plain};
 use crate::idempotency::{
-    Begun, IdempotencyError, IdempotencyStore, Settings, begin_call, encode_namespaced_key,
+    Begun, HeldClaim, IdempotencyError, IdempotencyStore, Settings, begin_call,
+    encode_namespaced_key,
 };
 
-/// The service made by [`IdempotencyLayer`].
+/// The service made by [`IdempotencyLayer`]; `M` is its mode ([`Plain`](super::Plain) or
+/// [`InTransaction`](super::InTransaction)).
 ///
 /// ```
 /// use retry_core::idempotency::MemoryStore;
@@ -37,18 +39,18 @@ use crate::idempotency::{
 ///     IdempotencyLayer::unauthenticated(MemoryStore::new()).layer(Handler);
 /// # drop(service);
 /// ```
-pub struct Idempotency<S, St> {
+pub struct Idempotency<S, St, M = Plain> {
     inner: S,
-    layer: IdempotencyLayer<St>,
+    layer: IdempotencyLayer<St, M>,
 }
 
-impl<S, St> Idempotency<S, St> {
-    pub(super) fn new(inner: S, layer: IdempotencyLayer<St>) -> Self {
+impl<S, St, M> Idempotency<S, St, M> {
+    pub(super) fn new(inner: S, layer: IdempotencyLayer<St, M>) -> Self {
         Idempotency { inner, layer }
     }
 }
 
-impl<S: Clone, St> Clone for Idempotency<S, St> {
+impl<S: Clone, St, M> Clone for Idempotency<S, St, M> {
     fn clone(&self) -> Self {
         Idempotency {
             inner: self.inner.clone(),
@@ -57,7 +59,7 @@ impl<S: Clone, St> Clone for Idempotency<S, St> {
     }
 }
 
-impl<S: fmt::Debug, St> fmt::Debug for Idempotency<S, St> {
+impl<S: fmt::Debug, St, M: Mode<St>> fmt::Debug for Idempotency<S, St, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Idempotency")
             .field("inner", &self.inner)
@@ -66,7 +68,7 @@ impl<S: fmt::Debug, St> fmt::Debug for Idempotency<S, St> {
     }
 }
 
-impl<S, St, B, RB> Service<Request<B>> for Idempotency<S, St>
+impl<S, St, M, B, RB> Service<Request<B>> for Idempotency<S, St, M>
 where
     S: Service<Request<IdempotencyBody>, Response = Response<RB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -76,6 +78,7 @@ where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
     St: IdempotencyStore + 'static,
+    M: Mode<St>,
 {
     type Response = Response<IdempotencyBody>;
     type Error = S::Error;
@@ -94,7 +97,7 @@ where
     }
 }
 
-impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
+impl<St: IdempotencyStore + 'static, M: Mode<St>> IdempotencyLayer<St, M> {
     async fn handle<S, B, RB>(
         self,
         inner: S,
@@ -146,7 +149,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
         // or not its client is still there to read the answer, so a resend finds the stored
         // response instead of a claim dropped mid-way.
         let function = self.name;
-        match detached(self.claim_and_run(inner, call, parts, body)).await {
+        match detached(M::claim_and_run(self, inner, call, parts, body)).await {
             Ok(answer) => answer,
             Err(e) => {
                 tracing::error!(function, error = %e, "the task running an idempotent request was interrupted; its key stays in progress until its lease ends");
@@ -154,10 +157,26 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
             }
         }
     }
+}
+
+impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
+    /// Claims the call's key: the held claim, or the answer when the handler must not run
+    /// (the stored response replayed, or a refusal).
+    pub(super) async fn claim(
+        &self,
+        call: &Settings,
+        parts: &Parts,
+    ) -> Result<HeldClaim<'_, St>, Response<IdempotencyBody>> {
+        match begin_call(&*self.store, call).await {
+            Ok(Begun::Claimed(held)) => Ok(held),
+            Ok(Begun::Stored(stored)) => Err(replay(&stored, &self.replay_headers, self.name)),
+            Err(e) => Err(self.refuse(parts, e)),
+        }
+    }
 
     /// Claims the key, then replays what is stored, refuses, or runs the handler and settles
-    /// the claim with its outcome.
-    async fn claim_and_run<S, RB>(
+    /// the claim with its outcome (non-transactional mode).
+    pub(super) async fn claim_and_run<S, RB>(
         self,
         inner: S,
         call: Settings,
@@ -169,12 +188,9 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
         RB: Body<Data = Bytes> + Send + 'static,
         RB::Error: Into<BoxError>,
     {
-        let held = match begin_call(&*self.store, &call).await {
-            Ok(Begun::Claimed(held)) => held,
-            Ok(Begun::Stored(stored)) => {
-                return Ok(replay(&stored, &self.replay_headers, self.name));
-            }
-            Err(e) => return Ok(self.refuse(&parts, e)),
+        let held = match self.claim(&call, &parts).await {
+            Ok(held) => held,
+            Err(answer) => return Ok(answer),
         };
         let request = Request::from_parts(parts, IdempotencyBody::new(Full::new(body)));
         let max = self.store.limits().max_response_bytes;
@@ -203,7 +219,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
 }
 
 /// Calls a service that was polled ready before it was handed over.
-fn call_ready<S: Service<R>, R>(mut service: S, request: R) -> S::Future {
+pub(super) fn call_ready<S: Service<R>, R>(mut service: S, request: R) -> S::Future {
     service.call(request)
 }
 

@@ -90,7 +90,7 @@ where
 {
     match ran {
         Ran::NotApplied(response) => {
-            release(held, function).await;
+            release(held, function, "the handler marked its response NotApplied").await;
             Ok(response)
         }
         Ran::Answered { parts, body } => {
@@ -187,12 +187,13 @@ async fn keep_failed<St: IdempotencyStore + ?Sized>(
     }
 }
 
-/// The handler said its effect did not happen: the claim is given up so a resend runs again.
-async fn release<St: IdempotencyStore + ?Sized>(held: HeldClaim<'_, St>, function: &'static str) {
-    tracing::debug!(
-        function,
-        "idempotency claim released: the handler marked its response NotApplied"
-    );
+/// The handler's effect did not happen (`why`): the claim is given up so a resend runs again.
+pub(super) async fn release<St: IdempotencyStore + ?Sized>(
+    held: HeldClaim<'_, St>,
+    function: &'static str,
+    why: &'static str,
+) {
+    tracing::debug!(function, why, "idempotency claim released");
     if let Err(e) = held.fail(OnErr::Release, "").await {
         tracing::warn!(function, error = %e, "could not release the claim; resends get 409 until the lease ends");
     }

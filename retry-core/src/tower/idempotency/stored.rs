@@ -12,7 +12,7 @@ use super::replay::ReplayHeaders;
 /// A response as the store keeps it (JSON). Part of the stored data: fields may be added, never
 /// changed.
 #[derive(Serialize, Deserialize)]
-struct StoredResponse {
+pub(super) struct StoredResponse {
     status: u16,
     /// Allow-listed headers, in order, one pair per value.
     headers: Vec<(String, String)>,
@@ -43,13 +43,23 @@ pub(super) fn decode_stored(stored: &str) -> Result<Response<Bytes>, String> {
     Ok(response)
 }
 
-/// The response as it is stored: status, allow-listed headers, body.
+/// The response as it is stored: status, allow-listed headers, body, as JSON.
 pub(super) fn stored_form(
     parts: &::http::response::Parts,
     body: &[u8],
     replayed: &ReplayHeaders,
     function: &'static str,
 ) -> Result<String, serde_json::Error> {
+    serde_json::to_string(&stored(parts, body, replayed, function))
+}
+
+/// The response as it is stored, before it is written as JSON.
+pub(super) fn stored(
+    parts: &::http::response::Parts,
+    body: &[u8],
+    replayed: &ReplayHeaders,
+    function: &'static str,
+) -> StoredResponse {
     let mut headers = Vec::new();
     for (name, value) in &parts.headers {
         if !replayed.replays(name) {
@@ -66,12 +76,12 @@ pub(super) fn stored_form(
         Ok(text) => (Some(text.to_owned()), None),
         Err(_) => (None, Some(BASE64.encode(body))),
     };
-    serde_json::to_string(&StoredResponse {
+    StoredResponse {
         status: parts.status.as_u16(),
         headers,
         body: text,
         body_base64: base64,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,464 @@
+//! [`RequestTransaction`]: the store's transaction, offered to the handler in its request's
+//! extensions by a transactional [`IdempotencyLayer`](super::IdempotencyLayer), and taken back
+//! by the layer to commit once the handler answered.
+//!
+//! The transaction is begun on the handler's first [`get`](RequestTransaction::get), not before:
+//! a handler that never asks for it holds no connection and (on SQLite) no write lock, and runs
+//! under the non-transactional rules. Between the handler and the layer it lives in a slot
+//! shared by both; a [`TransactionGuard`] lends it to the handler and puts it back when dropped.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::idempotency::flow::bounded;
+use crate::idempotency::{StoreError, TransactionalStore};
+
+/// The store's transaction for this request, in the request's extensions under a transactional
+/// [`IdempotencyLayer`](super::IdempotencyLayer). `St` is the layer's store type exactly as it
+/// was given to the layer (`SqliteStore`, `Arc<PgStore>`, ...).
+///
+/// Axum handlers take it with `Extension<RequestTransaction<St>>`; any other tower service finds
+/// it in `request.extensions()`. [`get`](Self::get) begins the transaction on first use and
+/// returns a [`TransactionGuard`] that dereferences to the store's transaction
+/// ([`SqliteTransaction`](crate::idempotency::SqliteTransaction),
+/// [`PgTransaction`](crate::idempotency::PgTransaction)): run the handler's own SQL on it, drop
+/// the guard (or let it go out of scope), and answer. The layer then commits the handler's
+/// writes together with the stored response, or rolls them back: see the
+/// [module docs](crate::tower::idempotency#transactional-mode) for which answers commit.
+///
+#[cfg_attr(feature = "sqlite", doc = "```")]
+#[cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
+/// use axum::{Extension, Router, body::Body, http::{Request, StatusCode}, routing::post};
+/// use retry_core::idempotency::{SqliteStore, StoreError};
+/// use retry_core::tower::{IdempotencyLayer, RequestTransaction};
+/// use tower_service::Service;
+///
+/// async fn pay(
+///     Extension(tx): Extension<RequestTransaction<SqliteStore>>,
+///     body: String,
+/// ) -> Result<(StatusCode, String), StatusCode> {
+///     let unavailable = |_: StoreError| StatusCode::SERVICE_UNAVAILABLE;
+///     let mut tx = tx.get().await.map_err(unavailable)?;
+///     let id = tx
+///         .run(move |c| {
+///             c.execute("INSERT INTO payments (body) VALUES (?1)", [body])?;
+///             Ok(c.last_insert_rowid())
+///         })
+///         .await
+///         .map_err(unavailable)?;
+///     Ok((StatusCode::CREATED, format!("payment {id}")))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let path = std::env::temp_dir().join(format!("retry-core-doc-request-tx-{}.sqlite3", std::process::id()));
+/// let store = SqliteStore::open(&path)?;
+/// rusqlite::Connection::open(&path)?
+///     .execute_batch("CREATE TABLE payments (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")?;
+/// let mut app = Router::new()
+///     .route("/payments", post(pay))
+///     .layer(IdempotencyLayer::unauthenticated(store).transactional());
+/// let send = || {
+///     let request = Request::post("/payments").header("idempotency-key", "\"p-1\"");
+///     request.body(Body::from("10 EUR")).unwrap()
+/// };
+/// let first = app.call(send()).await?;
+/// assert_eq!(first.status(), StatusCode::CREATED);
+/// let again = app.call(send()).await?;
+/// assert_eq!(again.headers()["idempotent-replayed"], "?1");
+///
+/// let booked: i64 = rusqlite::Connection::open(&path)?
+///     .query_row("SELECT count(*) FROM payments", [], |row| row.get(0))?;
+/// assert_eq!(booked, 1, "the payment and its stored response committed together, once");
+/// # drop(app);
+/// # for suffix in ["", "-wal", "-shm"] {
+/// #     let mut file = path.clone().into_os_string();
+/// #     file.push(suffix);
+/// #     let _ = std::fs::remove_file(file);
+/// # }
+/// # Ok(())
+/// # }
+/// ```
+pub struct RequestTransaction<St: TransactionalStore> {
+    shared: Arc<Shared<St>>,
+}
+
+/// What the handler and the layer share.
+struct Shared<St: TransactionalStore> {
+    store: Arc<St>,
+    slot: Mutex<Slot<St::Transaction>>,
+}
+
+/// Where the transaction is.
+enum Slot<T> {
+    /// Never asked for: nothing begun.
+    Unasked,
+    /// Asked for, but `begin` failed (the handler got the error) or was dropped half way.
+    NotBegun,
+    /// Begun, and here.
+    Open(T),
+    /// Lent to a [`TransactionGuard`], or being begun for one.
+    Lent,
+    /// Taken back by the layer: the handler answered.
+    Closed,
+}
+
+/// What the layer found in the slot once the handler answered.
+pub(super) enum Taken<T> {
+    /// The handler never asked: the non-transactional rules apply.
+    Unasked,
+    /// The handler asked but got no transaction: nothing of one can commit.
+    NotBegun,
+    /// The transaction, to commit or roll back.
+    Open(T),
+    /// A guard still holds it (kept past the answer, e.g. moved into a spawned task): it can
+    /// no longer be committed, and rolls back when that guard is dropped.
+    Lent,
+}
+
+impl<St: TransactionalStore> RequestTransaction<St> {
+    /// A slot for one request, on `store`.
+    pub(super) fn new(store: Arc<St>) -> Self {
+        RequestTransaction {
+            shared: Arc::new(Shared {
+                store,
+                slot: Mutex::new(Slot::Unasked),
+            }),
+        }
+    }
+
+    /// The request's transaction, begun now if this is the first call (waiting at most the
+    /// store's [`operation_timeout`](crate::idempotency::IdempotencyStore::operation_timeout);
+    /// on SQLite `begin` also waits for the file's write lock, at most the busy timeout). Each
+    /// later call returns the same transaction. Everything run on it commits with the stored
+    /// response after the handler answered, or not at all.
+    ///
+    /// Asking for the transaction puts the request under the transactional rules, even if
+    /// `begin` fails: the handler promises that its effects are its writes in this transaction,
+    /// so a failed answer (`5xx`, an error, a panic) rolls them back and frees the key.
+    ///
+    /// # Errors
+    /// - the store's error when `begin` fails ([`StoreError::Unavailable`]: no connection, a
+    ///   locked file, a server that does not answer); asking again tries again;
+    /// - [`StoreError::Unavailable`] when another [`TransactionGuard`] of this request is still
+    ///   alive (one at a time: drop the first), or the handler already answered.
+    ///
+    #[cfg_attr(feature = "sqlite", doc = "```")]
+    #[cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
+    /// use retry_core::idempotency::SqliteStore;
+    /// use retry_core::tower::RequestTransaction;
+    ///
+    /// /// The handler's own write, in the layer's transaction.
+    /// async fn book(tx: &RequestTransaction<SqliteStore>, cents: i64) -> Result<(), Box<dyn std::error::Error>> {
+    ///     let mut tx = tx.get().await?;
+    ///     tx.run(move |c| c.execute("INSERT INTO bookings (cents) VALUES (?1)", [cents])).await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn get(&self) -> Result<TransactionGuard<St>, StoreError> {
+        {
+            let mut slot = self.shared.lock();
+            match std::mem::replace(&mut *slot, Slot::Lent) {
+                Slot::Open(transaction) => return Ok(self.lend(transaction)),
+                Slot::Unasked | Slot::NotBegun => {}
+                taken @ (Slot::Lent | Slot::Closed) => {
+                    let over = matches!(taken, Slot::Closed);
+                    *slot = taken;
+                    return Err(unavailable(if over {
+                        "the request's transaction is over: the handler already answered"
+                    } else {
+                        "the request's transaction is in use by another TransactionGuard; drop it first"
+                    }));
+                }
+            }
+        }
+        // Marked lent while it is begun (outside the lock: `begin` waits); if this future is
+        // dropped half way, the mark says "asked, nothing begun".
+        let mut beginning = Beginning {
+            shared: &self.shared,
+            done: false,
+        };
+        let store = &*self.shared.store;
+        let begun = bounded(store, "begin", store.begin()).await;
+        beginning.done = true;
+        let mut slot = self.shared.lock();
+        match begun {
+            Ok(transaction) => {
+                if matches!(*slot, Slot::Closed) {
+                    // The handler answered meanwhile (it left this call running elsewhere).
+                    drop(slot);
+                    drop(transaction);
+                    return Err(unavailable(
+                        "the request's transaction is over: the handler already answered",
+                    ));
+                }
+                drop(slot);
+                Ok(self.lend(transaction))
+            }
+            Err(e) => {
+                if !matches!(*slot, Slot::Closed) {
+                    *slot = Slot::NotBegun;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn lend(&self, transaction: St::Transaction) -> TransactionGuard<St> {
+        TransactionGuard {
+            transaction: Some(transaction),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Takes the transaction back once the handler answered; from now on the slot is closed
+    /// (a guard still alive rolls its transaction back when dropped).
+    pub(super) fn close(&self) -> Taken<St::Transaction> {
+        match std::mem::replace(&mut *self.shared.lock(), Slot::Closed) {
+            Slot::Unasked => Taken::Unasked,
+            Slot::NotBegun | Slot::Closed => Taken::NotBegun,
+            Slot::Open(transaction) => Taken::Open(transaction),
+            Slot::Lent => Taken::Lent,
+        }
+    }
+}
+
+impl<St: TransactionalStore> Shared<St> {
+    fn lock(&self) -> MutexGuard<'_, Slot<St::Transaction>> {
+        // Nothing panics while holding it; a poisoned slot is still consistent.
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<St: TransactionalStore> Clone for RequestTransaction<St> {
+    fn clone(&self) -> Self {
+        RequestTransaction {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<St: TransactionalStore> fmt::Debug for RequestTransaction<St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match *self.shared.lock() {
+            Slot::Unasked => "not begun",
+            Slot::NotBegun => "begin failed",
+            Slot::Open(_) => "open",
+            Slot::Lent => "in use",
+            Slot::Closed => "over",
+        };
+        f.debug_struct("RequestTransaction")
+            .field("state", &state)
+            .finish()
+    }
+}
+
+/// Resets a slot left lent by a `begin` that never finished (its future was dropped).
+struct Beginning<'a, St: TransactionalStore> {
+    shared: &'a Shared<St>,
+    done: bool,
+}
+
+impl<St: TransactionalStore> Drop for Beginning<'_, St> {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut slot = self.shared.lock();
+            if matches!(*slot, Slot::Lent) {
+                *slot = Slot::NotBegun;
+            }
+        }
+    }
+}
+
+/// The request's transaction, lent to the handler by [`RequestTransaction::get`]: it
+/// dereferences to the store's transaction, and gives it back to the layer when dropped. Drop
+/// it before the handler answers (a guard kept past the answer, e.g. moved into a spawned task,
+/// cannot be committed: the layer then rolls back and answers `500`).
+///
+#[cfg_attr(feature = "postgres", doc = "```no_run")]
+#[cfg_attr(not(feature = "postgres"), doc = "```ignore")]
+/// use retry_core::idempotency::{PgStore, StoreError};
+/// use retry_core::tower::RequestTransaction;
+///
+/// /// With PostgreSQL the guard dereferences to a `PgTransaction`, whose `client()` runs SQL.
+/// async fn book(tx: &RequestTransaction<PgStore>, cents: i64) -> Result<u64, Box<dyn std::error::Error>> {
+///     let tx = tx.get().await?;
+///     Ok(tx.client().execute("INSERT INTO bookings (cents) VALUES ($1)", &[&cents]).await?)
+/// }
+/// ```
+#[must_use = "the transaction is given back to the layer when the guard is dropped"]
+pub struct TransactionGuard<St: TransactionalStore> {
+    /// `Some` until dropped.
+    transaction: Option<St::Transaction>,
+    shared: Arc<Shared<St>>,
+}
+
+impl<St: TransactionalStore> Deref for TransactionGuard<St> {
+    type Target = St::Transaction;
+
+    fn deref(&self) -> &St::Transaction {
+        self.transaction
+            .as_ref()
+            .expect("a TransactionGuard holds its transaction until it is dropped")
+    }
+}
+
+impl<St: TransactionalStore> DerefMut for TransactionGuard<St> {
+    fn deref_mut(&mut self) -> &mut St::Transaction {
+        self.transaction
+            .as_mut()
+            .expect("a TransactionGuard holds its transaction until it is dropped")
+    }
+}
+
+impl<St: TransactionalStore> Drop for TransactionGuard<St> {
+    fn drop(&mut self) {
+        let Some(transaction) = self.transaction.take() else {
+            return;
+        };
+        let mut slot = self.shared.lock();
+        if matches!(*slot, Slot::Lent) {
+            *slot = Slot::Open(transaction);
+        } else {
+            // The layer closed the slot: nothing can commit it any more. Dropping it rolls it
+            // back (outside the lock).
+            drop(slot);
+            drop(transaction);
+        }
+    }
+}
+
+impl<St: TransactionalStore> fmt::Debug for TransactionGuard<St>
+where
+    St::Transaction: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TransactionGuard")
+            .field(&self.transaction)
+            .finish()
+    }
+}
+
+fn unavailable(why: &'static str) -> StoreError {
+    StoreError::Unavailable(why.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::idempotency::{
+        Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, MemoryStore, TransactionalStore,
+    };
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    /// A memory store whose transactions are counters: begun, and dropped.
+    #[derive(Default)]
+    struct Counting {
+        inner: MemoryStore,
+        begun: AtomicU32,
+        fail_begin: std::sync::atomic::AtomicBool,
+        dropped: Arc<AtomicU32>,
+    }
+
+    struct Tx(Arc<AtomicU32>);
+    impl Drop for Tx {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl IdempotencyStore for Counting {
+        async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+            self.inner.claim(request).await
+        }
+        async fn complete(&self, claim: &Claim, response: &str) -> Result<(), StoreError> {
+            self.inner.complete(claim, response).await
+        }
+        async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+            self.inner.release(claim).await
+        }
+        async fn mark_failed(&self, claim: &Claim, failure: &str) -> Result<(), StoreError> {
+            self.inner.mark_failed(claim, failure).await
+        }
+        async fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
+            self.inner.renew(claim, lease).await
+        }
+        async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {
+            self.inner.purge_older_than(age).await
+        }
+    }
+
+    impl TransactionalStore for Counting {
+        type Transaction = Tx;
+        async fn begin(&self) -> Result<Tx, StoreError> {
+            if self.fail_begin.load(Ordering::SeqCst) {
+                return Err(unavailable("down"));
+            }
+            self.begun.fetch_add(1, Ordering::SeqCst);
+            Ok(Tx(Arc::clone(&self.dropped)))
+        }
+        async fn commit_done(&self, _: Tx, _: &Claim, _: &str) -> Result<(), StoreError> {
+            Ok(())
+        }
+        async fn rollback(&self, _: Tx) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn begun_once_lent_one_at_a_time_and_taken_back() {
+        let store = Arc::new(Counting::default());
+        let slot = RequestTransaction::new(Arc::clone(&store));
+        assert!(matches!(slot.clone().close(), Taken::Unasked));
+
+        let slot = RequestTransaction::new(Arc::clone(&store));
+        let first = slot.get().await.unwrap();
+        assert!(slot.get().await.is_err(), "one guard at a time");
+        drop(first);
+        let again = slot.get().await.unwrap();
+        drop(again);
+        assert_eq!(
+            store.begun.load(Ordering::SeqCst),
+            1,
+            "begun on first use only"
+        );
+        assert!(matches!(slot.close(), Taken::Open(_)));
+        assert!(
+            slot.get().await.is_err(),
+            "over once the layer took it back"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_guard_kept_past_the_answer_rolls_back_when_dropped() {
+        let store = Arc::new(Counting::default());
+        let slot = RequestTransaction::new(Arc::clone(&store));
+        let kept = slot.get().await.unwrap();
+        assert!(matches!(slot.close(), Taken::Lent));
+        assert_eq!(store.dropped.load(Ordering::SeqCst), 0);
+        drop(kept);
+        assert_eq!(
+            store.dropped.load(Ordering::SeqCst),
+            1,
+            "dropped, not put back"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_begin_is_asked_but_not_begun_and_may_be_asked_again() {
+        let store = Arc::new(Counting::default());
+        store.fail_begin.store(true, Ordering::SeqCst);
+        let slot = RequestTransaction::new(Arc::clone(&store));
+        assert!(slot.get().await.is_err());
+        store.fail_begin.store(false, Ordering::SeqCst);
+        drop(slot.get().await.unwrap());
+        assert!(matches!(slot.close(), Taken::Open(_)));
+
+        store.fail_begin.store(true, Ordering::SeqCst);
+        let slot = RequestTransaction::new(Arc::clone(&store));
+        assert!(slot.get().await.is_err());
+        assert!(matches!(slot.close(), Taken::NotBegun));
+    }
+}

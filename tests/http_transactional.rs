@@ -1,0 +1,583 @@
+//! `IdempotencyLayer` in transactional mode (issue 22): the handler's booking, the `done` row
+//! and the stored response commit together, or not at all.
+//!
+//! - `examples/payments_server.rs` as a process, on SQLite and (feature `postgres`) on
+//!   PostgreSQL, with a real `curl`: killed by its failpoint after the booking was written and
+//!   before the commit, restarted, resent to: booked once, then replayed. And 64 duplicates
+//!   over 8 connections: one booking, one stored response, the rest `409` or the replay.
+//! - In process, on SQLite: which answers commit and which roll back and free the key (`5xx`, a
+//!   panic, a guard kept past the answer, a handler that never asks for the transaction).
+//!
+//! The process tests build the example with this test binary's features, and need `curl`.
+#![cfg(all(feature = "tower", feature = "sqlite"))]
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{Request, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::post;
+use axum::{Extension, Router};
+use retry_core::idempotency::SqliteStore;
+use retry_core::tower::{IdempotencyLayer, RequestTransaction};
+use tower_service::Service as _;
+
+#[path = "common/curl.rs"]
+mod curl;
+#[cfg(feature = "postgres")]
+#[path = "common/pg.rs"]
+mod pg;
+#[path = "common/tempdir.rs"]
+mod tempdir;
+
+use curl::curl;
+use tempdir::TempDir;
+
+// ---- the payments server, as a process ----
+
+/// The exit code of the example's `after_write` failpoint.
+const FAILPOINT_EXIT: i32 = 86;
+/// The lease the server runs with: how long resends get `409` after its crash.
+const LEASE_MS: &str = "1500";
+const ORDER: &str = r#"{"order":"order-77","cents":1250}"#;
+
+/// `examples/payments_server`, built once with this test binary's features (so nothing else is
+/// rebuilt), next to this binary's own directory.
+fn server_binary() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let features: Vec<&str> = [
+            ("http", cfg!(feature = "http")),
+            ("reqwest", cfg!(feature = "reqwest")),
+            ("serde", cfg!(feature = "serde")),
+            ("tower", cfg!(feature = "tower")),
+            ("sqlite", cfg!(feature = "sqlite")),
+            ("postgres", cfg!(feature = "postgres")),
+            ("ui-tests", cfg!(feature = "ui-tests")),
+        ]
+        .into_iter()
+        .filter_map(|(name, on)| on.then_some(name))
+        .collect();
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "--example", "payments_server"])
+            .args(["--no-default-features", "--features", &features.join(",")])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the example failed: {status}");
+        // target/<profile>/deps/<this test> -> target/<profile>/examples/payments_server
+        let exe = std::env::current_exe().unwrap();
+        let profile = exe.parent().and_then(Path::parent).unwrap();
+        let binary = profile.join("examples").join("payments_server");
+        assert!(binary.exists(), "{} was not built", binary.display());
+        binary
+    })
+}
+
+/// Where the server keeps its store and its `payments` table.
+enum Db {
+    Sqlite(TempDir),
+    #[cfg(feature = "postgres")]
+    Pg(pg::Schema),
+}
+
+impl Db {
+    fn args(&self) -> Vec<String> {
+        match self {
+            Db::Sqlite(dir) => vec!["--db".into(), path_text(&dir.file("payments.sqlite3"))],
+            #[cfg(feature = "postgres")]
+            Db::Pg(schema) => vec!["--pg".into(), schema.url.clone()],
+        }
+    }
+
+    /// Rows in the service's own table.
+    async fn payments(&self) -> i64 {
+        match self {
+            Db::Sqlite(dir) => rusqlite::Connection::open(dir.file("payments.sqlite3"))
+                .unwrap()
+                .query_row("SELECT count(*) FROM payments", [], |row| row.get(0))
+                .unwrap(),
+            #[cfg(feature = "postgres")]
+            Db::Pg(schema) => schema
+                .client()
+                .await
+                .query_one("SELECT count(*) FROM payments", &[])
+                .await
+                .unwrap()
+                .get(0),
+        }
+    }
+
+    /// The status of every key in the store.
+    async fn keys(&self) -> Vec<String> {
+        match self {
+            Db::Sqlite(dir) => rusqlite::Connection::open(dir.file("payments.sqlite3"))
+                .unwrap()
+                .prepare("SELECT status FROM inbox_log")
+                .unwrap()
+                .query_map([], |row| row.get(0))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap(),
+            #[cfg(feature = "postgres")]
+            Db::Pg(schema) => schema
+                .client()
+                .await
+                .query("SELECT status FROM inbox_log", &[])
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.get(0))
+                .collect(),
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn drop_all(self) {
+        match self {
+            Db::Sqlite(_) => {}
+            Db::Pg(schema) => schema.drop_all().await,
+        }
+    }
+}
+
+fn path_text(path: &Path) -> String {
+    path.to_str().expect("temp paths are UTF-8").to_owned()
+}
+
+/// A running `payments_server`, killed when dropped.
+struct Server {
+    child: Child,
+    /// `http://127.0.0.1:PORT`
+    base: String,
+    addr: String,
+}
+
+impl Server {
+    /// Starts the server on `addr` (port 0: any) with `env`, and waits until it listens.
+    fn start(db: &Db, addr: &str, env: &[(&str, &str)]) -> Server {
+        let mut child = Command::new(server_binary())
+            .args(db.args())
+            .args(["--addr", addr, "--lease-ms", LEASE_MS])
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("the server never said where it listens: {e}"));
+        let base = line
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        // The rest of its output (the failpoint's line) is not needed: drain it.
+        std::thread::spawn(move || while rx.recv().is_ok() {});
+        let addr = base.trim_start_matches("http://").to_owned();
+        Server { child, base, addr }
+    }
+
+    fn payments(&self) -> String {
+        format!("{}/payments", self.base)
+    }
+
+    /// Waits (at most 10 s) for the server to end by itself.
+    fn exit_status(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the server did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The failpoint kills the server after the booking was written and before the commit; the
+/// restarted server books the resend once (after the claim's lease: `409` until then), and
+/// replays it after that.
+async fn a_crash_before_the_commit_books_the_resend_once(db: &Db) {
+    let mut crashing = Server::start(db, "127.0.0.1:0", &[("PAYMENTS_FAILPOINT", "after_write")]);
+    let lost = curl(crashing.payments(), "pay-77", ORDER, Some("10")).await;
+    assert_eq!(
+        lost.status, 0,
+        "the server died before it answered: {lost:?}"
+    );
+    assert_eq!(lost.exit, 52, "curl: empty reply from server: {lost:?}");
+    assert_eq!(crashing.exit_status().code(), Some(FAILPOINT_EXIT));
+    assert_eq!(db.payments().await, 0, "the booking was never committed");
+    assert_eq!(
+        db.keys().await,
+        ["in_progress"],
+        "the claim committed on its own"
+    );
+
+    let addr = crashing.addr.clone();
+    drop(crashing);
+    let server = Server::start(db, &addr, &[]);
+    let started = Instant::now();
+    let booked = loop {
+        let answer = curl(server.payments(), "pay-77", ORDER, Some("10")).await;
+        if answer.status != 409 {
+            break answer;
+        }
+        assert_eq!(answer.header("retry-after"), Some("1"), "{answer:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "still 409 long after the lease: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(booked.status, 201, "{booked:?}");
+    assert!(!booked.replayed(), "the resend ran the handler: {booked:?}");
+    let receipt: serde_json::Value = serde_json::from_str(&booked.body).unwrap();
+    assert_eq!(receipt["order"], "order-77");
+    assert_eq!(receipt["cents"], 1250);
+
+    let again = curl(server.payments(), "pay-77", ORDER, Some("10")).await;
+    assert_eq!(
+        (again.status, &again.body),
+        (201, &booked.body),
+        "{again:?}"
+    );
+    assert!(again.replayed(), "{again:?}");
+    assert_eq!(db.payments().await, 1, "booked exactly once");
+    assert_eq!(db.keys().await, ["done"]);
+}
+
+/// 64 requests with one key over 8 connections (8 each, one after another), against a handler
+/// that holds its transaction 100 ms after its write: one booking, one stored response, every
+/// other answer a `409` or that response replayed.
+async fn duplicates_book_once(db: &Db) {
+    let server = Server::start(db, "127.0.0.1:0", &[("PAYMENTS_WRITE_DELAY_MS", "100")]);
+    let url = server.payments();
+    let mut connections = Vec::new();
+    for _ in 0..8 {
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(1)
+            .build()
+            .unwrap();
+        let url = url.clone();
+        connections.push(tokio::spawn(async move {
+            let mut answers = Vec::new();
+            for _ in 0..8 {
+                let response = client
+                    .post(&url)
+                    .header("idempotency-key", "\"dup-1\"")
+                    .header("content-type", "application/json")
+                    .body(ORDER)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = response.status().as_u16();
+                let replayed = response.headers().get("idempotent-replayed").is_some();
+                answers.push((status, replayed, response.text().await.unwrap()));
+            }
+            answers
+        }));
+    }
+    let mut answers = Vec::new();
+    for connection in connections {
+        answers.extend(connection.await.unwrap());
+    }
+    assert_eq!(answers.len(), 64);
+    let fresh: Vec<_> = answers
+        .iter()
+        .filter(|(status, replayed, _)| *status == 201 && !replayed)
+        .collect();
+    assert_eq!(fresh.len(), 1, "one request ran the handler: {answers:?}");
+    let receipt = &fresh[0].2;
+    let (mut conflicts, mut replays) = (0, 0);
+    for (status, replayed, body) in &answers {
+        match (status, replayed) {
+            (409, _) => conflicts += 1,
+            (201, true) if body == receipt => replays += 1,
+            (201, false) => {}
+            other => panic!("unexpected answer {other:?}: {body}"),
+        }
+    }
+    assert_eq!(conflicts + replays, 63);
+    println!("{conflicts} answers 409, {replays} replays");
+    let after = curl(url, "dup-1", ORDER, Some("10")).await;
+    assert_eq!((after.status, &after.body), (201, receipt), "{after:?}");
+    assert!(
+        after.replayed(),
+        "once answered, the key replays: {after:?}"
+    );
+    assert_eq!(db.payments().await, 1, "one booking");
+    assert_eq!(db.keys().await, ["done"], "one stored response");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_crash_before_the_commit_books_the_resend_once() {
+    let db = Db::Sqlite(TempDir::new("http-tx-crash"));
+    a_crash_before_the_commit_books_the_resend_once(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_64_duplicates_over_8_connections_book_once() {
+    let db = Db::Sqlite(TempDir::new("http-tx-dups"));
+    duplicates_book_once(&db).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_a_crash_before_the_commit_books_the_resend_once() {
+    let db = Db::Pg(pg::Schema::new("http_tx_crash").await);
+    a_crash_before_the_commit_books_the_resend_once(&db).await;
+    db.drop_all().await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_64_duplicates_over_8_connections_book_once() {
+    let db = Db::Pg(pg::Schema::new("http_tx_dups").await);
+    duplicates_book_once(&db).await;
+    db.drop_all().await;
+}
+
+// ---- in process: which answers commit ----
+
+type Tx = Extension<RequestTransaction<SqliteStore>>;
+
+/// A SQLite store with a `bookings` table beside it, and a count of handler runs.
+struct Bench {
+    _dir: TempDir,
+    path: PathBuf,
+    runs: Arc<AtomicU32>,
+}
+
+impl Bench {
+    fn new(name: &str) -> (Bench, SqliteStore) {
+        let dir = TempDir::new(name);
+        let path = dir.file("bookings.sqlite3");
+        let store = SqliteStore::open(&path).unwrap();
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE bookings (id INTEGER PRIMARY KEY, run INTEGER NOT NULL)")
+            .unwrap();
+        let bench = Bench {
+            _dir: dir,
+            path,
+            runs: Arc::default(),
+        };
+        (bench, store)
+    }
+
+    fn bookings(&self) -> i64 {
+        rusqlite::Connection::open(&self.path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM bookings", [], |row| row.get(0))
+            .unwrap()
+    }
+}
+
+/// Books one row for this run in the request's transaction; returns the run's number.
+async fn book(runs: &AtomicU32, tx: &RequestTransaction<SqliteStore>) -> u32 {
+    let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+    let mut tx = tx.get().await.unwrap();
+    tx.run(move |c| c.execute("INSERT INTO bookings (run) VALUES (?1)", [run]))
+        .await
+        .unwrap();
+    run
+}
+
+/// Sends `POST /pay` with `key` through `app`: status, replayed?, body.
+async fn send(app: &mut Router, key: &str) -> (StatusCode, bool, String) {
+    let request = Request::post("/pay")
+        .header("idempotency-key", format!("\"{key}\""))
+        .body(Body::from("{}"))
+        .unwrap();
+    let response = app.call(request).await.unwrap();
+    let status = response.status();
+    let replayed = response.headers().contains_key("idempotent-replayed");
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (
+        status,
+        replayed,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+fn transactional(
+    store: SqliteStore,
+    runs: &Arc<AtomicU32>,
+    handler: axum::routing::MethodRouter<Arc<AtomicU32>>,
+) -> Router {
+    Router::new()
+        .route("/pay", handler)
+        .layer(IdempotencyLayer::unauthenticated(store).transactional())
+        .with_state(Arc::clone(runs))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_5xx_rolls_the_write_back_and_frees_the_key() {
+    let (bench, store) = Bench::new("http-tx-5xx");
+    let handler = post(
+        |State(runs): State<Arc<AtomicU32>>, Extension(tx): Tx| async move {
+            match book(&runs, &tx).await {
+                1 => (StatusCode::BAD_GATEWAY, "ledger did not confirm").into_response(),
+                run => (StatusCode::CREATED, format!("booked on run {run}")).into_response(),
+            }
+        },
+    );
+    let mut app = transactional(store, &bench.runs, handler);
+
+    let failed = send(&mut app, "k-5xx").await;
+    assert_eq!(
+        failed,
+        (
+            StatusCode::BAD_GATEWAY,
+            false,
+            "ledger did not confirm".into()
+        )
+    );
+    assert_eq!(bench.bookings(), 0, "its write rolled back");
+    let resent = send(&mut app, "k-5xx").await;
+    assert_eq!(
+        resent,
+        (StatusCode::CREATED, false, "booked on run 2".into()),
+        "ran again"
+    );
+    let again = send(&mut app, "k-5xx").await;
+    assert_eq!(
+        again,
+        (StatusCode::CREATED, true, "booked on run 2".into()),
+        "replayed"
+    );
+    assert_eq!(bench.bookings(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4xx_commits_with_its_writes_and_is_replayed() {
+    let (bench, store) = Bench::new("http-tx-4xx");
+    let handler = post(
+        |State(runs): State<Arc<AtomicU32>>, Extension(tx): Tx| async move {
+            // A declined card: the attempt is booked, and the refusal stands for every resend.
+            let run = book(&runs, &tx).await;
+            (
+                StatusCode::PAYMENT_REQUIRED,
+                format!("declined on run {run}"),
+            )
+        },
+    );
+    let mut app = transactional(store, &bench.runs, handler);
+    let first = send(&mut app, "k-402").await;
+    assert_eq!(
+        first,
+        (
+            StatusCode::PAYMENT_REQUIRED,
+            false,
+            "declined on run 1".into()
+        )
+    );
+    let again = send(&mut app, "k-402").await;
+    assert_eq!(
+        again,
+        (
+            StatusCode::PAYMENT_REQUIRED,
+            true,
+            "declined on run 1".into()
+        )
+    );
+    assert_eq!(bench.bookings(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_after_the_write_rolls_it_back_and_frees_the_key() {
+    let (bench, store) = Bench::new("http-tx-panic");
+    let handler = post(
+        |State(runs): State<Arc<AtomicU32>>, Extension(tx): Tx| async move {
+            let run = book(&runs, &tx).await;
+            assert!(run > 1, "the receipt printer broke on run {run}");
+            format!("booked on run {run}")
+        },
+    );
+    let mut app = transactional(store, &bench.runs, handler);
+
+    let (status, replayed, body) = send(&mut app, "k-panic").await;
+    assert_eq!(
+        (status, replayed),
+        (StatusCode::INTERNAL_SERVER_ERROR, false)
+    );
+    assert!(body.contains("nothing of it was committed"), "{body}");
+    assert_eq!(bench.bookings(), 0);
+    let resent = send(&mut app, "k-panic").await;
+    assert_eq!(resent, (StatusCode::OK, false, "booked on run 2".into()));
+    assert_eq!(bench.bookings(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_kept_past_the_answer_is_never_committed() {
+    let (bench, store) = Bench::new("http-tx-kept");
+    let handler = post(
+        |State(runs): State<Arc<AtomicU32>>, Extension(tx): Tx| async move {
+            let run = book(&runs, &tx).await;
+            if run == 1 {
+                // A mistake: the guard goes to a task that outlives the answer.
+                let guard = tx.get().await.unwrap();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    drop(guard);
+                });
+            }
+            format!("booked on run {run}")
+        },
+    );
+    let mut app = transactional(store, &bench.runs, handler);
+
+    let (status, _, body) = send(&mut app, "k-kept").await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    // The kept guard rolls back when its task drops it; only then is the write lock free.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(bench.bookings(), 0);
+    let resent = send(&mut app, "k-kept").await;
+    assert_eq!(resent, (StatusCode::OK, false, "booked on run 2".into()));
+    assert_eq!(bench.bookings(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_never_asks_follows_the_non_transactional_rules() {
+    let (bench, store) = Bench::new("http-tx-plain");
+    let handler = post(|State(runs): State<Arc<AtomicU32>>| async move {
+        // An effect elsewhere (say, a card network), then a failure: the outcome is unknown.
+        let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+        (StatusCode::BAD_GATEWAY, format!("charged? run {run}"))
+    });
+    let mut app = transactional(store, &bench.runs, handler);
+    let first = send(&mut app, "k-plain").await;
+    assert_eq!(
+        first,
+        (StatusCode::BAD_GATEWAY, false, "charged? run 1".into())
+    );
+    let again = send(&mut app, "k-plain").await;
+    assert_eq!(
+        again,
+        (StatusCode::BAD_GATEWAY, true, "charged? run 1".into()),
+        "kept and replayed, never run again"
+    );
+    assert_eq!(bench.runs.load(Ordering::SeqCst), 1);
+}
