@@ -17,8 +17,10 @@ impl Classify for Busy {
     }
 }
 
-/// (function, module, trace id, attempt, wait) per hook call.
-static SEEN: Mutex<Vec<(&'static str, &'static str, u64, u32, Duration)>> = Mutex::new(Vec::new());
+/// What one hook call saw: function, module, trace id, attempt, wait.
+type Seen = (&'static str, &'static str, u64, u32, Duration);
+
+static SEEN: Mutex<Vec<Seen>> = Mutex::new(Vec::new());
 
 fn record(context: &RetryContext<'_, Busy>) {
     SEEN.lock().unwrap().push((

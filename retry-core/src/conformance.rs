@@ -42,7 +42,7 @@ impl Report {
         self.results.iter().all(CheckResult::passed)
     }
 
-    /// Every check's result, in the order of [`CHECKS`].
+    /// Every check's result, in the order of the suite's `CHECKS`.
     pub fn results(&self) -> &[CheckResult] {
         &self.results
     }
