@@ -118,7 +118,7 @@ async fn main() -> ExitCode {
     let rate = letters as f64 / elapsed.as_secs_f64();
     let worst = Duration::from_micros(worst_micros.load(Ordering::Relaxed));
     println!(
-        "parked: {} of {letters} in {:.3} s: {rate:.0} letters/s (target for JSONL: >= 10000)",
+        "parked: {} of {letters} in {:.3} s: {rate:.0} letters/s (target: >= 10000)",
         letters - not_parked.len(),
         elapsed.as_secs_f64()
     );
