@@ -11,7 +11,7 @@ use super::super::row as sql_row;
 use super::super::{
     AuditEntry, DeadLetter, DlqError, Failure, Page, RedriveRecord, Resolution, Stats,
 };
-use super::rows::{self, Encoded, Fail, In, ResolvedColumns, letter_columns, read_committed};
+use super::rows::{self, Encoded, Fail, In, letter_columns, read_committed, resolved_columns};
 use crate::sql::postgres::{Db, retrying_conflicts};
 use crate::time::{format_utc, parse_rfc3339};
 
@@ -268,7 +268,7 @@ pub(super) async fn resolve(
     msg_id: &str,
     resolution: &Resolution,
 ) -> Result<bool, DlqError> {
-    let columns = ResolvedColumns::new(msg_id, resolution)?;
+    let columns = resolved_columns(msg_id, resolution)?;
     if !storable(msg_id) {
         return Ok(false);
     }

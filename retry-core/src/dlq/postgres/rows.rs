@@ -13,7 +13,6 @@ use tokio_postgres::types::ToSql;
 use super::super::row::{self, NewRow, corrupt};
 use super::super::{AuditEntry, DeadLetter, DlqError, Failure, Resolution};
 use crate::sql::postgres::Fail as SqlFail;
-use crate::time::{format_utc, parse_rfc3339};
 
 /// Why an operation failed before its errors get the server's name.
 pub(super) type Fail = SqlFail<DlqError>;
@@ -81,42 +80,16 @@ pub(super) const LOCK_LETTERS: &str = concat!(
 /// one bad letter must not fail the others written with it).
 pub(super) struct Encoded {
     row: NewRow,
-    source: Option<String>,
-    redacted: bool,
-    key_scope: Option<String>,
-    key_expires_at: Option<String>,
-    history: String,
-    resolved: Option<ResolvedColumns>,
 }
 
-/// A [`Resolution`] as its columns store it.
-pub(super) struct ResolvedColumns {
-    pub(super) at: String,
-    pub(super) by: String,
-    pub(super) run_id: Option<String>,
-    /// `at` as `format_utc` text: what purging by age compares.
-    pub(super) at_utc: String,
-}
-
-impl ResolvedColumns {
-    /// `resolution` of the letter `msg_id`, refused when its time is not RFC 3339 (a resolved
-    /// letter is purged by that time) or a text holds a NUL.
-    pub(super) fn new(msg_id: &str, resolution: &Resolution) -> Result<Self, DlqError> {
-        let at = parse_rfc3339(&resolution.at).ok_or_else(|| {
-            DlqError::Corrupt(format!(
-                "dead letter `{msg_id}`: resolved at {:?}, which is not an RFC 3339 time with an offset",
-                resolution.at
-            ))
-        })?;
-        no_nul(msg_id, "resolved by", &resolution.by)?;
-        no_nul_in(msg_id, "resolved in run", resolution.run_id.as_deref())?;
-        Ok(ResolvedColumns {
-            at: resolution.at.clone(),
-            by: resolution.by.clone(),
-            run_id: resolution.run_id.clone(),
-            at_utc: format_utc(at),
-        })
-    }
+/// [`row::ResolvedRow`], refused also when a text holds a NUL (PostgreSQL text cannot).
+pub(super) fn resolved_columns(
+    msg_id: &str,
+    resolution: &Resolution,
+) -> Result<row::ResolvedRow, DlqError> {
+    no_nul(msg_id, "resolved by", &resolution.by)?;
+    no_nul_in(msg_id, "resolved in run", resolution.run_id.as_deref())?;
+    row::ResolvedRow::new(msg_id, resolution)
 }
 
 impl Encoded {
@@ -141,22 +114,11 @@ impl Encoded {
         for failure in &letter.history {
             check_failure(id, failure)?;
         }
-        let row = NewRow::new(letter)?;
-        let history = serde_json::to_string(&letter.history)
-            .map_err(|e| DlqError::Serialize(format!("dead letter `{id}`: history: {e}")))?;
-        let resolved = letter
-            .resolved
-            .as_ref()
-            .map(|r| ResolvedColumns::new(id, r))
-            .transpose()?;
+        if let Some(resolution) = &letter.resolved {
+            resolved_columns(id, resolution)?;
+        }
         Ok(Encoded {
-            row,
-            source: letter.source.clone(),
-            redacted: letter.redacted,
-            key_scope: letter.key_scope.clone(),
-            key_expires_at: letter.key_expires_at.clone(),
-            history,
-            resolved,
+            row: NewRow::new(letter)?,
         })
     }
 
@@ -165,15 +127,9 @@ impl Encoded {
     }
 }
 
-/// A failure that joins a letter's history or becomes its latest: its time must be RFC 3339
-/// (it may become `last_failed_at`), and no text may hold a NUL.
+/// [`row::check_failure`], and no text may hold a NUL.
 pub(super) fn check_failure(msg_id: &str, failure: &Failure) -> Result<(), DlqError> {
-    if parse_rfc3339(&failure.at).is_none() {
-        return Err(DlqError::Corrupt(format!(
-            "dead letter `{msg_id}`: failure at {:?}, which is not an RFC 3339 time with an offset",
-            failure.at
-        )));
-    }
+    row::check_failure(msg_id, failure)?;
     no_nul(msg_id, "failure reason", &failure.reason)?;
     no_nul(msg_id, "failure trace_id", &failure.trace_id)
 }
@@ -248,15 +204,15 @@ impl<'a> Columns<'a> {
             class: letters.iter().map(|l| l.row.class).collect(),
             error_type: all(|l| &l.row.error_type),
             idempotency_key: some(|l| l.row.idempotency_key.as_deref()),
-            source: some(|l| l.source.as_deref()),
-            redacted: letters.iter().map(|l| l.redacted).collect(),
-            key_scope: some(|l| l.key_scope.as_deref()),
-            key_expires_at: some(|l| l.key_expires_at.as_deref()),
-            history: all(|l| &l.history),
-            resolved_at: some(|l| l.resolved.as_ref().map(|r| r.at.as_str())),
-            resolved_by: some(|l| l.resolved.as_ref().map(|r| r.by.as_str())),
-            resolved_run: some(|l| l.resolved.as_ref().and_then(|r| r.run_id.as_deref())),
-            resolved_utc: some(|l| l.resolved.as_ref().map(|r| r.at_utc.as_str())),
+            source: some(|l| l.row.source.as_deref()),
+            redacted: letters.iter().map(|l| l.row.redacted).collect(),
+            key_scope: some(|l| l.row.key_scope.as_deref()),
+            key_expires_at: some(|l| l.row.key_expires_at.as_deref()),
+            history: all(|l| &l.row.history),
+            resolved_at: some(|l| l.row.resolved.as_ref().map(|r| r.at.as_str())),
+            resolved_by: some(|l| l.row.resolved.as_ref().map(|r| r.by.as_str())),
+            resolved_run: some(|l| l.row.resolved.as_ref().and_then(|r| r.run_id.as_deref())),
+            resolved_utc: some(|l| l.row.resolved.as_ref().map(|r| r.at_utc.as_str())),
             first_failed_utc: all(|l| &l.row.first_failed_utc),
         }
     }
@@ -548,7 +504,7 @@ mod tests {
         assert!(
             matches!(Encoded::new(&resolved), Err(DlqError::Corrupt(m)) if m.contains("yesterday"))
         );
-        let columns = ResolvedColumns::new(
+        let columns = resolved_columns(
             "M-1",
             &Resolution::new("alice", "2026-08-20T09:00:00+09:00"),
         )
