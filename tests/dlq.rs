@@ -261,6 +261,20 @@ async fn a_letter_carries_the_idempotency_key_of_the_call() {
         letter.idempotency_key.as_deref(),
         Some("~s6:charges6:bank-a,n9")
     );
+    // The namespace it was claimed in, and when the store forgets it (the default retention,
+    // 30 days, from the first failure): what a redrive checks before it claims the key again.
+    assert_eq!(letter.key_scope.as_deref(), Some("charge"));
+    let expires = parse_rfc3339(letter.key_expires_at.as_deref().expect("an expiry")).unwrap();
+    let first = parse_rfc3339(&letter.first_failed_at).unwrap();
+    assert_eq!(
+        expires.duration_since(first).unwrap(),
+        std::time::Duration::from_secs(30 * 86_400)
+    );
+    assert_eq!(
+        letter.source.as_deref(),
+        Some(concat!(module_path!(), "::charge"))
+    );
+    assert!(!letter.redacted);
 }
 
 /// Counts serialisations: `dlq(original = ..)` must serialise only on give-up.

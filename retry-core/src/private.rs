@@ -387,7 +387,20 @@ pub struct LetterInput {
     original: serde_json::Value,
     /// The original is not the payload: redacted, or not serialisable.
     redacted: bool,
-    idempotency_key: Option<String>,
+    key: Option<LetterKey>,
+}
+
+/// The idempotency key of a call that claims it on every attempt (`#[idempotent]` below
+/// `#[retryable]`), for its dead letter: a redrive must claim the same key in the same
+/// namespace before the store forgets it.
+#[derive(Debug)]
+pub struct LetterKey {
+    /// The encoded key.
+    pub key: String,
+    /// The namespace it was claimed in.
+    pub scope: &'static str,
+    /// How long the store keeps it.
+    pub retention: Duration,
 }
 
 /// Evaluates `id` and `original` (through `redact`, when given). An original that cannot be
@@ -396,7 +409,7 @@ pub fn letter_input<I: std::fmt::Display + ?Sized, O: serde::Serialize + ?Sized>
     id: &I,
     original: &O,
     redact: Option<fn(serde_json::Value) -> serde_json::Value>,
-    idempotency_key: Option<String>,
+    key: Option<LetterKey>,
 ) -> LetterInput {
     let (original, redacted) = match (serde_json::to_value(original), redact) {
         (Ok(original), None) => (original, false),
@@ -410,7 +423,7 @@ pub fn letter_input<I: std::fmt::Display + ?Sized, O: serde::Serialize + ?Sized>
         msg_id: id.to_string(),
         original,
         redacted,
-        idempotency_key,
+        key,
     }
 }
 
@@ -462,11 +475,16 @@ pub async fn park_on_give_up<T, E>(
         trace_id: format!("{:016x}", crate::scope::current_trace_id()),
         class,
         error_type: std::any::type_name::<E>().to_owned(),
-        idempotency_key: input.idempotency_key,
         source: Some(format!("{}::{}", site.module(), site.function())),
         redacted: input.redacted,
-        key_scope: None,
-        key_expires_at: None,
+        // The first attempt claimed the key just before it failed (a later claim only moves the
+        // expiry later): the store keeps it `retention` from then, give or take that attempt.
+        key_expires_at: input
+            .key
+            .as_ref()
+            .map(|k| crate::time::format_rfc3339(crate::time::later(failures.first, k.retention))),
+        key_scope: input.key.as_ref().map(|k| k.scope.to_owned()),
+        idempotency_key: input.key.map(|k| k.key),
         history: Vec::new(),
         resolved: None,
     };

@@ -458,9 +458,29 @@ fn key_expr(args: &IdempotentArgs, key: &Expr, function: &str) -> TokenStream {
     quote_spanned!(key.span()=> #private::encode_namespaced_key(#namespace, #scope, &(#key)))
 }
 
-/// The call's encoded idempotency key, for its dead letter.
+/// The call's idempotency key for its dead letter, as a `LetterKey` expression: the encoded key,
+/// the namespace it was claimed in, and how long the store keeps it.
 pub(crate) fn letter_key(args: &IdempotentArgs, function: &str) -> Option<TokenStream> {
-    args.key.as_ref().map(|key| key_expr(args, key, function))
+    let key = args.key.as_ref()?;
+    let krate = retryable::crate_path(args.krate.as_ref());
+    let encoded = key_expr(args, key, function);
+    let namespace = match &args.namespace {
+        Some(pinned) => pinned.value(),
+        None => function.to_owned(),
+    };
+    let retention = retryable::duration_tokens(retention(args));
+    Some(quote!(#krate::__private::LetterKey {
+        key: #encoded,
+        scope: #namespace,
+        retention: #retention,
+    }))
+}
+
+/// `retention`, or the default.
+fn retention(args: &IdempotentArgs) -> Duration {
+    args.retention
+        .as_ref()
+        .map_or(DEFAULT_RETENTION, |r| r.value)
 }
 
 /// The idempotent flow around `body` (a future of the function's output), as an expression of
@@ -496,11 +516,7 @@ pub(crate) fn flow_expr(
         None => quote!(::core::option::Option::None),
     };
     let lease = retryable::duration_tokens(args.lease());
-    let retention = retryable::duration_tokens(
-        args.retention
-            .as_ref()
-            .map_or(DEFAULT_RETENTION, |r| r.value),
-    );
+    let retention = retryable::duration_tokens(retention(args));
     let on_err = match &args.on_err {
         None | Some(OnErrArg::Keep(_)) => quote!(#private::keep_failures),
         Some(OnErrArg::Release(_)) => quote!(#private::release_failures),
