@@ -1433,3 +1433,101 @@ fn two_redrive_processes_at_once_send_each_letter_once() {
     assert_eq!(ids.len(), 200);
     assert!(rows.iter().all(|r| r[2] == "redriven"), "{rows:?}");
 }
+
+/// Issue 23: operators redrive while the service runs. The service (this process) keeps its
+/// `JsonlSink` open and keeps parking new letters from a thread of its own while
+/// `retry-dlq redrive --dry-run` and then `retry-dlq redrive` run against the same file: both
+/// succeed, the service parks on through the redrive, each redriven letter reaches the receiver
+/// once, and every letter the service parked is there exactly once afterwards, pending.
+#[test]
+fn a_service_keeps_parking_while_a_redrive_and_a_dry_run_run_on_its_file() {
+    use retry_core::dlq::{DeadLetterStore as _, Page};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+    let dir = TempDir::new("redrive-live");
+    let path = dir.path("dlq.jsonl");
+    let receiver = Receiver::start(u32::MAX);
+    let _serial = serial();
+    let service = Arc::new(JsonlSink::open(&path).unwrap());
+    let old = hundred_system_letters();
+    block_on(async {
+        for letter in &old {
+            service.park(letter).await.unwrap();
+        }
+    });
+
+    // The service's own give-ups go on: newer than every old letter, so a redrive of the 100
+    // oldest never picks them.
+    let stop = Arc::new(AtomicBool::new(false));
+    let parked = Arc::new(AtomicU32::new(0));
+    let parker = std::thread::spawn({
+        let (service, stop, parked) = (service.clone(), stop.clone(), parked.clone());
+        move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            while !stop.load(Ordering::SeqCst) {
+                let n = parked.load(Ordering::SeqCst);
+                let letter = letter(
+                    &format!("S-{n:05}"),
+                    FailureClass::System,
+                    "upstream 503 after 5 attempts",
+                    Duration::from_secs(1),
+                );
+                runtime.block_on(service.park(&letter)).unwrap();
+                parked.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    });
+    let redrive = |extra: &[&str]| {
+        retry_dlq()
+            .arg("--jsonl")
+            .arg(&path)
+            .args(["redrive", "--to", &receiver.url, "--who", "ops"])
+            .args(["--limit", "100", "--rate", "1000/s"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+
+    let dry = redrive(&["--dry-run"]);
+    assert_status(&dry, 0);
+    assert_eq!(receiver.effects(), 0, "a dry run sends nothing");
+    let before = parked.load(Ordering::SeqCst);
+    let run = redrive(&[]);
+    let during = parked.load(Ordering::SeqCst) - before;
+    assert_status(&run, 0);
+    stop.store(true, Ordering::SeqCst);
+    parker.join().unwrap();
+    assert!(during > 0, "the service went on parking during the redrive");
+    assert_eq!(
+        receiver.effects(),
+        100,
+        "every old letter reached the receiver"
+    );
+    assert_eq!(receiver.most_effects_of_one_key(), 1, "none of them twice");
+
+    // What the service sees, and what a fresh reader of the file sees: the old letters
+    // resolved, every new one pending exactly once.
+    let parked = parked.load(Ordering::SeqCst) as usize;
+    let fresh = JsonlSink::open_read_only(&path).unwrap();
+    for store in [&*service, &fresh] {
+        let pending = block_on(store.page(&Page::first(usize::MAX))).unwrap();
+        let mut ids: Vec<&str> = pending.iter().map(|l| l.msg_id.as_str()).collect();
+        assert_eq!(
+            ids.len(),
+            parked,
+            "every letter the service parked, nothing else"
+        );
+        ids.dedup();
+        assert_eq!(ids.len(), parked, "none twice");
+        assert!(ids.iter().all(|id| id.starts_with("S-")));
+        for letter in &old {
+            let stored = block_on(store.get(&letter.msg_id)).unwrap().unwrap();
+            assert!(stored.resolved.is_some(), "{} resolved", letter.msg_id);
+        }
+    }
+}
