@@ -11,7 +11,7 @@ mod pg;
 mod redrive;
 mod report;
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
@@ -117,7 +117,9 @@ For cron or a monitoring check, e.g.:  retry-dlq --jsonl /var/lib/app/dlq.jsonl 
     },
     /// One line per pending letter, oldest first failure first.
     #[command(after_help = "\
-Columns, tab-separated, no header: msg_id, class, attempts, first_failed_at, reason.
+Columns, tab-separated: msg_id, class, attempts, first_failed_at, reason; with a header line
+when stdout is a terminal (never in a pipe, so `list | wc -l` counts letters). `--format json`
+prints each letter as one line of JSON, every field included, for scripts.
 Control characters (tabs, newlines) inside a field are escaped as \\t, \\n, so every letter
 is exactly one line. Letters are read a page at a time.
 
@@ -132,6 +134,9 @@ Exit status: 0 listed (also when empty); 2 usage error or store error.")]
         /// At most N letters (the oldest); whether there are more is said on stderr.
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
+        /// `text` (tab-separated columns) or `json` (one letter per line).
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
     },
     /// One letter as pretty JSON, pending or resolved (then with who resolved it, when, and in
     /// which run).
@@ -181,8 +186,9 @@ or was skipped, or the run stopped early; 2 usage error or store error.")]
     Redrive(redrive::RedriveArgs),
     /// The recorded redrive runs, oldest first; with --run, that run's row per letter.
     #[command(after_help = "\
-Columns, tab-separated, no header: started_at, run_id, who, target, filter, selected,
-succeeded, failed, skipped, why the run stopped early (- if it did not).
+Columns, tab-separated: started_at, run_id, who, target, filter, selected, succeeded, failed,
+skipped, why the run stopped early (- if it ran to the end); with a header line when stdout is
+a terminal. `--format json` prints each run (or row) as one line of JSON.
 
 With --run ID: at, msg_id, outcome, finished_at, one line per letter the run held, in the order
 it took them. Each row is written before the letter is sent and completed after: a row with
@@ -195,7 +201,45 @@ store error.")]
         /// Show this run's row per letter (run ids are the second column of `audit`).
         #[arg(long, value_name = "ID")]
         run: Option<String>,
+        /// `text` (tab-separated columns) or `json` (one run, or row, per line).
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
     },
+}
+
+/// How `list` and `audit` print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Format {
+    /// Tab-separated columns, one line each; a header line when stdout is a terminal.
+    Text,
+    /// One JSON object per line, every field included.
+    Json,
+}
+
+impl Format {
+    /// Writes `header` when the text goes to a person (stdout is a terminal), not to a pipe.
+    pub(crate) fn header(self, out: &mut impl Write, header: &str) -> io::Result<()> {
+        if self == Format::Text && io::stdout().is_terminal() {
+            writeln!(out, "{header}")?;
+        }
+        Ok(())
+    }
+
+    /// `value` as one line: `text` as given, or `value` as JSON.
+    pub(crate) fn line<T: serde::Serialize>(
+        self,
+        out: &mut impl Write,
+        text: impl FnOnce() -> String,
+        value: &T,
+    ) -> io::Result<()> {
+        match self {
+            Format::Text => writeln!(out, "{}", text()),
+            Format::Json => {
+                serde_json::to_writer(&mut *out, value).map_err(io::Error::other)?;
+                writeln!(out)
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -427,7 +471,9 @@ async fn run<S: DeadLetterStore + Sync>(
             class,
             source,
             limit,
+            format,
         } => {
+            format.header(out, "MSG_ID\tCLASS\tATTEMPTS\tFIRST_FAILED_AT\tREASON")?;
             let mut page = Page::first(PAGE.min(limit.unwrap_or(PAGE).max(1)));
             page.class = class.map(FailureClass::from);
             page.source.clone_from(source);
@@ -437,7 +483,7 @@ async fn run<S: DeadLetterStore + Sync>(
                 if listed == limit {
                     return Ok(false);
                 }
-                writeln!(out, "{}", report::list_line(letter))?;
+                format.line(out, || report::list_line(letter), letter)?;
                 listed += 1;
                 Ok(listed < limit)
             })
@@ -488,7 +534,7 @@ async fn run<S: DeadLetterStore + Sync>(
             Ok(status)
         }
         Command::Redrive(args) => redrive::redrive(store, args, out).await,
-        Command::Audit { run } => redrive::audit(store, run.as_deref(), out).await,
+        Command::Audit { run, format } => redrive::audit(store, run.as_deref(), *format, out).await,
         Command::Export => {
             pages(store, Page::first(PAGE), |letter| {
                 let json = serde_json::to_string(letter)

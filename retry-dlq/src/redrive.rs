@@ -18,7 +18,7 @@ use retry_core::dlq::{
 };
 
 use crate::report::{one_line, truncate};
-use crate::{ClassArg, EXIT_FLAGGED, EXIT_OK, Failure};
+use crate::{ClassArg, EXIT_FLAGGED, EXIT_OK, Failure, Format};
 
 /// Below this many letters a run is short enough to follow without a progress bar.
 const PROGRESS_FROM: usize = 20;
@@ -366,11 +366,16 @@ fn print_outcomes(out: &mut impl Write, letters: &[(String, Outcome)]) -> std::i
 pub(crate) async fn audit<S: DeadLetterStore>(
     store: &S,
     run: Option<&str>,
+    format: Format,
     out: &mut impl Write,
 ) -> Result<u8, Failure> {
     let Some(run) = run else {
+        format.header(
+            out,
+            "STARTED_AT\tRUN_ID\tWHO\tTARGET\tFILTER\tSELECTED\tSUCCEEDED\tFAILED\tSKIPPED\tSTOPPED",
+        )?;
         for record in store.redrives().await.map_err(Failure::Store)? {
-            writeln!(out, "{}", audit_line(&record))?;
+            format.line(out, || audit_line(&record), &record)?;
         }
         return Ok(EXIT_OK);
     };
@@ -382,8 +387,9 @@ pub(crate) async fn audit<S: DeadLetterStore>(
         );
         return Ok(EXIT_FLAGGED);
     }
+    format.header(out, "AT\tMSG_ID\tOUTCOME\tFINISHED_AT")?;
     for row in &rows {
-        writeln!(out, "{}", row_line(row))?;
+        format.line(out, || row_line(row), row)?;
     }
     Ok(EXIT_OK)
 }

@@ -390,6 +390,32 @@ fn list_prints_a_line_per_letter_oldest_first() {
     }
 }
 
+/// `--format json`: one letter per line, every field, readable back as the letter; in a pipe
+/// the text format has no header line (a terminal gets one).
+#[test]
+fn list_as_json_lines_reads_back_as_the_letters() {
+    for kind in KINDS {
+        let dir = TempDir::new("list-json");
+        let path = dir.path(kind.file());
+        let letters = three_letters();
+        kind.park(&path, &letters);
+        let output = run(kind, &path, &["list", "--format", "json"]);
+        assert_status(&output, 0);
+        let listed: Vec<DeadLetter> = stdout(&output)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(
+            listed,
+            [letters[1].clone(), letters[0].clone(), letters[2].clone()],
+            "{kind:?}"
+        );
+        let text = stdout(&run(kind, &path, &["list"]));
+        assert!(!text.contains("MSG_ID"), "no header in a pipe: {text}");
+        assert_status(&run(kind, &path, &["list", "--format", "yaml"]), 2);
+    }
+}
+
 #[test]
 fn show_prints_the_letter_as_json_or_exits_1() {
     for kind in KINDS {
