@@ -864,7 +864,7 @@ async fn instances_starting_together_migrate_once() {
         .iter()
         .map(|row| (row.get(0), row.get(1)))
         .collect();
-    assert_eq!(versions, [("inbox_log".to_owned(), 1)]);
+    assert_eq!(versions, [("inbox_log".to_owned(), 2)]);
     // The timestamp columns compare bytewise, whatever the database's collation.
     let collations: Vec<(String, Option<String>)> = client
         .query(
@@ -889,7 +889,7 @@ async fn instances_starting_together_migrate_once() {
     );
 
     client
-        .execute("UPDATE retry_core_schema SET version = 2", &[])
+        .execute("UPDATE retry_core_schema SET version = 3", &[])
         .await
         .unwrap();
     let error = PgStore::connect(&schema.url).await.unwrap_err();
@@ -897,7 +897,7 @@ async fn instances_starting_together_migrate_once() {
     assert!(
         error
             .to_string()
-            .contains("has inbox_log schema version 2, newer than the 1"),
+            .contains("has inbox_log schema version 3, newer than the 2"),
         "{error}"
     );
     schema.drop_all().await;

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use pg::Schema;
 use retry_core::idempotency::{
-    IdempotencyError, PgStore, PgTransaction, StoreError, encode_namespaced_key,
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, PgStore, PgTransaction,
+    StoreError, TransactionalStore, encode_namespaced_key,
 };
 use retry_core::idempotent;
 
@@ -245,9 +246,9 @@ async fn slow_deposit(
 }
 
 /// On a server whose sessions default to REPEATABLE READ, a body slower than its lease still
-/// commits with its `done` row: the renewals update the claim's row from another connection
-/// while the handler's transaction is open, which a REPEATABLE READ (or SERIALIZABLE)
-/// transaction would refuse to update after; the handler's transaction is READ COMMITTED.
+/// commits with its `done` row. Its transaction, not the lease, holds the key meanwhile (no
+/// renewal touches the row): a duplicate after the lease ran out is told `InProgress` at once,
+/// and after the commit gets the response.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_slower_than_its_lease_commits_under_a_repeatable_read_default() {
     let (schema, _, client) = setup("slow_rr", 1).await;
@@ -255,18 +256,27 @@ async fn a_body_slower_than_its_lease_commits_under_a_repeatable_read_default() 
         "{}%20-c%20default_transaction_isolation%3Drepeatable%5C%20read",
         schema.url
     );
-    let store = PgStore::connect(&url).await.unwrap();
-    assert_eq!(slow_deposit(&store, 7).await.unwrap(), 7);
-    let renewed: bool = client
-        .query_one(
-            "SELECT lease_until > to_char((created_at::timestamp + interval '300 milliseconds'), \
-             'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM inbox_log WHERE status = 'done'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert!(renewed, "the lease was renewed while the body ran");
+    let store = Arc::new(PgStore::connect(&url).await.unwrap());
+    let first = tokio::spawn({
+        let store = Arc::clone(&store);
+        async move { slow_deposit(&store, 7).await }
+    });
+    tokio::time::sleep(Duration::from_millis(450)).await; // past the 300 ms lease
+    let started = std::time::Instant::now();
+    let duplicate = slow_deposit(&store, 7).await;
+    assert!(
+        matches!(
+            duplicate,
+            Err(Rejected::Idempotency(IdempotencyError::InProgress))
+        ),
+        "{duplicate:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "the duplicate waited {:?} for the handler",
+        started.elapsed()
+    );
+    assert_eq!(first.await.unwrap().unwrap(), 7);
     // Keys made by `#[idempotent]` are namespaced by the function's name.
     let key: String = client
         .query_one("SELECT msg_id FROM inbox_log", &[])
@@ -287,5 +297,183 @@ async fn a_body_slower_than_its_lease_commits_under_a_repeatable_read_default() 
     assert_eq!(effects, 1);
     drop(client);
     drop(store);
+    schema.drop_all().await;
+}
+
+// ---- a claim its transaction holds (`begin_for`) ----
+
+fn request(key: &str, lease: Duration) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        biz_key: key,
+        fingerprint: None,
+        lease,
+        retention: Duration::from_secs(86_400),
+    }
+}
+
+fn claimed(outcome: Result<ClaimOutcome, StoreError>) -> Claim {
+    match outcome {
+        Ok(ClaimOutcome::Claimed(claim)) => claim,
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+async fn effects(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one("SELECT count(*) FROM effects", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The handler's connection is lost inside its transaction (its process died): the server
+/// rolls back, nothing of the call happened, and the resend claims the key at once, long before
+/// the hour-long lease.
+#[tokio::test]
+async fn a_transaction_that_ended_without_its_commit_frees_the_key_at_once() {
+    let (schema, store, client) = setup("held_ended", 1).await;
+    let hour = Duration::from_secs(3_600);
+    let first = claimed(store.claim(&request("dep-1", hour)).await);
+    let tx = store.begin_for(&first).await.unwrap();
+    tx.client()
+        .execute("INSERT INTO effects (deposit_no) VALUES (1)", &[])
+        .await
+        .unwrap();
+    drop(tx); // the connection is closed; the server rolls back when it notices
+    // The server notices the closed connection a moment later: until then its lock holds the
+    // key, and a claim is told `InProgress`.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let second = loop {
+        match store.claim(&request("dep-1", hour)).await.unwrap() {
+            ClaimOutcome::InProgress if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            other => break claimed(Ok(other)),
+        }
+    };
+    assert_eq!(second.token, first.token + 1);
+    assert_eq!(effects(&client).await, 0, "rolled back");
+    let tx = store.begin_for(&second).await.unwrap();
+    tx.client()
+        .execute("INSERT INTO effects (deposit_no) VALUES (1)", &[])
+        .await
+        .unwrap();
+    store.commit_done(tx, &second, "1").await.unwrap();
+    assert_eq!(
+        store.claim(&request("dep-1", hour)).await.unwrap(),
+        ClaimOutcome::Done("1".into())
+    );
+    assert_eq!(effects(&client).await, 1, "the deposit once");
+    drop(client);
+    schema.drop_all().await;
+}
+
+/// Before the handler asks for its transaction the lease holds the key; once the transaction
+/// holds it, a claim past the lease is told `InProgress` at once (it does not wait for the
+/// handler), and the renewal neither waits for the row's lock nor is refused.
+#[tokio::test]
+async fn a_live_transaction_keeps_its_key_past_the_lease_without_making_duplicates_wait() {
+    let (schema, store, client) = setup("held_live", 1).await;
+    let lease = Duration::from_millis(300);
+    let first = claimed(store.claim(&request("dep-2", lease)).await);
+    assert_eq!(
+        store.claim(&request("dep-2", lease)).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+    let tx = store.begin_for(&first).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await; // past the lease
+    let started = std::time::Instant::now();
+    assert_eq!(
+        store.claim(&request("dep-2", lease)).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+    store
+        .renew(&first, lease)
+        .await
+        .expect("held: nothing to renew");
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "waited {:?} for the handler's lock",
+        started.elapsed()
+    );
+    store.commit_done(tx, &first, "2").await.unwrap();
+    assert_eq!(
+        store.claim(&request("dep-2", lease)).await.unwrap(),
+        ClaimOutcome::Done("2".into())
+    );
+    drop(client);
+    schema.drop_all().await;
+}
+
+/// A claim taken over before its holder asked for the transaction: `begin_for` is refused
+/// before anything was written, and the new holder is untouched.
+#[tokio::test]
+async fn begin_for_a_claim_taken_over_is_fenced() {
+    let (schema, store, client) = setup("held_fenced", 1).await;
+    let lease = Duration::from_millis(100);
+    let slow = claimed(store.claim(&request("dep-3", lease)).await);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let fast = claimed(
+        store
+            .claim(&request("dep-3", Duration::from_secs(60)))
+            .await,
+    );
+    assert!(matches!(
+        store.begin_for(&slow).await,
+        Err(StoreError::Fenced)
+    ));
+    assert_eq!(
+        store.claim(&request("dep-3", lease)).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+    let tx = store.begin_for(&fast).await.unwrap();
+    store.commit_done(tx, &fast, "3").await.unwrap();
+    drop(client);
+    schema.drop_all().await;
+}
+
+/// A database whose `inbox_log` has the version-1 layout (no `in_transaction`) is upgraded
+/// when a store connects: its claims kept, the version recorded.
+#[tokio::test]
+async fn a_version_1_table_is_upgraded_and_keeps_its_claims() {
+    let schema = Schema::new("held_upgrade").await;
+    let client = schema.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE retry_core_schema (component TEXT PRIMARY KEY, version INT NOT NULL);
+             INSERT INTO retry_core_schema VALUES ('inbox_log', 1);
+             CREATE TABLE inbox_log (msg_id TEXT NOT NULL PRIMARY KEY, biz_key TEXT NOT NULL,
+               status TEXT NOT NULL CHECK (status IN ('in_progress', 'done', 'failed', 'released')),
+               response TEXT, created_at TEXT COLLATE \"C\" NOT NULL, fingerprint TEXT,
+               token BIGINT NOT NULL, lease_until TEXT COLLATE \"C\" NOT NULL,
+               expires_at TEXT COLLATE \"C\" NOT NULL);
+             INSERT INTO inbox_log VALUES ('kept', 'kept', 'done', '\"kept\"',
+               '2026-01-01T00:00:00.000000Z', NULL, 1, '2026-01-01T00:00:10.000000Z',
+               '2100-01-01T00:00:00.000000Z');",
+        )
+        .await
+        .unwrap();
+    let store = schema.store().await;
+    let version: i32 = client
+        .query_one(
+            "SELECT version FROM retry_core_schema WHERE component = 'inbox_log'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 2);
+    assert_eq!(
+        store
+            .claim(&request("kept", Duration::from_secs(10)))
+            .await
+            .unwrap(),
+        ClaimOutcome::Done("\"kept\"".into())
+    );
+    let claim = claimed(store.claim(&request("new", Duration::from_secs(10))).await);
+    let tx = store.begin_for(&claim).await.unwrap();
+    store.commit_done(tx, &claim, "1").await.unwrap();
+    drop((client, store));
     schema.drop_all().await;
 }

@@ -527,6 +527,114 @@ async fn a_dropped_transactional_call_rolls_back_and_frees_its_key() {
     assert_eq!(count(&dir, "SELECT count(*) FROM ledger"), 1);
 }
 
+// ---- a claim its transaction holds (`begin_for`) ----
+
+/// The process dies inside the handler's transaction: SQLite rolls it back, so nothing of the
+/// call happened, and the resend claims the key at once instead of waiting out the lease.
+/// (Dropping the transaction rolls back exactly as a dead process does; no flow is involved
+/// to release the claim.)
+#[tokio::test]
+async fn a_transaction_that_ended_without_its_commit_frees_the_key_at_once() {
+    let dir = TempDir::new("held-ended");
+    let store = open_with_balances(&dir, 1);
+    let long_lease = ClaimRequest {
+        lease: Duration::from_secs(3_600),
+        ..request("dep-21")
+    };
+    let first = claimed(store.claim(&long_lease).await);
+    let mut tx = store.begin_for(&first).await.unwrap();
+    tx.run(deposit_sql(21, "a".into(), 10)).await.unwrap();
+    drop(tx);
+    assert_eq!(balance(&dir, "a"), 0, "rolled back");
+
+    // Reopened, as a restarted process would.
+    drop(store);
+    let store = SqliteStore::open(dir.db()).unwrap();
+    let second = claimed(store.claim(&long_lease).await);
+    assert_eq!(second.token, first.token + 1);
+    let mut tx = store.begin_for(&second).await.unwrap();
+    tx.run(deposit_sql(21, "a".into(), 10)).await.unwrap();
+    store.commit_done(tx, &second, "21").await.unwrap();
+    assert_eq!(
+        store.claim(&long_lease).await.unwrap(),
+        ClaimOutcome::Done("21".into())
+    );
+    assert_eq!(balance(&dir, "a"), 10, "the deposit once");
+}
+
+/// Until the transaction ends, nobody takes its claim over, lease or not; and a claim that
+/// never asked for a transaction still waits out its lease.
+#[tokio::test]
+async fn a_claim_waits_out_its_lease_until_its_transaction_holds_it() {
+    let dir = TempDir::new("held-lease");
+    let clock = manual_clock();
+    let store = open_with_balances(&dir, 1).with_clock(clock.clone());
+    let first = claimed(store.claim(&request("dep-22")).await);
+    assert_eq!(
+        store.claim(&request("dep-22")).await.unwrap(),
+        ClaimOutcome::InProgress,
+        "no transaction yet: the lease holds the key"
+    );
+    let other = SqliteStore::open(dir.db())
+        .unwrap()
+        .with_clock(clock.clone())
+        .with_busy_timeout(Duration::from_millis(100));
+    let tx = store.begin_for(&first).await.unwrap();
+    clock.advance(Duration::from_secs(11)); // past the 10 s lease
+    let error = other.claim(&request("dep-22")).await.unwrap_err();
+    assert!(error.to_string().contains("is locked"), "{error}");
+    store.commit_done(tx, &first, "22").await.unwrap();
+    assert_eq!(
+        other.claim(&request("dep-22")).await.unwrap(),
+        ClaimOutcome::Done("22".into())
+    );
+}
+
+/// A claim taken over before its holder asked for the transaction: `begin_for` is refused,
+/// before anything was written.
+#[tokio::test]
+async fn begin_for_a_claim_taken_over_is_fenced() {
+    let dir = TempDir::new("held-fenced");
+    let clock = manual_clock();
+    let store = open_with_balances(&dir, 1).with_clock(clock.clone());
+    let slow = claimed(store.claim(&request("dep-23")).await);
+    clock.advance(Duration::from_secs(11));
+    let fast = claimed(store.claim(&request("dep-23")).await);
+    assert!(matches!(
+        store.begin_for(&slow).await,
+        Err(StoreError::Fenced)
+    ));
+    // The new holder is untouched: its lease holds the key, and its transaction works.
+    assert_eq!(
+        store.claim(&request("dep-23")).await.unwrap(),
+        ClaimOutcome::InProgress
+    );
+    let tx = store.begin_for(&fast).await.unwrap();
+    store.commit_done(tx, &fast, "23").await.unwrap();
+}
+
+/// The lease of a claim its transaction holds is not renewed, and renewing it does not wait
+/// for the transaction's write lock (which would fail after the busy timeout under a long
+/// handler).
+#[tokio::test]
+async fn renewing_a_claim_its_transaction_holds_does_not_wait_for_its_lock() {
+    let dir = TempDir::new("held-renew");
+    let store = open_with_balances(&dir, 1).with_busy_timeout(Duration::from_millis(200));
+    let claim = claimed(store.claim(&request("dep-24")).await);
+    let tx = store.begin_for(&claim).await.unwrap();
+    let started = Instant::now();
+    store
+        .renew(&claim, Duration::from_secs(10))
+        .await
+        .expect("held by its transaction: nothing to renew");
+    assert!(
+        started.elapsed() < Duration::from_millis(150),
+        "waited {:?}",
+        started.elapsed()
+    );
+    store.commit_done(tx, &claim, "24").await.unwrap();
+}
+
 // ---- the acceptance scenario ----
 
 /// A small deterministic generator (xorshift64*).

@@ -464,7 +464,13 @@ where
         Ok(Begun::Stored(stored)) => return Err(decode(call, &stored)),
         Err(e) => return Err(Err(e.into())),
     };
-    match bounded(store, "begin", store.begin()).await {
+    // The transaction holds the claim from here on: a crash before its commit frees the key at
+    // once (`begin_for`). A claim is always there right after `begin_call`.
+    let begun = match held.claim() {
+        Some(claim) => bounded(store, "begin", store.begin_for(claim)).await,
+        None => bounded(store, "begin", store.begin()).await,
+    };
+    match begun {
         Ok(transaction) => {
             let mut held = held;
             held.transactional = true;
@@ -487,7 +493,8 @@ where
 ///
 /// ```
 /// use retry_core::idempotency::{
-///     begin_call, finish_transactional, Begun, IdempotencyError, Settings, TransactionalStore,
+///     begin_call, finish_transactional, Begun, IdempotencyError, Settings, StoreError,
+///     TransactionalStore,
 /// };
 ///
 /// async fn deposit<S: TransactionalStore>(store: &S, key: &str) -> Result<u64, IdempotencyError> {
@@ -498,7 +505,8 @@ where
 ///         }
 ///         Begun::Claimed(held) => held,
 ///     };
-///     let transaction = store.begin().await?;
+///     let Some(claim) = held.claim() else { return Err(IdempotencyError::Store(StoreError::Fenced)) };
+///     let transaction = store.begin_for(claim).await?;
 ///     // ... the handler's own writes, through `transaction` ...
 ///     finish_transactional(held, transaction, &call, Ok(10)).await
 /// }

@@ -338,12 +338,71 @@ pub trait IdempotencyStore: Send + Sync {
 /// (`UPDATE ... WHERE msg_id = ? AND token = ?`): zero rows means the claim was taken over, so the
 /// whole transaction rolls back and the call fails with [`StoreError::Fenced`]. A transaction
 /// dropped before it commits (a crash, a dropped future) rolls back.
+///
+/// A claim's transaction begun with [`begin_for`](Self::begin_for) also frees the key as soon
+/// as it ends without committing: what it wrote is gone, so the library knows the call's effect
+/// did not happen (the built-in stores; see there).
 pub trait TransactionalStore: IdempotencyStore {
     /// The handler's transaction.
     type Transaction: Send;
 
-    /// Begins the handler's transaction.
+    /// Begins a transaction that holds no claim (the claim is kept by its lease alone).
     fn begin(&self) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send;
+
+    /// Begins the handler's transaction for `claim`, and hands the claim from its lease to the
+    /// transaction: while the transaction is open a duplicate is told the call is in progress
+    /// (whatever the lease says), and once it ended without [`commit_done`](Self::commit_done)
+    /// (rolled back, its connection lost, its process killed) nothing of it happened, so the
+    /// next claim of the key takes it over at once instead of after the lease.
+    ///
+    /// The built-in stores mark the claim's row as held by a transaction (a write of its own,
+    /// committed, guarded by the token) and hold something only a live transaction holds
+    /// (PostgreSQL: an advisory lock on the key taken before the mark; SQLite: the file's write
+    /// lock): [`StoreError::Fenced`] when the claim was taken over first. Effects the handler
+    /// has outside the transaction are not covered: a handler that uses it promises that its
+    /// writes in it are its effect.
+    ///
+    /// The default is [`begin`](Self::begin): the lease keeps the claim, as for a transaction
+    /// begun without one.
+    ///
+    #[cfg_attr(feature = "sqlite", doc = "```")]
+    #[cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
+    /// use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, SqliteStore, TransactionalStore};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-begin-for-{}.sqlite3", std::process::id()));
+    /// let store = SqliteStore::open(&path)?;
+    /// let request = ClaimRequest {
+    ///     key: "pay-7",
+    ///     biz_key: "7",
+    ///     fingerprint: None,
+    ///     lease: Duration::from_secs(300),
+    ///     retention: Duration::from_secs(86_400),
+    /// };
+    /// let ClaimOutcome::Claimed(first) = store.claim(&request).await? else { panic!() };
+    /// let tx = store.begin_for(&first).await?;
+    /// // The process dies here: the transaction rolls back, nothing was booked.
+    /// drop(tx);
+    /// // The resend does not wait five minutes for the lease: the key is free now.
+    /// assert!(matches!(store.claim(&request).await?, ClaimOutcome::Claimed(_)));
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn begin_for(
+        &self,
+        claim: &Claim,
+    ) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send {
+        let _ = claim;
+        self.begin()
+    }
 
     /// Writes `response` and `done` for `claim` in `transaction` and commits it, if the claim's
     /// token still holds; otherwise rolls back and returns [`StoreError::Fenced`].
@@ -470,6 +529,12 @@ impl<S: TransactionalStore + ?Sized> TransactionalStore for &S {
     fn begin(&self) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send {
         (**self).begin()
     }
+    fn begin_for(
+        &self,
+        claim: &Claim,
+    ) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send {
+        (**self).begin_for(claim)
+    }
     fn commit_done(
         &self,
         transaction: Self::Transaction,
@@ -493,6 +558,12 @@ impl<S: TransactionalStore + ?Sized> TransactionalStore for std::sync::Arc<S> {
     type Transaction = S::Transaction;
     fn begin(&self) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send {
         (**self).begin()
+    }
+    fn begin_for(
+        &self,
+        claim: &Claim,
+    ) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send {
+        (**self).begin_for(claim)
     }
     fn commit_done(
         &self,

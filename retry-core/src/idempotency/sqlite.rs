@@ -56,7 +56,7 @@ use crate::sql::sqlite::{
 use crate::time::{Clock, SystemClock, format_utc, later, parse_utc};
 
 /// The version of the `inbox_log` layout this code writes, kept in `retry_core_schema`.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// See [`SqliteStore::with_max_connections`].
 const DEFAULT_MAX_CONNECTIONS: usize = 4;
@@ -91,6 +91,11 @@ const TABLES: &str = "CREATE TABLE IF NOT EXISTS inbox_log (
 CREATE INDEX IF NOT EXISTS inbox_log_created_at ON inbox_log (created_at);
 ";
 
+/// Version 2: a claim can be held by the handler's transaction instead of its lease
+/// ([`TransactionalStore::begin_for`]).
+const UPGRADES: &[&str] =
+    &["ALTER TABLE inbox_log ADD COLUMN in_transaction INTEGER NOT NULL DEFAULT 0"];
+
 const SELECT_VERSION: &str = "SELECT version FROM retry_core_schema WHERE component = 'inbox_log'";
 const RECORD_VERSION: &str = "INSERT INTO retry_core_schema (component, version) VALUES ('inbox_log', ?1) \
      ON CONFLICT(component) DO NOTHING";
@@ -100,6 +105,7 @@ const SCHEMA: Schema = Schema {
     component: "inbox_log",
     version: SCHEMA_VERSION,
     tables: TABLES,
+    upgrades: UPGRADES,
     select_version: SELECT_VERSION,
     record_version: RECORD_VERSION,
 };
@@ -108,11 +114,11 @@ const INSERT_CLAIM: &str = "INSERT INTO inbox_log \
      (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at) \
      VALUES (?1, ?2, 'in_progress', NULL, ?3, ?4, 1, ?5, ?6) \
      ON CONFLICT(msg_id) DO NOTHING";
-const SELECT_ROW: &str =
-    "SELECT status, response, fingerprint, token, lease_until FROM inbox_log WHERE msg_id = ?1";
+const SELECT_ROW: &str = "SELECT status, response, fingerprint, token, lease_until, in_transaction \
+     FROM inbox_log WHERE msg_id = ?1";
 // The taker-over's row keeps its retention counted from now at least (`max` of two
 // `format_utc` texts is the later time), so it cannot be purged under its new holder.
-const TAKE_OVER: &str = "UPDATE inbox_log SET token = token + 1, lease_until = ?1, \
+const TAKE_OVER: &str = "UPDATE inbox_log SET token = token + 1, in_transaction = 0, lease_until = ?1, \
      expires_at = max(expires_at, ?4) \
      WHERE msg_id = ?2 AND token = ?3 AND status = 'in_progress'";
 const COMPLETE: &str = "UPDATE inbox_log SET status = 'done', response = ?1 \
@@ -121,14 +127,21 @@ const COMPLETE: &str = "UPDATE inbox_log SET status = 'done', response = ?1 \
 // release can never complete the next claim of the same key (no ABA).
 const RELEASE: &str = "UPDATE inbox_log SET status = 'released' \
      WHERE msg_id = ?1 AND token = ?2 AND status = 'in_progress'";
-const RECLAIM: &str = "UPDATE inbox_log SET status = 'in_progress', token = token + 1, \
+const RECLAIM: &str = "UPDATE inbox_log SET status = 'in_progress', token = token + 1, in_transaction = 0, \
      biz_key = ?1, created_at = ?2, fingerprint = ?3, lease_until = ?4, expires_at = ?5 \
      WHERE msg_id = ?6 AND token = ?7 AND status = 'released'";
 // Only the holder (its token) of a row still in progress extends the lease; whether the old
 // lease already ran out does not matter: until another call took the key, it is still the
 // holder's (as in `MemoryStore::renew`).
 const RENEW: &str = "UPDATE inbox_log SET lease_until = ?1 \
-     WHERE msg_id = ?2 AND token = ?3 AND status = 'in_progress'";
+     WHERE msg_id = ?2 AND token = ?3 AND status = 'in_progress' AND in_transaction = 0";
+// `begin_for`: the claim's row is marked as held by a transaction, in autocommit before the
+// `BEGIN IMMEDIATE` (so the mark outlives this process), then checked under the write lock. A
+// claim that finds the mark holds the write lock itself, so that transaction is over.
+const HOLD: &str = "UPDATE inbox_log SET in_transaction = 1 \
+     WHERE msg_id = ?1 AND token = ?2 AND status = 'in_progress'";
+const HELD: &str = "SELECT in_transaction FROM inbox_log \
+     WHERE msg_id = ?1 AND token = ?2 AND status = 'in_progress'";
 const MARK_FAILED: &str = "UPDATE inbox_log SET status = 'failed', response = ?3 \
      WHERE msg_id = ?1 AND token = ?2 AND status = 'in_progress'";
 // A row whose lease is live has a holder at work: never purged under it, whatever its age
@@ -462,6 +475,46 @@ impl SqliteStore {
         let clock = Arc::clone(&self.clock);
         self.pool.run(move |conn| op(conn, &*clock)).await
     }
+
+    /// `BEGIN IMMEDIATE` on a pooled connection, on a blocking thread; with `hold` (a claim's
+    /// key and token) the transaction holds that claim (see `begin_for`).
+    async fn begin_holding(
+        &self,
+        hold: Option<(String, i64)>,
+    ) -> Result<SqliteTransaction, StoreError> {
+        let pool = Arc::clone(&self.pool);
+        let reservation = pool.reserve().await.map_err(StoreError::from_sqlite)?;
+        blocking(&self.pool.path, move || {
+            let pooled = pool
+                .checkout(reservation)
+                .map_err(StoreError::from_sqlite)?;
+            let conn = TxConnection(pooled);
+            conn.connection()
+                .and_then(|c| {
+                    if let Some((key, token)) = &hold {
+                        let marked = c.prepare_cached(HOLD)?.execute(params![key, token])?;
+                        if marked == 0 {
+                            return Err(Fail::Store(StoreError::Fenced));
+                        }
+                    }
+                    c.execute_batch("BEGIN IMMEDIATE")?;
+                    match &hold {
+                        // Taken over between the mark and the lock: dropping `conn` rolls
+                        // back, and nothing was written yet.
+                        Some((key, token)) if !held_by_transaction(c, key, *token)? => {
+                            Err(Fail::Store(StoreError::Fenced))
+                        }
+                        _ => Ok(()),
+                    }
+                })
+                .map_err(|e| pool.fail(e))?;
+            Ok(SqliteTransaction {
+                conn: Some(conn),
+                pool,
+            })
+        })
+        .await
+    }
 }
 
 impl IdempotencyStore for SqliteStore {
@@ -563,6 +616,11 @@ impl IdempotencyStore for SqliteStore {
             return Err(StoreError::Fenced);
         };
         self.run(move |conn, clock| {
+            // A claim its transaction holds needs no lease; a write would only wait for that
+            // transaction's lock. The read does not wait (WAL).
+            if held_by_transaction(conn, &key, token)? {
+                return Ok(());
+            }
             let lease_until = format_utc(later(clock.now(), lease));
             guarded(conn, RENEW, params![lease_until, key, token])
         })
@@ -900,22 +958,24 @@ impl TransactionalStore for SqliteStore {
     /// # }
     /// ```
     async fn begin(&self) -> Result<SqliteTransaction, StoreError> {
-        let pool = Arc::clone(&self.pool);
-        let reservation = pool.reserve().await.map_err(StoreError::from_sqlite)?;
-        blocking(&self.pool.path, move || {
-            let pooled = pool
-                .checkout(reservation)
-                .map_err(StoreError::from_sqlite)?;
-            let conn = TxConnection(pooled);
-            conn.connection()
-                .and_then(|c| Ok(c.execute_batch("BEGIN IMMEDIATE")?))
-                .map_err(|e| pool.fail(e))?;
-            Ok(SqliteTransaction {
-                conn: Some(conn),
-                pool,
-            })
-        })
-        .await
+        self.begin_holding(None).await
+    }
+
+    /// Marks the claim's row as held by a transaction (in autocommit, guarded by its token),
+    /// then runs `BEGIN IMMEDIATE` on the same connection and checks the mark under the write
+    /// lock; [`StoreError::Fenced`] when the claim was taken over before either.
+    ///
+    /// A claim that takes the write lock finds no transaction open (SQLite has one writer), so a
+    /// marked row it finds has lost its transaction and is taken over. Between the mark's commit
+    /// and the `BEGIN IMMEDIATE` (two statements in a row on one thread) another writer may get
+    /// the lock first: a duplicate arriving in exactly that instant takes the key over, and this
+    /// call is refused with `Fenced` before writing anything. The effect still happens once;
+    /// the first caller gets an error and its resend gets the duplicate's answer.
+    async fn begin_for(&self, claim: &Claim) -> Result<SqliteTransaction, StoreError> {
+        let Ok(token) = i64::try_from(claim.token) else {
+            return Err(StoreError::Fenced);
+        };
+        self.begin_holding(Some((claim.key.clone(), token))).await
     }
 
     /// In `transaction`: `UPDATE inbox_log SET status = 'done', response = ?` for the claim's
@@ -1222,6 +1282,8 @@ struct Row {
     fingerprint: Option<String>,
     token: i64,
     lease_until: Value,
+    /// Held by a handler's transaction (`begin_for`) rather than by its lease.
+    in_transaction: bool,
 }
 
 /// The row at `key`, if there is one.
@@ -1235,11 +1297,27 @@ fn read_row(conn: &Connection, key: &str) -> Result<Option<Row>, Fail> {
                 row.get(2)?,
                 row.get(3)?,
                 row.get(4)?,
+                row.get(5)?,
             ])
         })
         .optional()?;
-    let Some([status, response, fingerprint, token, lease_until]) = row else {
+    let Some(
+        [
+            status,
+            response,
+            fingerprint,
+            token,
+            lease_until,
+            in_transaction,
+        ],
+    ) = row
+    else {
         return Ok(None);
+    };
+    let in_transaction = match in_transaction {
+        Value::Integer(0) => false,
+        Value::Integer(1) => true,
+        other => return Err(corrupt(key, format_args!("bad in_transaction {other:?}"))),
     };
     let token = match token {
         Value::Integer(token) if token >= 1 => token,
@@ -1260,7 +1338,17 @@ fn read_row(conn: &Connection, key: &str) -> Result<Option<Row>, Fail> {
         fingerprint,
         token,
         lease_until,
+        in_transaction,
     }))
+}
+
+/// Whether the claim (`key`, `token`) is in progress and held by its transaction.
+fn held_by_transaction(conn: &Connection, key: &str, token: i64) -> Result<bool, Fail> {
+    let held: Option<i64> = conn
+        .prepare_cached(HELD)?
+        .query_row(params![key, token], |row| row.get(0))
+        .optional()?;
+    Ok(held == Some(1))
 }
 
 /// The answer for a key whose call is over (done, or kept failed); `None` for any other row.
@@ -1334,8 +1422,17 @@ fn decide(
                 Value::Text(text) if parse_utc(&text).is_some() => text,
                 other => return Err(corrupt(key, format_args!("bad lease_until {other:?}"))),
             };
-            // Both sides are `format_utc` text: comparing them is comparing the times.
-            if lease_until.as_str() > now_text {
+            // A row a handler's transaction holds is decided by that transaction, not the
+            // lease: this claim holds the write lock, so no transaction is open, and as the row
+            // is still in progress its transaction ended without committing (rolled back, its
+            // process gone): nothing of it happened, the key is free now.
+            if row.in_transaction {
+                tracing::info!(
+                    key,
+                    "the transaction that held this key ended without committing: the key is claimed again at once"
+                );
+            } else if lease_until.as_str() > now_text {
+                // Both sides are `format_utc` text: comparing them is comparing the times.
                 return Ok(ClaimOutcome::InProgress);
             }
             let Some(next) = token.checked_add(1) else {
@@ -1593,21 +1690,54 @@ mod tests {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(versions, [("inbox_log".to_owned(), 1)]);
+        assert_eq!(versions, [("inbox_log".to_owned(), 2)]);
         let user_version: i64 = raw
             .query_row("PRAGMA user_version", [], |row| row.get(0))
             .unwrap();
         assert_eq!(user_version, 0, "user_version is left to the application");
 
-        raw.execute("UPDATE retry_core_schema SET version = 2", [])
+        raw.execute("UPDATE retry_core_schema SET version = 3", [])
             .unwrap();
         let error = SqliteStore::open(dir.db()).unwrap_err();
         assert!(
             error
                 .to_string()
-                .contains("schema version 2, newer than the 1"),
+                .contains("schema version 3, newer than the 2"),
             "{error}"
         );
+    }
+
+    /// A file written by the version-1 layout (no `in_transaction`) is upgraded when opened:
+    /// its claims kept, their lease rules unchanged.
+    #[tokio::test]
+    async fn a_version_1_file_is_upgraded_and_keeps_its_claims() {
+        let dir = TempDir::new("upgrade");
+        let raw = Connection::open(dir.db()).unwrap();
+        raw.execute_batch(&crate::sql::migration(TABLES)).unwrap();
+        raw.execute(RECORD_VERSION, [1]).unwrap();
+        raw.execute(
+            ROW,
+            params![
+                "kept",
+                "in_progress",
+                None::<String>,
+                1,
+                "2100-01-01T00:00:00.000000Z"
+            ],
+        )
+        .unwrap();
+        let store = SqliteStore::open(dir.db()).unwrap();
+        let version: i64 = raw.query_row(SELECT_VERSION, [], |row| row.get(0)).unwrap();
+        assert_eq!(version, 2);
+        assert_eq!(
+            store.claim(&request("kept")).await.unwrap(),
+            ClaimOutcome::InProgress
+        );
+        let ClaimOutcome::Claimed(claim) = store.claim(&request("new")).await.unwrap() else {
+            panic!("a new key is claimed");
+        };
+        let tx = store.begin_for(&claim).await.unwrap();
+        store.commit_done(tx, &claim, "1").await.unwrap();
     }
 
     #[test]

@@ -41,6 +41,6 @@ impl<S, E> From<S> for Fail<S, E> {
 }
 
 /// [`SCHEMA_TABLE`] and then a store's own tables, as one batch.
-fn migration(tables: &str) -> String {
+pub(crate) fn migration(tables: &str) -> String {
     format!("{SCHEMA_TABLE}{tables}")
 }

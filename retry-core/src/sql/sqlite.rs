@@ -24,7 +24,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
+
+/// Records an upgraded layout's version (`?1`) for its component (`?2`).
+const UPDATE_VERSION: &str = "UPDATE retry_core_schema SET version = ?1 WHERE component = ?2";
 
 /// How long an operation waits for a lock held by another connection or process.
 pub(crate) const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -50,8 +53,13 @@ pub(crate) struct Schema {
     pub(crate) component: &'static str,
     /// The version of the layout this code writes.
     pub(crate) version: i64,
-    /// The store's `CREATE TABLE IF NOT EXISTS` / `CREATE INDEX IF NOT EXISTS` statements.
+    /// The store's `CREATE TABLE IF NOT EXISTS` / `CREATE INDEX IF NOT EXISTS` statements: the
+    /// layout of version 1.
     pub(crate) tables: &'static str,
+    /// The steps from each version to the next: `upgrades[0]` takes version 1 to 2, and so on
+    /// up to `version`. A new file gets `tables` and then every step, so the layout it ends with
+    /// is exactly the one an upgraded file has (as in the PostgreSQL plumbing).
+    pub(crate) upgrades: &'static [&'static str],
     /// Reads the store's row of `retry_core_schema`.
     pub(crate) select_version: &'static str,
     /// Records `?1` as the store's version, unless a row is there.
@@ -303,8 +311,21 @@ impl Pool {
                 schema.component,
                 schema.version
             ))),
-            Some(_) => Ok(()),
+            Some(version) => {
+                let done = usize::try_from(version.max(1) - 1).unwrap_or(0);
+                if let Some(steps) = schema.upgrades.get(done..).filter(|s| !s.is_empty()) {
+                    for step in steps {
+                        conn.execute_batch(step).map_err(|e| self.error(e))?;
+                    }
+                    conn.execute(UPDATE_VERSION, params![schema.version, schema.component])
+                        .map_err(|e| self.error(e))?;
+                }
+                Ok(())
+            }
             None => {
+                for step in schema.upgrades {
+                    conn.execute_batch(step).map_err(|e| self.error(e))?;
+                }
                 conn.execute(schema.record_version, [schema.version])
                     .map_err(|e| self.error(e))?;
                 Ok(())

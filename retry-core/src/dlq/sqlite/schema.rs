@@ -132,6 +132,8 @@ pub(super) const SCHEMA: Schema = Schema {
     component: "dead_letters",
     version: VERSION,
     tables: TABLES,
+    // Upgraded by [`upgrade`] instead: its indexes need the upgraded columns.
+    upgrades: &[],
     select_version: SELECT_VERSION,
     record_version: RECORD_VERSION,
 };

@@ -109,7 +109,7 @@ const INSERT_CLAIM: &str = concat!(
 // The same columns in both reads, so that one decoder (`Stored::decode`) serves both; the last
 // is the time the read decides at. `$1` key, `$2` injected now.
 const READ_ROW: &str = concat!(
-    "SELECT status, response, fingerprint, token, lease_until, expires_at, ",
+    "SELECT status, response, fingerprint, token, lease_until, expires_at, in_transaction, ",
     utc_text!(now!("2")),
     " FROM inbox_log WHERE msg_id = $1"
 );
@@ -119,14 +119,18 @@ const READ_ROW: &str = concat!(
 const LOCK_ROW: &str = concat!(
     "SELECT r.*, ",
     utc_text!(now!("2")),
-    " FROM (SELECT status, response, fingerprint, token, lease_until, expires_at \
+    " FROM (SELECT status, response, fingerprint, token, lease_until, expires_at, in_transaction \
      FROM inbox_log WHERE msg_id = $1 FOR UPDATE) r"
 );
+// Whether the transaction that holds the claim at `$1` is over: its connection holds the key's
+// lock for as long as it runs (see `PgStore::begin_for`). Taken for the rest of the claim's
+// transaction when it is free, so the holder cannot come back meanwhile.
+const HOLDER_GONE: &str = concat!("SELECT pg_try_advisory_xact_lock(", key_lock!(), ")");
 /// `$1` key, `$2` token, `$3` injected now, `$4` lease, `$5` retention. The row's retention is
 /// counted again from now (if that ends later), so the purge never deletes it under the new
 /// holder.
 const TAKE_OVER: &str = concat!(
-    "UPDATE inbox_log SET token = token + 1, lease_until = ",
+    "UPDATE inbox_log SET token = token + 1, in_transaction = false, lease_until = ",
     later_text!("t.ts", "4"),
     ", expires_at = GREATEST(expires_at, ",
     later_text!("t.ts", "5"),
@@ -137,8 +141,8 @@ const TAKE_OVER: &str = concat!(
 /// `$1` key, `$2` token, `$3` biz_key, `$4` fingerprint, `$5` injected now, `$6` lease,
 /// `$7` retention.
 const RECLAIM: &str = concat!(
-    "UPDATE inbox_log SET status = 'in_progress', token = token + 1, biz_key = $3, \
-     fingerprint = $4, created_at = ",
+    "UPDATE inbox_log SET status = 'in_progress', token = token + 1, in_transaction = false, \
+     biz_key = $3, fingerprint = $4, created_at = ",
     utc_text!("t.ts"),
     ", lease_until = ",
     later_text!("t.ts", "6"),
@@ -148,14 +152,20 @@ const RECLAIM: &str = concat!(
     now!("5"),
     " AS ts) t WHERE msg_id = $1 AND token = $2 AND status = 'released'"
 );
-/// `$1` key, `$2` token, `$3` injected now, `$4` lease.
+/// `$1` key, `$2` token, `$3` injected now, `$4` lease. A row a transaction holds is not
+/// renewed (its lease no longer keeps it), and since the mark committed before the lock was
+/// taken, the update skips that row without waiting for the lock.
 pub(super) const RENEW: &str = concat!(
     "UPDATE inbox_log SET lease_until = ",
     later_text!("t.ts", "4"),
     " FROM (SELECT ",
     now!("3"),
-    " AS ts) t WHERE msg_id = $1 AND token = $2 AND status = 'in_progress'"
+    " AS ts) t WHERE msg_id = $1 AND token = $2 AND status = 'in_progress' AND NOT in_transaction"
 );
+/// Whether the claim (`$1` key, `$2` token) is still in progress and held by its transaction:
+/// what a renewal that changed nothing asks before it answers `Fenced`.
+const HELD_BY_TRANSACTION: &str = "SELECT in_transaction FROM inbox_log \
+     WHERE msg_id = $1 AND token = $2 AND status = 'in_progress'";
 /// `$1` key, `$2` token, `$3` response.
 pub(super) const COMPLETE: &str = "UPDATE inbox_log SET status = 'done', response = $3 \
      WHERE msg_id = $1 AND token = $2 AND status = 'in_progress'";
@@ -313,9 +323,17 @@ pub(super) async fn renew(
     });
     let renewed = renewed.map_err(|e| db.fail(e, StoreError::Unavailable))?;
     if renewed == 1 {
-        Ok(())
-    } else {
-        Err(StoreError::Fenced)
+        return Ok(());
+    }
+    let held: Result<Option<Row>, Fail> = async {
+        let held = client.prepare_cached(HELD_BY_TRANSACTION).await?;
+        Ok(client.query_opt(&held, &[&claim.key, &token]).await?)
+    }
+    .await;
+    match held.map_err(|e| db.fail(e, StoreError::Unavailable))? {
+        // Held by its transaction, which needs no lease.
+        Some(row) if row.try_get::<_, bool>(0).unwrap_or(false) => Ok(()),
+        _ => Err(StoreError::Fenced),
     }
 }
 
@@ -437,6 +455,8 @@ struct Stored {
     /// Checked only where it counts: an `in_progress` row's lease.
     lease_until: Option<String>,
     expires_at: Option<String>,
+    /// Held by a handler's transaction (`begin_for`) rather than by its lease.
+    in_transaction: bool,
 }
 
 impl Stored {
@@ -457,8 +477,11 @@ impl Stored {
         if token < 1 {
             return Err(corrupt(key, format_args!("bad token {token}")));
         }
+        let in_transaction: bool = row
+            .try_get(6)
+            .map_err(|e| corrupt(key, format_args!("bad in_transaction ({e})")))?;
         // Computed by the statement itself: a failure here is the server's, not the row's.
-        let now: String = row.try_get(6)?;
+        let now: String = row.try_get(7)?;
         Ok((
             Stored {
                 status,
@@ -467,6 +490,7 @@ impl Stored {
                 token,
                 lease_until: row.try_get(4).ok(),
                 expires_at: row.try_get(5).ok(),
+                in_transaction,
             },
             now,
         ))
@@ -555,8 +579,22 @@ async fn decide(
                 Some(text) if parse_utc(text).is_some() => text.as_str(),
                 other => return Err(corrupt(key, format_args!("bad lease_until {other:?}"))),
             };
-            // Both sides are `format_utc` text: comparing them is comparing the times.
-            if lease_until > now_text {
+            // A row a handler's transaction holds is decided by that transaction, not the
+            // lease: while it runs, `InProgress`; once it is over with the row still in
+            // progress, it ended without its commit (rolled back, its connection or process
+            // gone): nothing of it happened, the key is free now.
+            if row.in_transaction {
+                let gone = tx.prepare_cached(HOLDER_GONE).await?;
+                let gone: bool = tx.query_one(&gone, &[&key]).await?.try_get(0)?;
+                if !gone {
+                    return Ok(ClaimOutcome::InProgress);
+                }
+                tracing::info!(
+                    key,
+                    "the transaction that held this key ended without committing: the key is claimed again at once"
+                );
+            } else if lease_until > now_text {
+                // Both sides are `format_utc` text: comparing them is comparing the times.
                 return Ok(ClaimOutcome::InProgress);
             }
             let Some(next) = token.checked_add(1) else {

@@ -62,6 +62,15 @@
 //!   store (dropped, cancelled, failed) never goes back to the pool: its connection is detached
 //!   and closed, and the server rolls back.
 
+// `key_lock!()`: the advisory lock number of the claim whose key is `$1`, held by the
+// connection of the transaction that holds the claim (`begin_for`). Hashed with a seed of our
+// own, so an application hashing the same text for its own advisory locks gets another number.
+macro_rules! key_lock {
+    () => {
+        "hashtextextended($1, 7306093102405)"
+    };
+}
+
 mod claim;
 mod transactional;
 
@@ -79,7 +88,7 @@ use crate::time::Clock;
 use claim::{COMPLETE, MARK_FAILED, RELEASE};
 
 /// The version of the `inbox_log` layout this code writes, kept in `retry_core_schema`.
-const SCHEMA_VERSION: i32 = 1;
+const SCHEMA_VERSION: i32 = 2;
 
 /// The table, created after the shared `retry_core_schema` (a schema table of our own rather
 /// than the application's migration tool's: the same one the SQLite store keeps).
@@ -97,6 +106,12 @@ const TABLES: &str = "CREATE TABLE IF NOT EXISTS inbox_log (
 CREATE INDEX IF NOT EXISTS inbox_log_created_at ON inbox_log (created_at);
 ";
 
+/// Version 2: a claim can be held by the handler's transaction instead of its lease
+/// ([`TransactionalStore::begin_for`](super::TransactionalStore::begin_for)).
+const UPGRADES: &[&str] = &[
+    "ALTER TABLE inbox_log ADD COLUMN IF NOT EXISTS in_transaction BOOLEAN NOT NULL DEFAULT false",
+];
+
 const TABLES_EXIST: &str = "SELECT to_regclass('retry_core_schema') IS NOT NULL, \
      to_regclass('inbox_log') IS NOT NULL";
 const SELECT_VERSION: &str = "SELECT version FROM retry_core_schema WHERE component = 'inbox_log'";
@@ -107,7 +122,7 @@ const SCHEMA: Schema = Schema {
     component: "inbox_log",
     version: SCHEMA_VERSION,
     tables: TABLES,
-    upgrades: &[],
+    upgrades: UPGRADES,
     tables_exist: TABLES_EXIST,
     select_version: SELECT_VERSION,
     record_version: RECORD_VERSION,

@@ -19,6 +19,17 @@ const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT txid_current()
 const COMMIT_DONE: &str = "UPDATE inbox_log SET status = 'done', response = $1 \
      WHERE msg_id = $2 AND token = $3 AND status = 'in_progress' AND txid_current() = $4";
 const SAME_TRANSACTION: &str = "SELECT txid_current() = $1";
+// `begin_for`: the connection takes the key's advisory lock (session level: it outlives the
+// `BEGIN`s and `COMMIT`s, and the server drops it with the connection), then marks the claim's
+// row as held by a transaction, in autocommit (so the mark is there for everyone even if this
+// process dies), then begins. The mark is only ever set under the lock, so a claim that finds
+// the mark and gets the lock knows the transaction is over without its commit (see
+// `claim::decide`). The lock is given back once the transaction ended, before the connection
+// goes back to the pool. `$1` key, `$2` token.
+const LOCK_KEY: &str = concat!("SELECT pg_advisory_lock(", key_lock!(), ")");
+const UNLOCK_KEY: &str = concat!("SELECT pg_advisory_unlock(", key_lock!(), ")");
+const HOLD: &str = "UPDATE inbox_log SET in_transaction = true \
+     WHERE msg_id = $1 AND token = $2 AND status = 'in_progress'";
 
 /// The handler's transaction in transactional mode: one pooled connection of a [`PgStore`]
 /// inside `BEGIN`. The handler's own SQL runs on [`client`](Self::client), and
@@ -26,10 +37,18 @@ const SAME_TRANSACTION: &str = "SELECT txid_current() = $1";
 /// transaction and commits, so the handler's writes and the stored response commit together or
 /// not at all.
 ///
-/// - The claim's row is not locked while the handler runs (only by `commit_done`'s update, just
-///   before the `COMMIT`): a duplicate arriving meanwhile gets `InProgress` at once, and one
-///   arriving after the lease ran out takes the key over. `commit_done` then finds another token,
-///   rolls everything back (the handler's writes included) and returns [`StoreError::Fenced`].
+/// - Begun with [`begin_for`](TransactionalStore::begin_for) (as `#[idempotent(transaction)]`
+///   and the transactional `IdempotencyLayer` do), it holds the claim until it ends: its
+///   connection holds an advisory lock on the key (`pg_advisory_lock`, given back before the
+///   connection goes back to the pool) and the claim's row is marked. A duplicate meanwhile
+///   gets `InProgress` at once, whatever the lease says; once the transaction ended without its
+///   commit (rolled back, the connection or the process gone), the next claim takes the key
+///   over at once.
+/// - Begun with [`begin`](TransactionalStore::begin), the claim's row is not locked while the
+///   handler runs (only by `commit_done`'s update, just before the `COMMIT`): a duplicate
+///   arriving meanwhile gets `InProgress`, and one arriving after the lease ran out takes the
+///   key over. `commit_done` then finds another token, rolls everything back (the handler's
+///   writes included) and returns [`StoreError::Fenced`].
 /// - The handler's SQL must not end the transaction (no `COMMIT`, `ROLLBACK` or `BEGIN` of its
 ///   own; savepoints are fine). If it does, `commit_done` notices (the `done` update is also
 ///   guarded by the transaction's id), writes nothing and fails with
@@ -81,6 +100,8 @@ pub struct PgTransaction {
     /// `Some` until the transaction is consumed; taken out only to go back to the pool after a
     /// successful `COMMIT` or `ROLLBACK`. Whatever is still here on drop is detached.
     conn: Option<Object>,
+    /// The claim's key whose advisory lock the connection holds (`begin_for`).
+    holds: Option<String>,
     /// What `txid_current()` said right after `BEGIN`.
     txid: i64,
     server: Arc<str>,
@@ -156,9 +177,21 @@ impl PgTransaction {
             .expect("a PgTransaction keeps its connection until it is consumed")
     }
 
-    /// Ends the transaction's use of the connection: back to the pool (the transaction is
-    /// over on the server).
-    fn give_back(mut self) {
+    /// Ends the transaction's use of the connection, once the transaction is over on the
+    /// server: back to the pool, after giving back the key's lock it holds. If that fails the
+    /// connection is closed instead (the server then drops the lock), never pooled with it.
+    async fn give_back(mut self) {
+        if let Some(key) = self.holds.take() {
+            let client = self.pooled();
+            let unlocked = match client.prepare_cached(UNLOCK_KEY).await {
+                Ok(unlock) => client.execute(&unlock, &[&key]).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = unlocked {
+                tracing::debug!(server = %self.server, error = %e, "could not give back a key's lock; closing the connection");
+                return;
+            }
+        }
         drop(self.conn.take());
     }
 }
@@ -171,6 +204,43 @@ impl Drop for PgTransaction {
             drop(Object::take(conn));
             tracing::debug!(server = %self.server, "a transaction ended without commit or rollback; its connection was closed");
         }
+    }
+}
+
+impl PgStore {
+    /// `conn`, from now on a transaction's: dropped, it is detached and closed. With `holds`,
+    /// the connection holds (or is about to take) that key's lock.
+    fn wrap(&self, conn: Object, holds: Option<String>) -> PgTransaction {
+        PgTransaction {
+            conn: Some(conn),
+            holds,
+            txid: 0,
+            server: Arc::clone(&self.db.server),
+        }
+    }
+
+    /// `BEGIN` on the transaction's connection.
+    async fn begin_on(&self, mut tx: PgTransaction) -> Result<PgTransaction, StoreError> {
+        let messages = tx
+            .client()
+            .simple_query(BEGIN)
+            .await
+            .map_err(|e| self.error(e))?;
+        let txid = messages.iter().find_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0)?.parse::<i64>().ok(),
+            _ => None,
+        });
+        let Some(txid) = txid else {
+            return Err(StoreError::Unavailable(
+                format!(
+                    "PostgreSQL at {}: BEGIN did not report a transaction id",
+                    self.db.server
+                )
+                .into(),
+            ));
+        };
+        tx.txid = txid;
+        Ok(tx)
     }
 }
 
@@ -198,32 +268,38 @@ impl TransactionalStore for PgStore {
     /// ```
     async fn begin(&self) -> Result<PgTransaction, StoreError> {
         let conn = self.db.get().await.map_err(StoreError::Unavailable)?;
-        // Wrapped before `BEGIN` is sent, so that from here on a drop detaches the connection.
-        let mut tx = PgTransaction {
-            conn: Some(conn),
-            txid: 0,
-            server: Arc::clone(&self.db.server),
+        self.begin_on(self.wrap(conn, None)).await
+    }
+
+    /// Marks the claim's row as held by a transaction, begins one on the same connection and
+    /// locks the row in it, under the claim's token; [`StoreError::Fenced`] when the claim was
+    /// taken over before the mark or before the lock.
+    async fn begin_for(&self, claim: &Claim) -> Result<PgTransaction, StoreError> {
+        let Ok(token) = i64::try_from(claim.token) else {
+            return Err(StoreError::Fenced);
         };
-        let messages = tx
-            .client()
-            .simple_query(BEGIN)
+        let conn = self.db.get().await.map_err(StoreError::Unavailable)?;
+        let tx = self.wrap(conn, Some(claim.key.clone()));
+        // Waits only for a holder fenced a moment ago, which gives the lock back at once.
+        let lock = tx
+            .prepare_cached(LOCK_KEY)
             .await
             .map_err(|e| self.error(e))?;
-        let txid = messages.iter().find_map(|message| match message {
-            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0)?.parse::<i64>().ok(),
-            _ => None,
-        });
-        let Some(txid) = txid else {
-            return Err(StoreError::Unavailable(
-                format!(
-                    "PostgreSQL at {}: BEGIN did not report a transaction id",
-                    self.db.server
-                )
-                .into(),
-            ));
-        };
-        tx.txid = txid;
-        Ok(tx)
+        tx.client()
+            .execute(&lock, &[&claim.key])
+            .await
+            .map_err(|e| self.error(e))?;
+        let hold = tx.prepare_cached(HOLD).await.map_err(|e| self.error(e))?;
+        let marked = tx
+            .client()
+            .execute(&hold, &[&claim.key, &token])
+            .await
+            .map_err(|e| self.error(e))?;
+        if marked == 0 {
+            tx.give_back().await;
+            return Err(StoreError::Fenced);
+        }
+        self.begin_on(tx).await
     }
 
     /// In `transaction`: `UPDATE inbox_log SET status = 'done', response = $1` for the claim's
@@ -311,7 +387,7 @@ impl TransactionalStore for PgStore {
                 .batch_execute("COMMIT")
                 .await
                 .map_err(|e| self.error(e))?;
-            tx.give_back();
+            tx.give_back().await;
             return Ok(());
         }
         // Nothing was written: taken over, or the transaction is not the one `begin` opened.
@@ -325,7 +401,7 @@ impl TransactionalStore for PgStore {
             .and_then(|row| row.try_get(0))
             .map_err(|e| self.error(e))?;
         match client.batch_execute("ROLLBACK").await {
-            Ok(()) => tx.give_back(),
+            Ok(()) => tx.give_back().await,
             // Nothing of this transaction can commit any more: dropped, its connection closes
             // and the server rolls back. The answer below stands.
             Err(e) => {
@@ -370,7 +446,7 @@ impl TransactionalStore for PgStore {
             .batch_execute("ROLLBACK")
             .await
             .map_err(|e| self.error(e))?;
-        tx.give_back();
+        tx.give_back().await;
         Ok(())
     }
 }

@@ -12,7 +12,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::idempotency::flow::bounded;
-use crate::idempotency::{StoreError, TransactionalStore};
+use crate::idempotency::{Claim, StoreError, TransactionalStore};
 
 /// The store's transaction for this request, in the request's extensions under a transactional
 /// [`IdempotencyLayer`](super::IdempotencyLayer). `St` is the layer's store type exactly as it
@@ -87,6 +87,9 @@ pub struct RequestTransaction<St: TransactionalStore> {
 /// What the handler and the layer share.
 struct Shared<St: TransactionalStore> {
     store: Arc<St>,
+    /// The request's claim, which its transaction takes over from the lease
+    /// ([`TransactionalStore::begin_for`]).
+    claim: Option<Claim>,
     slot: Mutex<Slot<St::Transaction>>,
 }
 
@@ -118,11 +121,12 @@ pub(super) enum Taken<T> {
 }
 
 impl<St: TransactionalStore> RequestTransaction<St> {
-    /// A slot for one request, on `store`.
-    pub(super) fn new(store: Arc<St>) -> Self {
+    /// A slot for one request holding `claim`, on `store`.
+    pub(super) fn new(store: Arc<St>, claim: Option<Claim>) -> Self {
         RequestTransaction {
             shared: Arc::new(Shared {
                 store,
+                claim,
                 slot: Mutex::new(Slot::Unasked),
             }),
         }
@@ -180,7 +184,10 @@ impl<St: TransactionalStore> RequestTransaction<St> {
             done: false,
         };
         let store = &*self.shared.store;
-        let begun = bounded(store, "begin", store.begin()).await;
+        let begun = match &self.shared.claim {
+            Some(claim) => bounded(store, "begin", store.begin_for(claim)).await,
+            None => bounded(store, "begin", store.begin()).await,
+        };
         beginning.done = true;
         let mut slot = self.shared.lock();
         match begun {
@@ -410,10 +417,10 @@ mod tests {
     #[tokio::test]
     async fn begun_once_lent_one_at_a_time_and_taken_back() {
         let store = Arc::new(Counting::default());
-        let slot = RequestTransaction::new(Arc::clone(&store));
+        let slot = RequestTransaction::new(Arc::clone(&store), None);
         assert!(matches!(slot.clone().close(), Taken::Unasked));
 
-        let slot = RequestTransaction::new(Arc::clone(&store));
+        let slot = RequestTransaction::new(Arc::clone(&store), None);
         let first = slot.get().await.unwrap();
         assert!(slot.get().await.is_err(), "one guard at a time");
         drop(first);
@@ -434,7 +441,7 @@ mod tests {
     #[tokio::test]
     async fn a_guard_kept_past_the_answer_rolls_back_when_dropped() {
         let store = Arc::new(Counting::default());
-        let slot = RequestTransaction::new(Arc::clone(&store));
+        let slot = RequestTransaction::new(Arc::clone(&store), None);
         let kept = slot.get().await.unwrap();
         assert!(matches!(slot.close(), Taken::Lent));
         assert_eq!(store.dropped.load(Ordering::SeqCst), 0);
@@ -450,14 +457,14 @@ mod tests {
     async fn a_failed_begin_is_asked_but_not_begun_and_may_be_asked_again() {
         let store = Arc::new(Counting::default());
         store.fail_begin.store(true, Ordering::SeqCst);
-        let slot = RequestTransaction::new(Arc::clone(&store));
+        let slot = RequestTransaction::new(Arc::clone(&store), None);
         assert!(slot.get().await.is_err());
         store.fail_begin.store(false, Ordering::SeqCst);
         drop(slot.get().await.unwrap());
         assert!(matches!(slot.close(), Taken::Open(_)));
 
         store.fail_begin.store(true, Ordering::SeqCst);
-        let slot = RequestTransaction::new(Arc::clone(&store));
+        let slot = RequestTransaction::new(Arc::clone(&store), None);
         assert!(slot.get().await.is_err());
         assert!(matches!(slot.close(), Taken::NotBegun));
     }

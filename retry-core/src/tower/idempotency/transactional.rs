@@ -151,7 +151,9 @@ where
 {
     /// Claims the key (the claim commits on its own, so a duplicate gets `409` at once), runs
     /// the handler with a [`RequestTransaction`] in its extensions, then commits or rolls back
-    /// what it left there.
+    /// what it left there. A transaction the handler asks for holds the claim instead of the
+    /// lease ([`TransactionalStore::begin_for`]): if the process dies before its commit, the
+    /// resend finds the key free at once.
     async fn claim_and_run_in_transaction<S, RB>(
         self,
         inner: S,
@@ -168,7 +170,7 @@ where
             Ok(held) => held,
             Err(answer) => return Ok(answer),
         };
-        let transaction = RequestTransaction::new(Arc::clone(&self.store));
+        let transaction = RequestTransaction::new(Arc::clone(&self.store), held.claim().cloned());
         let mut request = Request::from_parts(parts, IdempotencyBody::new(Full::new(body)));
         request.extensions_mut().insert(transaction.clone());
         let max = self.store.limits().max_response_bytes;
