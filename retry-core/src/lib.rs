@@ -1,4 +1,80 @@
-#![doc = include_str!("../../README.md")]
+//! Retries for async Rust, decided in one compile-checked place: retry policy, error
+//! classification, dead-lettering and idempotency.
+//!
+//! - [`#[retryable]`](retryable) turns an `async fn` returning `Result<T, E>` into one that
+//!   retries with capped, jittered exponential backoff. Every error says whether it may be
+//!   retried ([`Classify`], or `#[derive(Classify)]`), a server's `Retry-After` is honoured, and
+//!   the attribute's arguments are checked when you compile. [`Policy`] does the same at run time,
+//!   without the macro.
+//! - Retries happen in one layer only: a retry inside a retry is a compile error where the
+//!   compiler sees it, and is collapsed to one attempt at run time where it cannot ([`scope`]).
+//! - A call that gives up is parked in a dead-letter queue ([`dlq`]: JSONL file, SQLite or
+//!   PostgreSQL) with what a person needs later, and can be redriven safely
+//!   ([`dlq::Redrive`]).
+//! - [`#[idempotent]`](idempotent) receivers (and [`tower::IdempotencyLayer`] for HTTP servers)
+//!   answer a duplicate with the first stored response instead of a second side effect. A key
+//!   is freed for a second run only when the library knows the first run's effect did not
+//!   happen.
+//!
+//! # Install
+//!
+//! ```toml
+//! [dependencies]
+//! retry-core = "0.1"                  # add features as needed: see the table below
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! ```
+//!
+//! Or `cargo add retry-core --features reqwest,tower,sqlite`. Minimum Rust: 1.95. The attributes
+//! work in crates of every edition (2018, 2021, 2024).
+//!
+//! # A tour
+//!
+//! ```
+//! use retry_core::{retryable, Classify, Decision};
+//!
+//! #[derive(Debug, Classify)]
+//! enum FetchError {
+//!     #[classify(retry)]
+//!     Unavailable, // 502, 503, a reset connection: may work next time
+//!     #[classify(stop)]
+//!     Rejected(u16), // 400, 404: fails the same way next time
+//! }
+//!
+//! #[retryable(max = 5, base = "100ms", cap = "30s", jitter = "full")]
+//! async fn fetch_quote(id: u64, flaky: &std::sync::atomic::AtomicU32) -> Result<u64, FetchError> {
+//!     match flaky.fetch_add(1, std::sync::atomic::Ordering::Relaxed) {
+//!         0 | 1 => Err(FetchError::Unavailable),
+//!         _ => Ok(id * 100),
+//!     }
+//! }
+//!
+//! #[tokio::main(flavor = "current_thread")]
+//! async fn main() {
+//!     let flaky = std::sync::atomic::AtomicU32::new(0);
+//!     assert_eq!(fetch_quote(7, &flaky).await.unwrap(), 700); // the third attempt
+//!     assert_eq!(FetchError::Rejected(404).classify(), Decision::Stop);
+//! }
+//! ```
+//!
+//! Next: [`#[idempotent]`](idempotent) on the receiving side, `dlq(..)` on `#[retryable]` for
+//! what gives up, [`http`], [`reqwest`] and [`tower`] for HTTP clients and servers. The
+//! repository's README walks through each with complete examples, and `RELIABILITY.md` lists
+//! the failures the tests inject and what each one costs.
+//!
+//! # Features
+//!
+//! None is on by default: `#[retryable]`, `#[idempotent]` on the in-memory store, [`Policy`],
+//! dead letters in a JSONL file and the redrive need none.
+//!
+//! | feature | gives | for |
+//! | --- | --- | --- |
+//! | `http` | `Caller-Retries` and `Idempotency-Key` header helpers, HTTP status and `Retry-After` classification | `http` 1.x |
+//! | `reqwest` | `HttpError`, `send_checked`, `.idempotency_key(..)` on `RequestBuilder`, DNS/TLS connect classification (implies `http`) | `reqwest` 0.13 |
+//! | `tower` | `IdempotencyLayer`, the server-side `Caller-Retries` layer (implies `http`) | `tower-service` 0.3, `http-body` 1 (axum 0.8) |
+//! | `sqlite` | `SqliteStore` (idempotency) and `SqliteDeadLetters` | `rusqlite` 0.43, SQLite bundled |
+//! | `postgres` | `PgStore` and `PgDeadLetters` | `tokio-postgres` 0.7 |
+//! | `serde` | `Serialize`/`Deserialize` for the values an application keeps | `serde` 1 |
+//! | `test-suite` | the conformance checks every store passes, for authors of their own stores | |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
 

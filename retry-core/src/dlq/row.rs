@@ -100,7 +100,9 @@ pub(super) fn history_json(msg_id: &str, history: &[Failure]) -> Result<String, 
         .map_err(|e| DlqError::Serialize(format!("dead letter `{msg_id}`: history: {e}")))
 }
 
-/// The stored `history` column, which must be a JSON array of failures.
+/// The stored `history` column, which must be a JSON array of failures (SQLite's text column;
+/// PostgreSQL's `jsonb` arrives decoded).
+#[cfg(feature = "sqlite")]
 pub(super) fn history(msg_id: &str, text: &str) -> Result<Vec<Failure>, DlqError> {
     serde_json::from_str(text).map_err(|e| {
         corrupt(
