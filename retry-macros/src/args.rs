@@ -7,7 +7,6 @@ use syn::meta::ParseNestedMeta;
 use syn::spanned::Spanned as _;
 use syn::{Expr, LitInt, LitStr, Path};
 
-use crate::duration;
 use crate::errors::Errors;
 use crate::suggest::closest;
 
@@ -152,9 +151,21 @@ impl RetryArgs {
             }
             "base" => self.base = parse_duration(value.parse()?, errors),
             "cap" => self.cap = parse_duration(value.parse()?, errors),
-            "deadline" => self.deadline = parse_duration(value.parse()?, errors),
+            "deadline" => {
+                self.deadline = longer_than_zero(
+                    parse_duration(value.parse()?, errors),
+                    "`deadline` must be longer than zero: no attempt could start",
+                    errors,
+                )
+            }
             "max_retry_after" => self.max_retry_after = parse_duration(value.parse()?, errors),
-            "attempt_timeout" => self.attempt_timeout = parse_duration(value.parse()?, errors),
+            "attempt_timeout" => {
+                self.attempt_timeout = longer_than_zero(
+                    parse_duration(value.parse()?, errors),
+                    "`attempt_timeout` must be longer than zero: every attempt would be cut off at once",
+                    errors,
+                )
+            }
             "jitter" => {
                 let lit: LitStr = value.parse()?;
                 let name = lit.value();
@@ -285,8 +296,10 @@ fn parse_dlq(
         }))
 }
 
+/// A duration literal in retry-core's one grammar (the `retry-duration` crate, which
+/// `Policy`'s configuration and the `retry-dlq` command read with too); an error points at it.
 fn parse_duration(lit: LitStr, errors: &mut Errors) -> Option<Spanned<Duration>> {
-    match duration::parse(&lit.value()) {
+    match retry_duration::parse(&lit.value()) {
         Ok(value) => Some(Spanned {
             value,
             span: lit.span(),
@@ -295,6 +308,22 @@ fn parse_duration(lit: LitStr, errors: &mut Errors) -> Option<Spanned<Duration>>
             errors.at(lit.span(), message);
             None
         }
+    }
+}
+
+/// `duration`, unless it is zero: then `message` at its literal (the words `Policy`'s builder
+/// panics with, and its configuration reports, for the same value).
+fn longer_than_zero(
+    duration: Option<Spanned<Duration>>,
+    message: &str,
+    errors: &mut Errors,
+) -> Option<Spanned<Duration>> {
+    match duration {
+        Some(zero) if zero.value.is_zero() => {
+            errors.at(zero.span, message);
+            None
+        }
+        other => other,
     }
 }
 

@@ -13,7 +13,6 @@ use syn::spanned::Spanned as _;
 use syn::{Expr, Ident, Item, ItemFn, LitStr, Path, ReturnType};
 
 use crate::args::{RetryArgs, Spanned};
-use crate::duration;
 use crate::errors::Errors;
 use crate::respan::respan;
 use crate::retryable::{self, AttemptBody};
@@ -126,7 +125,7 @@ impl IdempotentArgs {
             "scope" => self.scope = Some(value.parse()?),
             "lease" | "retention" => {
                 let lit: LitStr = value.parse()?;
-                match duration::parse(&lit.value()) {
+                match retry_duration::parse(&lit.value()) {
                     Ok(d) if d.is_zero() => {
                         errors.at(lit.span(), format!("`{key}` must be longer than zero"))
                     }

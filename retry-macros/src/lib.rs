@@ -4,7 +4,6 @@
 mod args;
 mod boxed;
 mod classify;
-mod duration;
 mod errors;
 mod idempotent;
 mod instrument;
