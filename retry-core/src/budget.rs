@@ -45,6 +45,8 @@ pub struct RetryBudget {
     epoch: AtomicU64,
     deposits: [AtomicU64; SLOTS],
     withdrawals: [AtomicU64; SLOTS],
+    /// What it was built from, normalised, for [`RetryBudget::settings`].
+    settings: BudgetSettings,
     /// Serialises withdrawals and window moves: both are rare (a retry; once per slot), and a
     /// withdrawal counted into a slot being cleared would be lost, granting a retry the budget
     /// does not hold. Deposits, one per call, never wait for it.
@@ -73,7 +75,7 @@ impl RetryBudget {
     /// assert_eq!(budget.remaining(), u64::MAX);
     /// ```
     pub fn new(ttl: Duration, min_per_sec: u32, retry_ratio: f32) -> Self {
-        let ttl = ttl.max(Duration::from_millis(SLOTS as u64));
+        let ttl = ttl.max(BudgetSettings::MIN_TTL);
         let ratio = if retry_ratio.is_finite() {
             retry_ratio.clamp(0.0, 1000.0)
         } else {
@@ -89,8 +91,33 @@ impl RetryBudget {
             epoch: AtomicU64::new(0),
             deposits: std::array::from_fn(|_| AtomicU64::new(0)),
             withdrawals: std::array::from_fn(|_| AtomicU64::new(0)),
+            settings: BudgetSettings {
+                ttl,
+                min_per_sec,
+                retry_ratio: ratio,
+            },
             moving: Mutex::new(()),
         }
+    }
+
+    /// The settings this budget was built with, as it applies them (a `ttl` below 10 ms is
+    /// 10 ms; a `retry_ratio` is clamped to 0.0..=1000.0). [`RetryBudget::from`] them builds a
+    /// fresh budget that behaves the same.
+    ///
+    /// ```
+    /// use retry_core::RetryBudget;
+    /// use std::time::Duration;
+    ///
+    /// let budget = RetryBudget::new(Duration::from_secs(10), 5, 0.1);
+    /// let settings = budget.settings();
+    /// assert_eq!(settings.ttl, Duration::from_secs(10));
+    /// assert_eq!((settings.min_per_sec, settings.retry_ratio), (5, 0.1));
+    ///
+    /// let twin = RetryBudget::from(settings);
+    /// assert_eq!(twin.settings(), settings);
+    /// ```
+    pub fn settings(&self) -> BudgetSettings {
+        self.settings
     }
 
     /// Records a call (its first attempt). Lock-free: one atomic add, and once per slot of the
@@ -175,6 +202,47 @@ impl RetryBudget {
         }
         self.epoch.store(now, Ordering::Release);
         now
+    }
+}
+
+/// The settings of a [`RetryBudget`], as [`RetryBudget::new`] takes them: read back with
+/// [`RetryBudget::settings`], built with [`RetryBudget::from`], and (feature `serde`) read from
+/// configuration as `{ ttl = "10s", min_per_sec = 10, retry_ratio = 0.1 }`, where values the
+/// constructor would change (a `ttl` under 10 ms, a ratio outside 0.0..=1000.0) are refused
+/// rather than adjusted.
+///
+/// ```
+/// use retry_core::{BudgetSettings, RetryBudget};
+/// use std::time::Duration;
+///
+/// # #[cfg(feature = "serde")] {
+/// let settings: BudgetSettings =
+///     serde_json::from_str(r#"{"ttl": "10s", "min_per_sec": 10, "retry_ratio": 0.1}"#).unwrap();
+/// assert_eq!(settings.ttl, Duration::from_secs(10));
+/// let budget = RetryBudget::from(settings);
+/// assert_eq!(budget.remaining(), 100, "10 retries a second over 10 s");
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct BudgetSettings {
+    /// How long a call's deposit counts.
+    pub ttl: Duration,
+    /// Retries per second always allowed, whatever the traffic.
+    pub min_per_sec: u32,
+    /// Retries earned per call (0.1: one retry for every ten calls).
+    pub retry_ratio: f32,
+}
+
+impl BudgetSettings {
+    /// The shortest `ttl` a budget keeps; [`RetryBudget::new`] takes a shorter one as this.
+    pub const MIN_TTL: Duration = Duration::from_millis(SLOTS as u64);
+}
+
+/// A fresh budget with these settings (no deposits yet).
+impl From<BudgetSettings> for RetryBudget {
+    fn from(settings: BudgetSettings) -> Self {
+        RetryBudget::new(settings.ttl, settings.min_per_sec, settings.retry_ratio)
     }
 }
 

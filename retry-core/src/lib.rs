@@ -83,9 +83,12 @@ pub mod backoff;
 mod budget;
 mod call;
 mod classify;
+#[cfg(feature = "serde")]
+mod config;
 #[cfg(feature = "test-suite")]
 mod conformance;
 pub mod dlq;
+pub mod duration;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
@@ -106,7 +109,7 @@ pub mod time;
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 
-pub use budget::RetryBudget;
+pub use budget::{BudgetSettings, RetryBudget};
 pub use call::{RetryCall, RetryFuture};
 pub use classify::{ByClassify, Classifier, Classify, Decision, Elapsed};
 pub use idempotency::{IdempotencyError, Idempotent};

@@ -89,12 +89,25 @@ impl FromStr for Jitter {
     }
 }
 
+/// Why a zero [`Policy::deadline`] is refused: the builder panics with it, configuration
+/// reports it as an error.
+pub(crate) const ZERO_DEADLINE: &str =
+    "`deadline` must be longer than zero: no attempt could start";
+/// Why a zero [`Policy::attempt_timeout`] is refused.
+pub(crate) const ZERO_ATTEMPT_TIMEOUT: &str =
+    "`attempt_timeout` must be longer than zero: every attempt would be cut off at once";
+
 /// A retry policy: the same knobs as `#[retryable(...)]`, built at run time (e.g. from config).
 ///
 /// Every builder method but [`budget`](Self::budget) is `const`, so a policy can live in a
 /// `static`. `max_attempts(0)` is clamped to one (at least one attempt is always made); a zero
 /// [`deadline`](Self::deadline) or [`attempt_timeout`](Self::attempt_timeout) is refused with a
 /// panic, a compile-time error in a `static`. Read the knobs back with [`knobs`](Self::knobs).
+///
+/// With feature `serde` a policy is also read from configuration (and written back), under the
+/// builder's names with durations as the attribute writes them, e.g. JSON
+/// `{"max_attempts": 5, "base": "250ms", "cap": "30s", "jitter": "full", "deadline": "2m"}`;
+/// mistakes there are errors, not panics (see its `Deserialize` impl).
 ///
 /// ```
 /// use retry_core::{Jitter, Policy};
@@ -227,10 +240,9 @@ impl Policy {
     /// configuration mistake is found where it is made; in a `static` (as `#[retryable]`
     /// emits for literal knobs) this is a compile-time error.
     pub const fn deadline(mut self, deadline: Duration) -> Self {
-        assert!(
-            !deadline.is_zero(),
-            "`deadline` must be longer than zero: no attempt could start"
-        );
+        if deadline.is_zero() {
+            panic!("{}", ZERO_DEADLINE);
+        }
         self.deadline = Some(deadline);
         self
     }
@@ -289,10 +301,9 @@ impl Policy {
     ///
     /// If `timeout` is zero: every attempt would be cut off before it starts.
     pub const fn attempt_timeout(mut self, timeout: Duration) -> Self {
-        assert!(
-            !timeout.is_zero(),
-            "`attempt_timeout` must be longer than zero: every attempt would be cut off at once"
-        );
+        if timeout.is_zero() {
+            panic!("{}", ZERO_ATTEMPT_TIMEOUT);
+        }
         self.attempt_timeout = Some(timeout);
         self
     }
