@@ -54,6 +54,12 @@ Exit status:
      was not pending; redrive: a letter failed again or was skipped; audit --run: no such run
   2  usage error, or the store could not be opened or read (message on stderr)";
 
+const DURATION_HELP: &str = "\
+Durations (--max-age, --older-than, --retention, --timeout):
+  Whole numbers with units d, h, m, s, ms (also us, ns), largest first, each at most once, no
+  spaces: 500ms, 30s, 15m, 1h30m, 2d. The grammar of #[retryable(base = \"...\")] and of a
+  Policy read from configuration; above zero here.";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "retry-dlq",
@@ -63,7 +69,7 @@ Exit status:
                   show, export, ack, redrive, audit.\n\nOnly `ack` and `redrive` write to the \
                   store: `ack` resolves letters by hand; `redrive` resolves the letters it sent, \
                   puts back the ones that failed again, and records the run and each letter.",
-    after_help = format!("{STORE_HELP}\n\n{EXIT_HELP}"),
+    after_help = format!("{STORE_HELP}\n\n{DURATION_HELP}\n\n{EXIT_HELP}"),
     arg_required_else_help = true
 )]
 struct Cli {
@@ -94,20 +100,22 @@ struct StoreArgs {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Pending letters by class and by reason, and the oldest first failure with its age.
-    #[command(after_help = "\
+    #[command(after_help = format!("\
 Exit status:
   without --check: 0 once printed
   with --check:    0 nothing to alert on; 1 letters are pending (with --max-age: the oldest
                    first failure is older than that, or a letter's first_failed_at is unreadable)
   2                usage error, or the store could not be opened or read
 
-For cron or a monitoring check, e.g.:  retry-dlq --jsonl /var/lib/app/dlq.jsonl stats --check --max-age 1h")]
+For cron or a monitoring check, e.g.:  retry-dlq --jsonl /var/lib/app/dlq.jsonl stats --check --max-age 1h
+
+{DURATION_HELP}"))]
     Stats {
         /// Set the exit status for alerting: 1 when letters are pending (see --max-age), else 0.
         #[arg(long)]
         check: bool,
         /// With --check: alert only when the oldest first failure is older than this
-        /// (30s, 15m, 1h, 2d, 1h30m).
+        /// (e.g. 30s, 15m, 1h30m, 2d; see Durations below).
         #[arg(long, value_name = "DURATION", requires = "check", value_parser = duration::parse_duration)]
         max_age: Option<Duration>,
         /// Also count the pending letters by reason and show the N most frequent. This reads
@@ -168,7 +176,7 @@ Exit status: 0 every letter resolved; 1 one was not pending; 2 usage error or st
         who: String,
     },
     /// Send letters again to an idempotent HTTP receiver, in a small batch, on the record.
-    #[command(after_help = "\
+    #[command(after_help = format!("\
 Each chosen letter's original is POSTed as JSON to --to, with `Idempotency-Key` set to the
 letter's msg_id (which `dlq(id = ...)` should make the key the original requests carried), so
 a receiver that already did the work answers from its idempotency store instead of doing it
@@ -182,7 +190,9 @@ A JSONL store is opened for writing beside the service writing it: each takes th
 only to append. A progress bar shows on stderr for runs of 20 letters or more.
 
 Exit status: 0 every chosen letter redriven (or --dry-run listed them); 1 a letter failed again
-or was skipped, or the run stopped early; 2 usage error or store error.")]
+or was skipped, or the run stopped early; 2 usage error or store error.
+
+{DURATION_HELP}"))]
     Redrive(redrive::RedriveArgs),
     /// The recorded redrive runs, oldest first; with --run, that run's row per letter.
     #[command(after_help = "\

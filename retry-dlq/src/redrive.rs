@@ -46,7 +46,7 @@ pub(crate) struct RedriveArgs {
     /// Only letters whose reason contains this text.
     #[arg(long, value_name = "TEXT")]
     reason: Option<String>,
-    /// Only letters that last failed at least this long ago (30s, 15m, 1h, 2d).
+    /// Only letters that last failed at least this long ago (e.g. 30s, 15m, 1h30m, 2d).
     #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_duration)]
     older_than: Option<Duration>,
     /// How long the receiver keeps idempotency keys: letters that first failed longer ago are
@@ -79,7 +79,7 @@ pub(crate) struct RedriveArgs {
     /// are skipped); keep it readable by its owner only.
     #[arg(long, value_name = "PATH")]
     header_file: Vec<PathBuf>,
-    /// How long one send may take before it counts as failed.
+    /// How long one send may take before it counts as failed (e.g. 500ms, 10s).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::duration::parse_duration)]
     timeout: Duration,
     /// List what would be chosen, and send nothing (nothing is recorded either).

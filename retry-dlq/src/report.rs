@@ -180,7 +180,8 @@ pub fn check(stats: &Stats, max_age: Option<Duration>) -> Verdict {
     let Some(max_age) = max_age else {
         return Verdict::Alert(format!("{} letter(s) pending", stats.total));
     };
-    let limit = format_age(max_age);
+    // As the option is written (`1h30m`, `500ms`), not rounded as an age.
+    let limit = retry_core::duration::format(max_age);
     if let Some(msg_id) = &stats.unreadable_oldest {
         return Verdict::Alert(format!(
             "the oldest letter ({}) has an unreadable first_failed_at, so its age is unknown (limit {limit})",

@@ -334,8 +334,9 @@ fn bad_durations_and_max_age_without_check_are_usage_errors() {
         );
         assert_status(&output, 2);
         assert!(
-            stderr(&output).contains("--max-age") && stderr(&output).contains("is not a duration")
-                || bad == "0s" && stderr(&output).contains("is zero"),
+            stderr(&output).contains("--max-age")
+                && (stderr(&output).contains(&format!("invalid duration \"{bad}\""))
+                    || bad == "0s" && stderr(&output).contains("is zero")),
             "{bad}: {}",
             stderr(&output)
         );
