@@ -39,10 +39,13 @@ fn json_policy(field: &str, text: &str) -> Result<Policy, String> {
     serde_json::from_str(&config).map_err(|e| e.to_string())
 }
 
-/// A policy with one field set to `text`, as TOML.
-fn toml_policy(field: &str, text: &str) -> Result<Policy, String> {
-    let config = format!("{field} = {}", toml::Value::String(text.to_owned()));
-    toml::from_str(&config).map_err(|e| e.to_string())
+/// A policy with one field set to `text`, read from JSON and from TOML.
+fn read_policy(field: &str, text: &str) -> [(&'static str, Result<Policy, String>); 2] {
+    let toml = format!("{field} = {}", toml::Value::String(text.to_owned()));
+    [
+        ("JSON", json_policy(field, text)),
+        ("TOML", toml::from_str(&toml).map_err(|e| e.to_string())),
+    ]
 }
 
 #[test]
@@ -108,10 +111,7 @@ fn the_attribute_refuses_every_invalid_string_with_the_grammar_message() {
 #[test]
 fn a_policy_from_json_or_toml_reads_every_valid_string_as_the_table_does() {
     for (text, expected) in VALID {
-        for (format, read) in [
-            ("JSON", json_policy("base", text)),
-            ("TOML", toml_policy("base", text)),
-        ] {
+        for (format, read) in read_policy("base", text) {
             let policy = read.unwrap_or_else(|e| panic!("{format} {text:?}: {e}"));
             assert_eq!(policy.knobs().base, *expected, "{format} {text:?}");
         }
@@ -136,10 +136,7 @@ fn a_policy_from_json_or_toml_refuses_every_invalid_string_with_the_grammar_mess
     ] {
         for (text, _) in INVALID {
             let message = grammar_error(text);
-            for (format, read) in [
-                ("JSON", json_policy(field, text)),
-                ("TOML", toml_policy(field, text)),
-            ] {
+            for (format, read) in read_policy(field, text) {
                 let error = read
                     .err()
                     .unwrap_or_else(|| panic!("{format} {field} = {text:?}"));
@@ -179,10 +176,7 @@ fn a_zero_deadline_or_attempt_timeout_is_refused_alike_everywhere() {
         assert!(message.starts_with(&format!("`{field}` must be longer than zero")));
         assert_eq!(attribute, &message, "{field}");
         for zero in ["0s", "0ms", "0h0m"] {
-            for (format, read) in [
-                ("JSON", json_policy(field, zero)),
-                ("TOML", toml_policy(field, zero)),
-            ] {
+            for (format, read) in read_policy(field, zero) {
                 let error = read
                     .err()
                     .unwrap_or_else(|| panic!("{format} {field} = {zero:?}"));

@@ -8,7 +8,7 @@
 //!
 //! Parts `<whole number><unit>` with units `d`, `h`, `m`, `s`, `ms`, `us`, `ns`, largest first,
 //! each at most once, nothing between them. No fractions (`"1500ms"`, not `"1.5s"`), no spaces,
-//! no signs; a day is exactly 24 hours. [`format`] writes the canonical form (each non-zero
+//! no signs; a day is exactly 24 hours. [`format()`] writes the canonical form (each non-zero
 //! part, largest first; `"0s"` for zero) that [`parse`] reads back exactly.
 //!
 //! ```
@@ -29,7 +29,7 @@
 pub use retry_duration::{DurationError, Formatted, format, parse};
 
 /// `#[serde(with = "retry_core::duration::serde")]` on a `Duration` field (and
-/// [`option`](self::option) on an `Option<Duration>`): written and read as a duration string of
+/// [`option`](crate::duration::serde::option) on an `Option<Duration>`): written and read as a duration string of
 /// this grammar. Feature `serde`.
 ///
 /// ```
@@ -65,7 +65,7 @@ pub mod serde {
 
     use ::serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 
-    /// Writes `duration` in the canonical form ([`format`](super::format)).
+    /// Writes `duration` in the canonical form ([`format()`](super::format)).
     pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(&super::format(*duration))
     }

@@ -27,7 +27,7 @@
 //! `"5µs"`: write `"5us"`), upper case (`"5S"`), signs, spaces, and anything longer than
 //! [`Duration::MAX`].
 //!
-//! [`format`] writes the canonical form: each non-zero part, largest first (`"1m30s"` for 90
+//! [`format()`] writes the canonical form: each non-zero part, largest first (`"1m30s"` for 90
 //! seconds, `"0s"` for zero), which [`parse`] reads back as the same `Duration`, down to the
 //! nanosecond.
 //!
@@ -138,15 +138,19 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
         if unit.is_empty() {
             return Err(invalid(match after.chars().next() {
                 Some('.' | ',') => {
-                    // The same text with this last part in a smaller unit, where that is exact.
+                    let fraction_and_unit = &after[1..];
                     let written = &text[..text.len() - rest.len()];
-                    let (instead, rather_than) = match in_a_smaller_unit(number, &after[1..]) {
-                        Some(part) => (format!("{written}{part}"), text),
-                        None => ("1500ms".to_owned(), "1.5s"),
-                    };
-                    format!(
-                        "fractions are not supported; use a smaller unit (\"{instead}\" rather than \"{rather_than}\")"
-                    )
+                    let unit = fraction_and_unit.trim_start_matches(|c: char| c.is_ascii_digit());
+                    // The same text with this last part in a smaller unit, where that is exact.
+                    match in_a_smaller_unit(number, fraction_and_unit) {
+                        Some(part) => format!(
+                            "fractions are not supported; use a smaller unit (\"{written}{part}\" rather than \"{text}\")"
+                        ),
+                        None if unit == "ns" => {
+                            "fractions are not supported, and `ns` is the smallest unit".to_owned()
+                        }
+                        None => "fractions are not supported; use a smaller unit (\"1500ms\" rather than \"1.5s\")".to_owned(),
+                    }
                 }
                 _ => format!(
                     "`{number}` has no unit; write \"{number}s\", \"{number}ms\", \"{number}m\", \"{number}h\" or \"{number}d\""
@@ -228,29 +232,36 @@ pub fn format(duration: Duration) -> Formatted {
     Formatted(duration)
 }
 
-/// A `Duration` written in the canonical form; see [`format`]. Width and alignment (`{:>8}`)
+/// A `Duration` written in the canonical form; see [`format()`]. Width and alignment (`{:>8}`)
 /// apply to the whole text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Formatted(Duration);
 
 impl fmt::Display for Formatted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if f.width().is_some() {
-            // Padding applies to the whole text, so write it unpadded first.
-            return f.pad(&self.to_string());
+        if f.width().is_none() {
+            return write_parts(self.0, f);
         }
-        let mut nanos = self.0.as_nanos();
-        if nanos == 0 {
-            return f.write_str("0s");
-        }
-        for (name, size) in UNITS {
-            if nanos >= size {
-                write!(f, "{}{name}", nanos / size)?;
-                nanos %= size;
-            }
-        }
-        Ok(())
+        // Padding applies to the whole text, so write it unpadded first.
+        let mut text = String::new();
+        write_parts(self.0, &mut text)?;
+        f.pad(&text)
     }
+}
+
+/// Each non-zero part of `duration`, largest unit first; `0s` for zero.
+fn write_parts(duration: Duration, out: &mut impl fmt::Write) -> fmt::Result {
+    let mut nanos = duration.as_nanos();
+    if nanos == 0 {
+        return out.write_str("0s");
+    }
+    for (name, size) in UNITS {
+        if nanos >= size {
+            write!(out, "{}{name}", nanos / size)?;
+            nanos %= size;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -300,7 +311,10 @@ mod tests {
                 "use a smaller unit (\"1h15s\" rather than \"1h0,25m\")",
             ),
             ("2.5d", "(\"60h\" rather than \"2.5d\")"),
-            ("1.5ns", "(\"1500ms\" rather than \"1.5s\")"),
+            (
+                "1.5ns",
+                "fractions are not supported, and `ns` is the smallest unit",
+            ),
             ("1.0000000001s", "(\"1500ms\" rather than \"1.5s\")"),
             ("1.5s200ms", "(\"1500ms\" rather than \"1.5s\")"),
             ("1.5", "(\"1500ms\" rather than \"1.5s\")"),

@@ -56,7 +56,7 @@ pub const INVALID: &[(&str, &str)] = &[
         "1,5s",
         "use a smaller unit (\"1500ms\" rather than \"1,5s\")",
     ),
-    ("1.5ns", "fractions are not supported"),
+    ("1.5ns", "`ns` is the smallest unit"),
     ("5x", "unknown unit `x`"),
     ("5sec", "unknown unit `sec`"),
     ("5S", "units are lower case: `s`"),
