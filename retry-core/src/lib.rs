@@ -73,7 +73,7 @@
 //! | `tower` | `IdempotencyLayer`, the server-side `Caller-Retries` layer (implies `http`) | `tower-service` 0.3, `http-body` 1 (axum 0.8) |
 //! | `sqlite` | `SqliteStore` (idempotency) and `SqliteDeadLetters` | `rusqlite` 0.43, SQLite bundled |
 //! | `postgres` | `PgStore` and `PgDeadLetters` | `tokio-postgres` 0.7 |
-//! | `serde` | `Serialize`/`Deserialize` for the values an application keeps | `serde` 1 |
+//! | `serde` | `Serialize`/`Deserialize` for the values an application keeps or configures: a [`Policy`] read from configuration, durations as strings (see [`duration`]) | `serde` 1 |
 //! | `test-suite` | the conformance checks every store passes, for authors of their own stores | |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
