@@ -1,6 +1,8 @@
 //! `cargo run --example herd` end to end, at 1,000 clients: without jitter the whole herd comes
-//! back in one window and the clients do the most work; the PNG is written; the same flags give
-//! the same figures; a bad flag value is refused with a clear message.
+//! back in one window and the clients do the most work; the SVG chart is written with its text
+//! (title, axes, legend, the figures of each panel); the same flags give the same figures and
+//! the same picture; without `--out` the chart goes to a path the program prints, never over the
+//! README's; a bad flag value is refused with a clear message.
 
 #[path = "common/example.rs"]
 mod example;
@@ -75,8 +77,8 @@ fn table(stdout: &str) -> HashMap<String, Row> {
 #[test]
 fn no_jitter_is_one_synchronised_spike_and_the_most_work() {
     let dir = TempDir::new("herd");
-    let png = dir.file("herd.png");
-    let stdout = run_ok(&png);
+    let svg = dir.file("herd.svg");
+    let stdout = run_ok(&svg);
     let table = table(&stdout);
     let mut modes: Vec<_> = table.keys().map(String::as_str).collect();
     modes.sort_unstable();
@@ -114,16 +116,52 @@ fn no_jitter_is_one_synchronised_spike_and_the_most_work() {
         }
     }
 
-    let bytes = std::fs::read(&png).expect("the PNG is written");
+    let picture = std::fs::read_to_string(&svg).expect("the SVG is written");
     assert!(
-        bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
-        "not a PNG: {:?}",
-        &bytes[..bytes.len().min(8)]
+        picture.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\"") && picture.ends_with("</svg>\n"),
+        "not an SVG document: {}",
+        &picture[..picture.len().min(200)]
     );
+    // Text as text, in a generic family: nothing to install, nothing that runs.
+    assert!(picture.contains("font-family=\"sans-serif\""));
+    assert!(!picture.contains("<script") && !picture.contains("@font-face"));
+    for text in [
+        "Thundering herd: 1,000 clients retry through a 10s outage",
+        "then the server serves 1,000 requests/s; backoff base 100ms, cap 10s, at most 10 attempts per client",
+        "requests per 100ms window (colour: jitter mode)",
+        "capacity, 100 per window",
+        "outage (every request fails)",
+        "time since every client's first request (s)",
+        "requests sent per 100ms window (log scale)",
+        ">1,000</text>",
+    ] {
+        assert!(picture.contains(text), "no {text:?} in the SVG");
+    }
+    // Each panel's heading repeats its mode's figures from the table.
+    for (heading, mode) in [
+        ("no jitter", "none"),
+        ("full jitter", "full"),
+        ("equal jitter", "equal"),
+        ("decorrelated jitter", "decorrelated"),
+    ] {
+        let row = &table[mode];
+        // Counts are written 1,000 in the picture.
+        let line = picture
+            .lines()
+            .find(|l| l.contains(&format!(">{heading}</tspan>")))
+            .unwrap_or_else(|| panic!("no panel for {mode}"))
+            .replace(',', "");
+        for figure in [
+            format!("busiest window after the outage: {}", row.peak),
+            format!("{} of 1000 clients served", row.succeeded),
+        ] {
+            assert!(line.contains(&figure), "{mode}: no {figure:?} in {line}");
+        }
+    }
 
     // Deterministic: the same flags print the same figures and draw the same picture (only the
-    // line naming the PNG differs).
-    let again = dir.file("again.png");
+    // line naming the picture's path differs).
+    let again = dir.file("again.svg");
     let figures = |out: &str| -> Vec<String> {
         out.lines()
             .filter(|l| !l.starts_with("picture:"))
@@ -132,9 +170,27 @@ fn no_jitter_is_one_synchronised_spike_and_the_most_work() {
     };
     assert_eq!(figures(&run_ok(&again)), figures(&stdout));
     assert!(
-        std::fs::read(&again).unwrap() == bytes,
-        "the second PNG differs"
+        std::fs::read_to_string(&again).unwrap() == picture,
+        "the second SVG differs"
     );
+}
+
+#[test]
+fn without_out_the_chart_goes_to_a_printed_path_outside_the_repository() {
+    let stdout = example::stdout_of_success("herd", &["--clients", "100"]);
+    let path = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("picture: "))
+        .and_then(|rest| rest.split(" (SVG").next())
+        .unwrap_or_else(|| panic!("no picture line in\n{stdout}"));
+    let path = Path::new(path);
+    assert!(
+        path.starts_with(std::env::temp_dir()),
+        "{} is not in the temporary directory",
+        path.display()
+    );
+    let picture = std::fs::read_to_string(path).expect("the SVG is written where it says");
+    assert!(picture.contains("Thundering herd: 100 clients"), "{path:?}");
 }
 
 #[test]
