@@ -30,6 +30,8 @@ use tower_service::Service as _;
 
 #[path = "common/curl.rs"]
 mod curl;
+#[path = "common/example.rs"]
+mod example;
 #[cfg(feature = "postgres")]
 #[path = "common/pg.rs"]
 mod pg;
@@ -53,21 +55,9 @@ const ORDER: &str = r#"{"order":"order-77","cents":1250}"#;
 fn server_binary() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let features: Vec<&str> = [
-            ("http", cfg!(feature = "http")),
-            ("reqwest", cfg!(feature = "reqwest")),
-            ("serde", cfg!(feature = "serde")),
-            ("tower", cfg!(feature = "tower")),
-            ("sqlite", cfg!(feature = "sqlite")),
-            ("postgres", cfg!(feature = "postgres")),
-            ("ui-tests", cfg!(feature = "ui-tests")),
-        ]
-        .into_iter()
-        .filter_map(|(name, on)| on.then_some(name))
-        .collect();
         let status = Command::new(env!("CARGO"))
             .args(["build", "--quiet", "--example", "payments_server"])
-            .args(["--no-default-features", "--features", &features.join(",")])
+            .args(["--no-default-features", "--features", &example::features()])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
             .expect("cargo runs");
