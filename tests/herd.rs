@@ -118,7 +118,8 @@ fn no_jitter_is_one_synchronised_spike_and_the_most_work() {
 
     let picture = std::fs::read_to_string(&svg).expect("the SVG is written");
     assert!(
-        picture.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\"") && picture.ends_with("</svg>\n"),
+        picture.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\"")
+            && picture.ends_with("</svg>\n"),
         "not an SVG document: {}",
         &picture[..picture.len().min(200)]
     );

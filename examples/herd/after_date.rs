@@ -187,4 +187,3 @@ pub(crate) fn run_after_date(c: &Config) -> String {
     }
     s
 }
-

@@ -96,7 +96,14 @@ fn draw(c: &Config, outcomes: &[Outcome]) -> String {
             top + PANEL * (1.0 - share)
         };
         heading(&mut svg, top - 9.0, o, colour, c, capacity);
-        svg.rect(x_at(0.0), top, x_at(outage) - x_at(0.0), PANEL, OUTAGE, "none");
+        svg.rect(
+            x_at(0.0),
+            top,
+            x_at(outage) - x_at(0.0),
+            PANEL,
+            OUTAGE,
+            "none",
+        );
         let mut tick = step;
         while tick < x_end {
             svg.line(x_at(tick), top, x_at(tick), top + PANEL, GRID, 1.0);
@@ -147,7 +154,9 @@ fn draw(c: &Config, outcomes: &[Outcome]) -> String {
     svg.text(
         24.0,
         middle,
-        &format!("font-size=\"13\" text-anchor=\"middle\" transform=\"rotate(-90 24 {middle:.1})\""),
+        &format!(
+            "font-size=\"13\" text-anchor=\"middle\" transform=\"rotate(-90 24 {middle:.1})\""
+        ),
         &format!("requests sent per {window_name} (log scale)"),
     );
     svg.finish()

@@ -224,4 +224,3 @@ pub(crate) fn report(c: &Config, outcomes: &[Outcome]) -> String {
     }
     s
 }
-
