@@ -19,12 +19,14 @@
 //! `--keep` leaves the SQLite and JSONL files in place (their paths are printed) for
 //! `retry-dlq --jsonl <file> audit` and friends.
 
+#[path = "common/timeline.rs"]
+mod timeline;
+
 use std::collections::VecDeque;
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::extract::{Json, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -38,6 +40,8 @@ use retry_core::reqwest::{HttpError, RequestBuilderExt};
 use retry_core::tower::IdempotencyLayer;
 use retry_core::{Classify, Decision, Elapsed, retryable};
 use serde::{Deserialize, Serialize};
+
+use timeline::{Scratch, event, start};
 
 // ---- the client: what a user of the library writes ----
 
@@ -280,37 +284,11 @@ async fn start_bank(
 
 // ---- the run ----
 
-fn start() -> Instant {
-    static START: OnceLock<Instant> = OnceLock::new();
-    *START.get_or_init(Instant::now)
-}
-
-fn event(who: &str, what: fmt::Arguments<'_>) {
-    println!("{:>6} ms  {who:<8} {what}", start().elapsed().as_millis());
-}
-
-struct Files {
-    dir: PathBuf,
-    keep: bool,
-}
-
-impl Drop for Files {
-    fn drop(&mut self) {
-        if !self.keep {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let keep = std::env::args().any(|a| a == "--keep");
     start();
-    let files = Files {
-        dir: std::env::temp_dir().join(format!("retry-core-demo-{}", std::process::id())),
-        keep,
-    };
-    std::fs::create_dir_all(&files.dir)?;
+    let files = Scratch::new("demo", keep)?;
     let inbox_path = files.dir.join("inbox.sqlite3");
     let dlq_path = files.dir.join("dead-letters.jsonl");
     println!(

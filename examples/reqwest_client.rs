@@ -15,10 +15,12 @@
 //! accept (not retried: parked at once, class `data`). The letters are listed at the end.
 //! `--keep` leaves the JSONL file in place for `cargo run -p retry-dlq -- --jsonl FILE list`.
 
+#[path = "common/timeline.rs"]
+mod timeline;
+
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::extract::{Json, State};
@@ -29,6 +31,8 @@ use retry_core::http::IdempotencyKey;
 use retry_core::reqwest::{HttpError, RequestBuilderExt};
 use retry_core::{Classify, Decision, retryable};
 use serde::{Deserialize, Serialize};
+
+use timeline::{Scratch, event, start};
 
 // ---- the client: what a user of the library writes ----
 
@@ -238,45 +242,20 @@ async fn start_server(server: Arc<Server>) -> std::io::Result<String> {
 
 // ---- the run ----
 
-fn start() -> Instant {
-    static START: OnceLock<Instant> = OnceLock::new();
-    *START.get_or_init(Instant::now)
-}
-
-fn event(who: &str, what: fmt::Arguments<'_>) {
-    println!("{:>6} ms  {who:<7} {what}", start().elapsed().as_millis());
-}
-
-/// Removes the letters' file at the end unless `--keep`.
-struct LettersFile {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl Drop for LettersFile {
-    fn drop(&mut self) {
-        if !self.keep {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let file = LettersFile {
-        path: std::env::temp_dir().join(format!(
-            "retry-core-reqwest-client-{}.jsonl",
-            std::process::id()
-        )),
-        keep: std::env::args().any(|a| a == "--keep"),
-    };
     start();
+    let files = Scratch::new("reqwest-client", std::env::args().any(|a| a == "--keep"))?;
+    let letters_path = files.dir.join("dead-letters.jsonl");
     let server = Arc::new(Server::default());
     let url = start_server(server.clone()).await?;
     // reqwest's own retries off: they would be a second layer under `#[retryable]`.
     let client = retry_core::reqwest::client_builder().build()?;
-    let letters = JsonlSink::open(&file.path)?;
-    println!("orders to {url}; dead letters in {}", file.path.display());
+    let letters = JsonlSink::open(&letters_path)?;
+    println!(
+        "orders to {url}; dead letters in {}",
+        letters_path.display()
+    );
 
     let orders: [(&str, &str, &[Fault]); 4] = [
         (
@@ -361,10 +340,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             letter.msg_id
         );
     }
-    if file.keep {
+    if files.keep {
         println!(
             "  kept: cargo run -p retry-dlq -- --jsonl {} list",
-            file.path.display()
+            letters_path.display()
         );
     }
     Ok(())

@@ -18,14 +18,15 @@ struct Seen {
     status: u16,
 }
 
-/// The server's lines, `  128 ms  server  A-1 request 1 (Idempotency-Key "K", Caller-Retries
+/// The server's lines, `  128 ms  server   A-1 request 1 (Idempotency-Key "K", Caller-Retries
 /// ?1): 503 Service Unavailable`, by order id, in order.
 fn requests(stdout: &str) -> HashMap<String, Vec<Seen>> {
     let mut by_order: HashMap<String, Vec<Seen>> = HashMap::new();
     for line in stdout.lines() {
-        let Some((at, rest)) = line.split_once(" ms  server  ") else {
+        let Some((at, rest)) = line.split_once(" ms  server ") else {
             continue;
         };
+        let rest = rest.trim_start();
         let parse = || -> Option<(String, Seen)> {
             let (order, rest) = rest.split_once(" request ")?;
             let (_, rest) = rest.split_once("(Idempotency-Key ")?;
