@@ -93,7 +93,10 @@ impl<F: Future> Future for Watched<F> {
 }
 
 /// A non-idempotent request without `Idempotency-Key` is being sent by the attempts polled now.
-#[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "reqwest", feature = "tower", feature = "reqwest-middleware")),
+    allow(dead_code)
+)]
 pub(crate) fn note_unsafe_send(method: &'static str) {
     let _ = POLLING.try_with(|stack| {
         for mark in stack.borrow_mut().iter_mut() {
@@ -105,7 +108,10 @@ pub(crate) fn note_unsafe_send(method: &'static str) {
 
 /// The request noted by [`note_unsafe_send`] failed before it reached the server (it never
 /// connected), so sending the attempt again cannot apply it twice.
-#[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "reqwest", feature = "tower", feature = "reqwest-middleware")),
+    allow(dead_code)
+)]
 pub(crate) fn note_not_sent() {
     let _ = POLLING.try_with(|stack| {
         for mark in stack.borrow_mut().iter_mut() {

@@ -9,10 +9,12 @@ use ::reqwest::{RequestBuilder, Response};
 use crate::attempt;
 use crate::classify::{Classify, Decision, Elapsed};
 use crate::http::{
-    CALLER_RETRIES, CALLER_RETRIES_VALUE, IDEMPOTENCY_KEY, IdempotencyKey, guard_resend,
-    has_idempotency_key, retry_after, status_text,
+    CALLER_RETRIES, CALLER_RETRIES_VALUE, IDEMPOTENCY_KEY, IdempotencyKey, has_idempotency_key,
+    judge, method_name, retry_after, status_text,
 };
 use crate::scope;
+
+pub use crate::http::ConnectFailure;
 
 /// A client builder with reqwest's own retries turned off: they would be a hidden second layer
 /// under `#[retryable]`. For a client you build yourself, add the same line:
@@ -171,17 +173,6 @@ impl RequestBuilderExt for RequestBuilder {
     }
 }
 
-/// A `'static` name for a non-idempotent method, for [`Elapsed::unsafe_request`].
-fn method_name(method: &Method) -> &'static str {
-    match *method {
-        Method::POST => "POST",
-        Method::PATCH => "PATCH",
-        Method::CONNECT => "CONNECT",
-        // An extension method: not idempotent by RFC 9110, and its name is not `'static`.
-        _ => "request",
-    }
-}
-
 /// How much of an error response's body an [`HttpError`] keeps for people to read.
 pub const BODY_EXCERPT_LIMIT: usize = 1024;
 
@@ -271,10 +262,13 @@ impl HttpError {
         }
     }
 
-    fn unsafe_resend(&self) -> Option<&Method> {
-        let (decision, _, reached) = self.raw();
-        let method = self.method.as_ref()?;
-        (reached && guard_resend(decision, method, self.keyed) != decision).then_some(method)
+    /// The decision with the method guard, and its reason.
+    fn judged(&self) -> (Decision, String) {
+        let (decision, what, reached) = self.raw();
+        match &self.method {
+            Some(method) => judge(method, self.keyed, decision, reached, what),
+            None => (decision, what),
+        }
     }
 }
 
@@ -342,18 +336,11 @@ impl From<Elapsed> for HttpError {
 /// a reset after sending, a 5xx) is retried only with an `Idempotency-Key` header.
 impl Classify for HttpError {
     fn classify(&self) -> Decision {
-        match self.unsafe_resend() {
-            Some(_) => Decision::Stop,
-            None => self.raw().0,
-        }
+        self.judged().0
     }
 
     fn reason(&self) -> Option<String> {
-        let (_, what, _) = self.raw();
-        Some(match self.unsafe_resend() {
-            Some(method) => format!("{method} without Idempotency-Key after {what}"),
-            None => what,
-        })
+        Some(self.judged().1)
     }
 }
 
@@ -386,7 +373,8 @@ impl Classify for ::reqwest::Error {
     }
 }
 
-fn transport_text(e: &::reqwest::Error) -> String {
+/// A reqwest error in a few words: "timeout", "connect error", "503 Service Unavailable".
+pub(crate) fn transport_text(e: &::reqwest::Error) -> String {
     let kind = if e.is_timeout() {
         "timeout"
     } else if e.is_connect() {
@@ -455,165 +443,4 @@ async fn check_response(
             excerpt: String::from_utf8_lossy(&body).into_owned(),
         },
     })
-}
-
-/// Why a connection could not be made, read from a reqwest error's source chain: the two
-/// failures that no resend fixes, and everything else (refused, reset, unreachable, a DNS server
-/// that did not answer), which may work next time.
-///
-/// reqwest does not expose these as kinds, and the errors underneath depend on the resolver and
-/// the TLS stack the application picked (reqwest's features), so the chain is read as text:
-///
-/// - **No such host**: hyper-util's connector wraps every resolution failure in an error whose
-///   message is exactly `"dns error"`; below it, the resolver says why. A name that does not
-///   exist reads "Name or service not known" / "No address associated with hostname" (glibc
-///   `EAI_NONAME` / `EAI_NODATA`), "nodename nor servname provided, or not known" (macOS),
-///   "Name does not resolve" (musl), "No such host is known" (Windows `WSAHOST_NOT_FOUND`) or
-///   "no record found" (hickory-dns). A temporary failure ("Temporary failure in name
-///   resolution", `EAI_AGAIN`) matches none of these and stays transient.
-/// - **Certificate rejected**: rustls reports "invalid peer certificate: .." (its
-///   `Error::InvalidCertificate`, also what rustls-platform-verifier returns), OpenSSL through
-///   native-tls "certificate verify failed", Security.framework and SChannel "not trusted".
-///
-/// glibc's and OpenSSL's answers are also checked against real failures (the workspace's
-/// `tests/reqwest_connect.rs`: a loopback TLS server with a self-signed certificate, and
-/// `no-such-host.invalid`); the others only on constructed chains of the text those stacks give.
-///
-/// ```
-/// use retry_core::reqwest::ConnectFailure;
-/// use std::io;
-///
-/// let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
-/// assert_eq!(ConnectFailure::of(&refused), ConnectFailure::Other);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ConnectFailure {
-    /// The host name does not exist (the resolver answered: no such name).
-    NoSuchHost,
-    /// The server's TLS certificate failed verification.
-    CertificateRejected,
-    /// Anything else: refused, reset, unreachable, timed out, a resolver that did not answer.
-    Other,
-}
-
-/// What resolvers say when a name does not exist (see [`ConnectFailure`]).
-const NO_SUCH_NAME: &[&str] = &[
-    "name or service not known",
-    "no address associated with hostname",
-    "nodename nor servname provided",
-    "name does not resolve",
-    "no such host is known",
-    "no record found",
-    "no records found",
-];
-
-/// What TLS stacks say when the peer's certificate fails verification.
-const CERTIFICATE_REJECTED: &[&str] = &[
-    "invalid peer certificate",
-    "certificate verify failed",
-    "not trusted",
-];
-
-impl ConnectFailure {
-    /// Reads `error` and its sources (see the type's documentation for what is matched).
-    pub fn of(error: &(dyn std::error::Error + 'static)) -> Self {
-        let mut resolving = false;
-        let mut next = Some(error);
-        while let Some(error) = next {
-            let text = error.to_string();
-            // hyper-util's `ConnectError::new("dns error", cause)`: only what is below it is
-            // the resolver's answer.
-            resolving |= text == "dns error";
-            let text = text.to_ascii_lowercase();
-            if resolving && NO_SUCH_NAME.iter().any(|known| text.contains(known)) {
-                return ConnectFailure::NoSuchHost;
-            }
-            if CERTIFICATE_REJECTED
-                .iter()
-                .any(|known| text.contains(known))
-            {
-                return ConnectFailure::CertificateRejected;
-            }
-            next = error.source();
-        }
-        ConnectFailure::Other
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A chain as hyper-util's connector builds it: a message over a cause.
-    #[derive(Debug)]
-    struct Wrapped(&'static str, Box<dyn std::error::Error + Send + Sync>);
-
-    impl fmt::Display for Wrapped {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str(self.0)
-        }
-    }
-
-    impl std::error::Error for Wrapped {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            Some(&*self.1)
-        }
-    }
-
-    fn dns(cause: &str) -> Wrapped {
-        Wrapped("dns error", std::io::Error::other(cause.to_owned()).into())
-    }
-
-    #[test]
-    fn a_name_that_does_not_exist_is_told_from_a_resolver_that_did_not_answer() {
-        for missing in [
-            "failed to lookup address information: Name or service not known",
-            "failed to lookup address information: No address associated with hostname",
-            "failed to lookup address information: nodename nor servname provided, or not known",
-            "failed to lookup address information: Name does not resolve",
-            "No such host is known. (os error 11001)",
-            "no record found for Query { name: Name(\"x.invalid.\") }",
-        ] {
-            assert_eq!(
-                ConnectFailure::of(&Wrapped("client error (Connect)", dns(missing).into())),
-                ConnectFailure::NoSuchHost,
-                "{missing}"
-            );
-        }
-        let again =
-            dns("failed to lookup address information: Temporary failure in name resolution");
-        assert_eq!(ConnectFailure::of(&again), ConnectFailure::Other);
-        // The same words outside a resolution failure are not a DNS answer.
-        let elsewhere = std::io::Error::other("Name or service not known");
-        assert_eq!(ConnectFailure::of(&elsewhere), ConnectFailure::Other);
-    }
-
-    #[test]
-    fn a_certificate_that_fails_verification_is_told_from_other_tls_failures() {
-        for rejected in [
-            // rustls `Error::InvalidCertificate(CertificateError::UnknownIssuer)`.
-            "invalid peer certificate: UnknownIssuer",
-            // OpenSSL 3.0 through native-tls: what tests/reqwest_connect.rs gets from its
-            // loopback server, word for word.
-            "error:0A000086:SSL routines:tls_post_process_server_certificate:certificate verify failed:../ssl/statem/statem_clnt.c:1889: (self-signed certificate)",
-            // SChannel.
-            "The certificate chain was issued by an authority that is not trusted.",
-        ] {
-            let chain = Wrapped(
-                "client error (Connect)",
-                std::io::Error::new(std::io::ErrorKind::InvalidData, rejected).into(),
-            );
-            assert_eq!(
-                ConnectFailure::of(&chain),
-                ConnectFailure::CertificateRejected,
-                "{rejected}"
-            );
-        }
-        let reset = Wrapped(
-            "client error (Connect)",
-            std::io::Error::from(std::io::ErrorKind::ConnectionReset).into(),
-        );
-        assert_eq!(ConnectFailure::of(&reset), ConnectFailure::Other);
-    }
 }

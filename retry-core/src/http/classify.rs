@@ -72,6 +72,25 @@ impl<B> Classify for ::http::Response<B> {
     }
 }
 
+/// How a retrying HTTP client sees a response: `None` for an answer (1xx, 2xx, 3xx: a `304 Not
+/// Modified` or a redirect not followed is for the caller to read), else the classification of
+/// the failure by its status and, on a 429 or 503, its `Retry-After`.
+///
+/// ```
+/// use http::{HeaderMap, StatusCode};
+/// use retry_core::Decision;
+/// use retry_core::http::classify_status;
+///
+/// let headers = HeaderMap::new();
+/// assert_eq!(classify_status(StatusCode::OK, &headers), None);
+/// assert_eq!(classify_status(StatusCode::BAD_GATEWAY, &headers), Some(Decision::Retry));
+/// assert_eq!(classify_status(StatusCode::NOT_FOUND, &headers), Some(Decision::Stop));
+/// ```
+pub fn classify_status(status: StatusCode, headers: &HeaderMap) -> Option<Decision> {
+    (status.is_client_error() || status.is_server_error())
+        .then(|| classify_response(status, headers, SystemTime::now()))
+}
+
 /// [`Classify`] for a status with its headers, at `now`.
 pub(crate) fn classify_response(
     status: StatusCode,
@@ -108,7 +127,10 @@ pub(crate) fn retry_after(
 }
 
 /// Whether a request carries an `Idempotency-Key`, which makes sending it twice safe.
-#[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "reqwest", feature = "tower", feature = "reqwest-middleware")),
+    allow(dead_code)
+)]
 pub(crate) fn has_idempotency_key(headers: &HeaderMap) -> bool {
     headers.contains_key(IDEMPOTENCY_KEY)
 }
@@ -120,7 +142,10 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// a reset after sending, a 5xx): a POST or PATCH without `Idempotency-Key` must not be sent
 /// again, since the first one may have taken effect.
 /// Idempotent methods (RFC 9110 §9.2.2) and keyed requests are safe to send again.
-#[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "reqwest", feature = "tower", feature = "reqwest-middleware")),
+    allow(dead_code)
+)]
 pub(crate) fn guard_resend(decision: Decision, method: &Method, keyed: bool) -> Decision {
     match decision {
         Decision::Stop => Decision::Stop,

@@ -57,7 +57,13 @@ pub fn mark_caller_retries(headers: &mut HeaderMap) -> bool {
 pub fn caller_retries(headers: &HeaderMap) -> bool {
     headers
         .get(CALLER_RETRIES)
-        .is_some_and(|value| value.as_bytes().trim_ascii() == b"?1")
+        .is_some_and(|value| says_caller_retries(value.as_bytes()))
+}
+
+/// Whether a `Caller-Retries` value (an HTTP header or gRPC metadata) is the structured-field
+/// "true".
+pub(crate) fn says_caller_retries(value: &[u8]) -> bool {
+    value.trim_ascii() == CALLER_RETRIES_VALUE.as_bytes()
 }
 
 /// Marks an [`http::Request`] built inside a retry scope; see
@@ -72,13 +78,26 @@ pub fn mark_request<B>(request: &mut ::http::Request<B>) -> bool {
 }
 
 mod classify;
+mod connect;
 mod key;
+mod outcome;
 mod retry_after;
 
-pub use classify::IDEMPOTENCY_KEY;
-#[cfg_attr(not(feature = "reqwest"), allow(unused_imports))]
-pub(crate) use classify::{guard_resend, has_idempotency_key, retry_after, status_text};
+pub use classify::{IDEMPOTENCY_KEY, classify_status};
+#[cfg_attr(
+    not(any(feature = "reqwest", feature = "tower", feature = "reqwest-middleware")),
+    allow(unused_imports)
+)]
+pub(crate) use classify::{has_idempotency_key, retry_after, status_text};
+pub use connect::ConnectFailure;
 #[cfg(feature = "tower")]
 pub(crate) use key::parse_key_header;
 pub use key::{IDEMPOTENT_REPLAYED, IdempotencyKey, InvalidIdempotencyKey};
+#[cfg_attr(
+    not(any(feature = "tower", feature = "reqwest-middleware")),
+    allow(unused_imports)
+)]
+pub(crate) use outcome::{Failed, Failure, Sent};
+#[cfg_attr(not(feature = "reqwest"), allow(unused_imports))]
+pub(crate) use outcome::{judge, method_name};
 pub use retry_after::{RetryAfterError, parse_retry_after};
