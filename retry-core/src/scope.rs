@@ -363,7 +363,7 @@ impl Drop for Left {
 }
 
 /// `future` with no scope of its own, in the same type as the scoped ones.
-#[cfg_attr(not(feature = "tower"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "tower", feature = "tonic")), allow(dead_code))]
 pub(crate) fn unscoped<F: Future>(future: F) -> InScope<F> {
     InScope {
         future,

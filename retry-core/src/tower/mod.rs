@@ -1,6 +1,7 @@
 //! Tower layers (feature `tower`): honour `Caller-Retries` on incoming requests, and add it to
 //! outgoing ones made inside a retry; answer duplicate requests with their first response
-//! ([`IdempotencyLayer`], the `Idempotency-Key` header).
+//! ([`IdempotencyLayer`], the `Idempotency-Key` header); retry the requests of an HTTP client
+//! ([`RetryLayer`]).
 
 use std::task::{Context, Poll};
 
@@ -11,11 +12,15 @@ use crate::http::{caller_retries, mark_request};
 use crate::scope::{self, InScope};
 
 pub mod idempotency;
+pub mod retry;
 
 pub use idempotency::{
     BoxError, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_KEY_BYTES, DEFAULT_NAMESPACE, Idempotency,
     IdempotencyBody, IdempotencyLayer, InTransaction, Mode, NotApplied, Plain, RefusedHeader,
     RequestTransaction, TransactionGuard,
+};
+pub use retry::{
+    DEFAULT_RETRY_BODY_BYTES, ResponseFuture, Retry, RetryBody, RetryLayer, classify_error,
 };
 
 /// Runs each handler whose request carries `Caller-Retries: ?1` inside a single-attempt retry

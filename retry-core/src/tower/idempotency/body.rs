@@ -107,8 +107,8 @@ where
     }
 }
 
-/// A response body read as far as the store's limit allows.
-pub(super) enum Buffered {
+/// A body read as far as a limit allows: a response to store, a request to resend.
+pub(in crate::tower) enum Buffered {
     /// All of it, with its trailers.
     Complete {
         data: Bytes,
@@ -123,7 +123,7 @@ pub(super) enum Buffered {
     Failed { prefix: Bytes, error: BoxError },
 }
 
-pub(super) async fn buffer(mut body: IdempotencyBody, max: usize) -> Buffered {
+pub(in crate::tower) async fn buffer(mut body: IdempotencyBody, max: usize) -> Buffered {
     if body.size_hint().lower() > u64::try_from(max).unwrap_or(u64::MAX) {
         return Buffered::TooLarge {
             prefix: Bytes::new(),
@@ -167,21 +167,25 @@ pub(super) async fn buffer(mut body: IdempotencyBody, max: usize) -> Buffered {
 }
 
 /// What a [`Resumed`] body ends with.
-pub(super) enum Tail {
+pub(in crate::tower) enum Tail {
     Trailers(HeaderMap),
     Error(BoxError),
 }
 
 /// A response body given back after buffering: the bytes read, then whatever was not read yet,
 /// then its trailers or its error.
-pub(super) struct Resumed {
+pub(in crate::tower) struct Resumed {
     head: Option<Bytes>,
     rest: Option<IdempotencyBody>,
     tail: Option<Tail>,
 }
 
 impl Resumed {
-    pub(super) fn new(head: Bytes, rest: Option<IdempotencyBody>, tail: Option<Tail>) -> Self {
+    pub(in crate::tower) fn new(
+        head: Bytes,
+        rest: Option<IdempotencyBody>,
+        tail: Option<Tail>,
+    ) -> Self {
         Resumed {
             head: Some(head).filter(|head| !head.is_empty()),
             rest,

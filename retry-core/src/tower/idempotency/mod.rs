@@ -304,6 +304,8 @@ use ::http::request::Parts;
 use ::tower_layer::Layer;
 
 pub use body::{BoxError, IdempotencyBody};
+// `RetryLayer` buffers request bodies for resending the same way.
+pub(in crate::tower) use body::{Buffered, Resumed, Tail, buffer};
 pub use extract::{RequestTransaction, TransactionGuard};
 pub use replay::RefusedHeader;
 pub use service::Idempotency;
