@@ -98,6 +98,9 @@ mod policy;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
+#[cfg(feature = "reqwest-middleware")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest-middleware")))]
+pub mod reqwest_middleware;
 mod retrying;
 pub mod scope;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -105,6 +108,9 @@ mod sql;
 mod state;
 mod sync;
 pub mod time;
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+pub mod tonic;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
