@@ -20,7 +20,7 @@ use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, RequestBuilder};
 use retry_core::Policy;
 use retry_core::reqwest_middleware::RetryMiddleware;
 
-use scripted::{Answer, Scripted};
+use scripted::Scripted;
 
 /// Sends `request` and prints what the caller got and what the upstream saw.
 async fn show(
@@ -42,22 +42,7 @@ async fn show(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let upstream = Scripted::start().await;
-    upstream.script(
-        "/quote",
-        [
-            Answer::status(503),
-            Answer::status(503),
-            Answer::status(200),
-        ],
-    );
-    upstream.script(
-        "/rates",
-        [Answer::status(429).retry_after("1"), Answer::status(200)],
-    );
-    upstream.script("/payments", [Answer::status(503), Answer::status(201)]);
-    upstream.script("/refunds", [Answer::status(503), Answer::status(201)]);
-    upstream.script("/uploads", [Answer::status(503), Answer::status(201)]);
+    let upstream = Scripted::flaky_upstream().await;
 
     let policy = Policy::new()
         .max_attempts(4)

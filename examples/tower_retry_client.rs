@@ -26,7 +26,7 @@ use retry_core::Policy;
 use retry_core::tower::{BoxError, Retry, RetryBody, RetryLayer};
 use tower::{Layer, ServiceExt};
 
-use scripted::{Answer, Scripted};
+use scripted::Scripted;
 
 type HttpClient = Retry<Client<HttpConnector, RetryBody>>;
 
@@ -61,22 +61,7 @@ fn request(method: &str, url: String, key: Option<&str>) -> Request<Full<Bytes>>
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let upstream = Scripted::start().await;
-    upstream.script(
-        "/quote",
-        [
-            Answer::status(503),
-            Answer::status(503),
-            Answer::status(200),
-        ],
-    );
-    upstream.script(
-        "/rates",
-        [Answer::status(429).retry_after("1"), Answer::status(200)],
-    );
-    upstream.script("/payments", [Answer::status(503), Answer::status(201)]);
-    upstream.script("/refunds", [Answer::status(503), Answer::status(201)]);
-    upstream.script("/orders/7", [Answer::status(404)]);
+    let upstream = Scripted::flaky_upstream().await;
 
     let policy = Policy::new()
         .max_attempts(4)

@@ -33,6 +33,17 @@ fn client(retries: RetryMiddleware) -> ClientWithMiddleware {
     ClientBuilder::new(reqwest).with(retries).build()
 }
 
+/// A client whose retries are followed by a [`Witness`] of every attempt.
+fn witnessed(retries: RetryMiddleware) -> (ClientWithMiddleware, Witness) {
+    let witness = Witness::default();
+    let reqwest = retry_core::reqwest::client_builder().build().unwrap();
+    let client = ClientBuilder::new(reqwest)
+        .with(retries)
+        .with(witness.clone())
+        .build();
+    (client, witness)
+}
+
 /// What a caller put in the request's extensions.
 #[derive(Debug, Clone, PartialEq)]
 struct Tenant(&'static str);
@@ -72,12 +83,7 @@ async fn a_503_is_retried_and_every_attempt_runs_the_rest_of_the_stack() {
             Answer::status(200),
         ],
     );
-    let witness = Witness::default();
-    let reqwest = retry_core::reqwest::client_builder().build().unwrap();
-    let client = ClientBuilder::new(reqwest)
-        .with(RetryMiddleware::new(policy()))
-        .with(witness.clone())
-        .build();
+    let (client, witness) = witnessed(RetryMiddleware::new(policy()));
     let response = client
         .get(server.at("/quote"))
         .with_extension(Tenant("acme"))
@@ -159,13 +165,8 @@ async fn an_attempt_timeout_keeps_the_post_rule_and_gives_the_extensions_back() 
     let server = Scripted::start().await;
     let slow = Answer::status(201).after(Duration::from_millis(800));
     server.script("/pay", [slow.clone()]);
-    let witness = Witness::default();
-    let reqwest = retry_core::reqwest::client_builder().build().unwrap();
     let timed = policy().attempt_timeout(Duration::from_millis(100));
-    let client = ClientBuilder::new(reqwest)
-        .with(RetryMiddleware::new(timed))
-        .with(witness.clone())
-        .build();
+    let (client, witness) = witnessed(RetryMiddleware::new(timed));
     let error = client
         .post(server.at("/pay"))
         .body("{}")
@@ -247,12 +248,7 @@ async fn a_refused_connection_is_retried_and_its_error_returned() {
         .local_addr()
         .unwrap()
         .port();
-    let witness = Witness::default();
-    let reqwest = retry_core::reqwest::client_builder().build().unwrap();
-    let client = ClientBuilder::new(reqwest)
-        .with(RetryMiddleware::new(policy()))
-        .with(witness.clone())
-        .build();
+    let (client, witness) = witnessed(RetryMiddleware::new(policy()));
     let error = client
         .post(format!("http://127.0.0.1:{port}/pay"))
         .body("{}")
@@ -273,6 +269,9 @@ fn the_example_shows_what_reaches_the_upstream() {
         "POST /refunds, keyed (503, 201)        -> 201 after 2 request(s), 2 with",
         "PUT /uploads, streamed body (503, 201) -> 503 after 1 request(s), 0 with",
     ] {
-        assert!(stdout.contains(expected), "missing {expected:?} in\n{stdout}");
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in\n{stdout}"
+        );
     }
 }

@@ -296,6 +296,9 @@ fn the_example_shows_what_reaches_the_upstream() {
         "POST /refunds, keyed (503, 201)        -> 201 after 2 request(s), 2 with",
         "GET /orders/7 (404)                    -> 404 after 1 request(s), 1 with",
     ] {
-        assert!(stdout.contains(expected), "missing {expected:?} in\n{stdout}");
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in\n{stdout}"
+        );
     }
 }

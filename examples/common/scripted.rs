@@ -80,6 +80,31 @@ impl Scripted {
         Scripted { url, inner }
     }
 
+    /// The examples' upstream: a quote that fails twice with 503, rates behind a 429 with
+    /// `Retry-After: 1`, payments and refunds that fail once with 503, uploads likewise, and an
+    /// order that does not exist.
+    pub(crate) async fn flaky_upstream() -> Scripted {
+        let upstream = Scripted::start().await;
+        let once_unavailable = || [Answer::status(503), Answer::status(201)];
+        upstream.script(
+            "/quote",
+            [
+                Answer::status(503),
+                Answer::status(503),
+                Answer::status(200),
+            ],
+        );
+        upstream.script(
+            "/rates",
+            [Answer::status(429).retry_after("1"), Answer::status(200)],
+        );
+        upstream.script("/payments", once_unavailable());
+        upstream.script("/refunds", once_unavailable());
+        upstream.script("/uploads", once_unavailable());
+        upstream.script("/orders/7", [Answer::status(404)]);
+        upstream
+    }
+
     /// `path` answers these in turn; the last one repeats.
     pub(crate) fn script(&self, path: &str, answers: impl IntoIterator<Item = Answer>) {
         let answers: VecDeque<Answer> = answers.into_iter().collect();

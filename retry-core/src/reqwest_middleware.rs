@@ -29,7 +29,7 @@ use ::reqwest::{Request, Response};
 use ::reqwest_middleware::{Error, Middleware, Next};
 
 use crate::classify::{Classify, Decision};
-use crate::http::{Failed, Failure, Sent, caller_retries, classify_status, mark_caller_retries};
+use crate::http::{Failed, Sent, caller_retries, classify_status, mark_caller_retries};
 use crate::policy::Policy;
 use crate::reqwest::transport_text;
 use crate::scope;
@@ -105,6 +105,9 @@ impl RetryMiddleware {
                 function = self.name,
                 "request body is a stream: sent once, not retried"
             );
+            let mut request = request;
+            // Marked only inside an outer retry: this middleware does not retry it.
+            mark_caller_retries(request.headers_mut());
             return next.run(request, extensions).await;
         };
         let sent = &Sent::new(request.method(), request.headers());
@@ -147,14 +150,7 @@ impl RetryMiddleware {
             .name(self.name)
             .timed()
             .await;
-        match outcome {
-            Ok(response) => Ok(response),
-            Err(failed) => match failed.failure {
-                Failure::Answer(response) => Ok(response),
-                Failure::Error(error) => Err(error),
-                Failure::Elapsed(elapsed) => Err(Error::middleware(elapsed)),
-            },
-        }
+        Failed::settle(outcome, Error::middleware)
     }
 }
 

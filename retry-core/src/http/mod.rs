@@ -97,7 +97,7 @@ pub use key::{IDEMPOTENT_REPLAYED, IdempotencyKey, InvalidIdempotencyKey};
     not(any(feature = "tower", feature = "reqwest-middleware")),
     allow(unused_imports)
 )]
-pub(crate) use outcome::{Failed, Failure, Sent};
+pub(crate) use outcome::{Failed, Sent};
 #[cfg_attr(not(feature = "reqwest"), allow(unused_imports))]
 pub(crate) use outcome::{judge, method_name};
 pub use retry_after::{RetryAfterError, parse_retry_after};

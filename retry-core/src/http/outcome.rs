@@ -135,7 +135,7 @@ impl Sent {
 
 /// What a failed attempt left: the response the server gave, the client's error, or the
 /// attempt's own timeout.
-pub(crate) enum Failure<R, E> {
+enum Failure<R, E> {
     /// A response classified as a failure (a 503, a 429): on give-up, the caller gets it as
     /// the answer, as it would without retries.
     Answer(R),
@@ -148,9 +148,28 @@ pub(crate) enum Failure<R, E> {
 /// A failed attempt, classified when it failed (the state machine asks for the decision and
 /// the reason; both are known only with the request).
 pub(crate) struct Failed<R, E> {
-    pub(crate) failure: Failure<R, E>,
+    failure: Failure<R, E>,
     decision: Decision,
     reason: String,
+}
+
+impl<R, E> Failed<R, E> {
+    /// What the caller of a retried request gets: the answer, or, on give-up, what the last
+    /// attempt got (the failed response as an answer, the client's error, or the timeout made
+    /// into the client's error type by `elapsed`).
+    pub(crate) fn settle(
+        outcome: Result<R, Failed<R, E>>,
+        elapsed: impl FnOnce(Elapsed) -> E,
+    ) -> Result<R, E> {
+        match outcome {
+            Ok(answer) => Ok(answer),
+            Err(failed) => match failed.failure {
+                Failure::Answer(answer) => Ok(answer),
+                Failure::Error(error) => Err(error),
+                Failure::Elapsed(timeout) => Err(elapsed(timeout)),
+            },
+        }
+    }
 }
 
 impl<R, E> From<Elapsed> for Failed<R, E> {

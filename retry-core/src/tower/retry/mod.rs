@@ -43,7 +43,7 @@ use ::tower_service::Service;
 
 use super::idempotency::{BoxError, Buffered, IdempotencyBody, buffer};
 use crate::classify::Decision;
-use crate::http::{Failed, Failure, Sent, caller_retries, classify_status, mark_request};
+use crate::http::{Failed, Sent, caller_retries, classify_status, mark_request};
 use crate::policy::Policy;
 use crate::scope;
 
@@ -75,18 +75,18 @@ const DEFAULT_NAME: &str = "RetryLayer";
 /// use hyper_util::rt::TokioExecutor;
 /// use retry_core::Policy;
 /// use retry_core::tower::{RetryBody, RetryLayer};
-/// use tower_layer::Layer;
-/// use tower_service::Service;
+/// use tower::{Layer, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
+/// // The client takes the layer's body type.
 /// let http = Client::builder(TokioExecutor::new()).build_http::<RetryBody>();
 /// let policy = Policy::new().max_attempts(3).base(Duration::from_millis(10));
-/// let mut client = RetryLayer::new(policy).name("quotes").layer(http);
+/// let client = RetryLayer::new(policy).name("quotes").layer(http);
 ///
 /// // Port 9 on loopback: refused, three times (refused is always worth another try).
 /// let request = http::Request::get("http://127.0.0.1:9/quote").body(Empty::<bytes::Bytes>::new());
-/// let error = client.call(request.unwrap()).await.unwrap_err();
+/// let error = client.oneshot(request.unwrap()).await.unwrap_err();
 /// assert!(error.to_string().contains("Connect"), "{error}");
 /// # }
 /// ```
@@ -356,16 +356,12 @@ impl Settings {
             .name(self.name)
             .timed()
             .await;
-        match outcome {
-            Ok(response) => Ok(response),
-            Err(failed) => match failed.failure {
-                Failure::Answer(response) => Ok(response),
-                Failure::Error(error) => Err(error),
-                Failure::Elapsed(elapsed) => Err(Box::new(elapsed)),
-            },
-        }
+        Failed::settle(outcome, |elapsed| Box::new(elapsed))
     }
 
+    // The `Err` holds the same response the `Ok` does: boxing it would not make the `Result`
+    // smaller, only the failure path slower.
+    #[allow(clippy::result_large_err)]
     fn answered<ResB>(
         &self,
         sent: &Sent,
