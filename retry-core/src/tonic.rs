@@ -28,13 +28,18 @@
 //!
 //! | code | decision | why |
 //! | --- | --- | --- |
-//! | `UNAVAILABLE` | retry | the server (or the connection to it) is down for now; the call did not run, or failed before its effect |
-//! | `RESOURCE_EXHAUSTED` | retry | a quota or rate limit: come back later (not a message over a size limit: see below) |
-//! | `DEADLINE_EXCEEDED` | stop; retry with [`retry_idempotent`] | the call may have run: only an idempotent method may be sent again |
-//! | `ABORTED` | stop | a concurrency conflict: retry the whole read-modify-write above this call, not the one write |
+//! | `UNAVAILABLE` | retry | down for now, usually before the call ran |
+//! | `RESOURCE_EXHAUSTED` | retry | a quota or a rate limit: come back later (size limits stop) |
+//! | `DEADLINE_EXCEEDED` | stop; retry with [`retry_idempotent`] | the call may have run |
+//! | `ABORTED` | stop | a conflict: retry the whole read-modify-write, above this call |
 //! | `CANCELLED` | stop | cancelled, usually by the caller itself |
-//! | `UNKNOWN`, `INTERNAL`, `DATA_LOSS` | stop | a failure of unknown extent or a broken invariant: a person looks |
-//! | `INVALID_ARGUMENT`, `NOT_FOUND`, `ALREADY_EXISTS`, `PERMISSION_DENIED`, `UNAUTHENTICATED`, `FAILED_PRECONDITION`, `OUT_OF_RANGE`, `UNIMPLEMENTED` | stop | the same request fails the same way next time |
+//! | `UNKNOWN` | stop | failed to an unknown extent: it may have taken effect |
+//! | `INTERNAL`, `DATA_LOSS` | stop | a broken invariant or lost data: a person looks |
+//! | `FAILED_PRECONDITION` | stop | the system's state must change first |
+//! | `INVALID_ARGUMENT`, `OUT_OF_RANGE` | stop | the same request fails the same way |
+//! | `NOT_FOUND`, `ALREADY_EXISTS` | stop | the same request fails the same way |
+//! | `PERMISSION_DENIED`, `UNAUTHENTICATED` | stop | fix the credentials, not the timing |
+//! | `UNIMPLEMENTED` | stop | the server has no such method |
 //! | `OK` | stop | not a failure |
 //!
 //! - **Pushback.** A server may answer with `grpc-retry-pushback-ms` in its trailing metadata
@@ -365,7 +370,7 @@ mod tests {
         for message in [
             "grpc: received message larger than max (5000000 vs. 4194304)",
             "gRPC message exceeds maximum size 4194304: 5000000",
-            "Error decompressing: size limit, of 4194304 bytes, exceeded while decompressing message",
+            "Error decompressing: size limit, of 4194304 bytes, exceeded while decompressing",
             "Cannot return body with more than 4GB of data but got 5000000000 bytes",
         ] {
             assert_eq!(

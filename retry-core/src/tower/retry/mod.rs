@@ -1,6 +1,7 @@
 //! [`RetryLayer`]: the retries of `#[retryable]` around any HTTP client that is a tower
-//! `Service` (hyper-util's legacy `Client`, a tonic `Channel`'s HTTP layer, a service stack of
-//! your own), for the call sites that cannot be annotated.
+//! `Service` (hyper-util's legacy `Client`, a service stack of your own), for the call sites
+//! that cannot be annotated. (gRPC answers its failures in trailers, which an HTTP layer does
+//! not see: for tonic, retry the call on `tonic::Status`, feature `tonic`.)
 //!
 //! Every decision is the one `#[retryable]` and [`Policy::retry`] take, in the same state
 //! machine: the policy's attempts, backoff, jitter, deadline, `attempt_timeout` and
@@ -191,7 +192,10 @@ impl RetryLayer {
     ///
     /// // Only connection failures; anything else is the caller's to handle.
     /// fn connections_only(error: &(dyn Error + 'static)) -> Decision {
-    ///     if error.to_string().contains("Connect") { classify_error(error) } else { Decision::Stop }
+    ///     match error.to_string().contains("Connect") {
+    ///         true => classify_error(error),
+    ///         false => Decision::Stop,
+    ///     }
     /// }
     /// let layer = RetryLayer::new(Policy::new()).classify_errors(connections_only);
     /// # drop(layer);
