@@ -57,7 +57,9 @@
 //! ```
 //!
 //! Next: [`#[idempotent]`](idempotent) on the receiving side, `dlq(..)` on `#[retryable]` for
-//! what gives up, [`http`], [`reqwest`] and [`tower`] for HTTP clients and servers. The
+//! what gives up, [`http`], [`reqwest`] and [`tower`] for HTTP clients and servers
+//! ([`tower::RetryLayer`] and [`reqwest_middleware`] wrap a client you already have), [`tonic`]
+//! for gRPC. The
 //! repository's README walks through each with complete examples, and `RELIABILITY.md` lists
 //! the failures the tests inject and what each one costs.
 //!
@@ -70,7 +72,9 @@
 //! | --- | --- | --- |
 //! | `http` | `Caller-Retries` and `Idempotency-Key` header helpers, HTTP status and `Retry-After` classification | `http` 1.x |
 //! | `reqwest` | `HttpError`, `send_checked`, `.idempotency_key(..)` on `RequestBuilder`, DNS/TLS connect classification (implies `http`) | `reqwest` 0.13 |
-//! | `tower` | `IdempotencyLayer`, the server-side `Caller-Retries` layer (implies `http`) | `tower-service` 0.3, `http-body` 1 (axum 0.8) |
+//! | `tower` | `IdempotencyLayer`, the server-side `Caller-Retries` layer, `RetryLayer` for clients (implies `http`) | `tower-service` 0.3, `http-body` 1 (axum 0.8, hyper-util 0.1) |
+//! | `reqwest-middleware` | [`reqwest_middleware::RetryMiddleware`] (implies `reqwest`) | `reqwest-middleware` 0.5 |
+//! | `tonic` | [`Classify`] for `tonic::Status`, the `caller-retries` metadata (implies `http`) | `tonic` 0.14 |
 //! | `sqlite` | `SqliteStore` (idempotency) and `SqliteDeadLetters` | `rusqlite` 0.43, SQLite bundled |
 //! | `postgres` | `PgStore` and `PgDeadLetters` | `tokio-postgres` 0.7 |
 //! | `serde` | `Serialize`/`Deserialize` for the values an application keeps or configures: a [`Policy`] read from configuration, durations as strings (see [`duration`]) | `serde` 1 |
