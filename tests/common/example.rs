@@ -11,7 +11,9 @@ pub(crate) fn features() -> String {
     [
         ("http", cfg!(feature = "http")),
         ("reqwest", cfg!(feature = "reqwest")),
+        ("reqwest-middleware", cfg!(feature = "reqwest-middleware")),
         ("serde", cfg!(feature = "serde")),
+        ("tonic", cfg!(feature = "tonic")),
         ("tower", cfg!(feature = "tower")),
         ("sqlite", cfg!(feature = "sqlite")),
         ("postgres", cfg!(feature = "postgres")),
