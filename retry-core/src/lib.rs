@@ -89,6 +89,7 @@ mod config;
 mod conformance;
 pub mod dlq;
 pub mod duration;
+mod error_chain;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
@@ -112,6 +113,7 @@ pub mod tower;
 pub use budget::{BudgetSettings, RetryBudget};
 pub use call::{RetryCall, RetryFuture};
 pub use classify::{ByClassify, Classifier, Classify, Decision, Elapsed};
+pub use error_chain::error_chain;
 pub use idempotency::{IdempotencyError, Idempotent};
 pub use policy::{Jitter, Knobs, Policy, UnknownJitter};
 pub use retrying::{Retrying, SingleAttempt};

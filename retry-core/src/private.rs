@@ -503,7 +503,7 @@ pub async fn park_on_give_up<T, E>(
         }
         Err(error) => {
             crate::metrics::park_failed(site);
-            tracing::error!(function = site.function(), msg_id = %letter.msg_id, %error, "dead letter NOT parked");
+            tracing::error!(function = site.function(), msg_id = %letter.msg_id, error = %crate::error_chain(&error), "dead letter NOT parked");
             Err(not_parked(DlqFailed::new(letter, NotParked::Sink(error))))
         }
     }

@@ -278,6 +278,8 @@ impl HttpError {
     }
 }
 
+/// The method and URL, and what happened in a few words: a transport failure says its kind
+/// ("connect error", "timeout"), and reqwest's error is the source, with the details.
 impl fmt::Display for HttpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(method) = &self.method {
@@ -287,7 +289,8 @@ impl fmt::Display for HttpError {
             write!(f, "{url} ")?;
         }
         match &self.failure {
-            Failure::Transport(e) => write!(f, "failed: {e}"),
+            Failure::Transport(e) => write!(f, "failed: {}", transport_text(e)),
+            // A leaf of this crate, said whole here (not kept as a source).
             Failure::Elapsed(e) => write!(f, "failed: {e}"),
             Failure::Status {
                 status, excerpt, ..
@@ -307,8 +310,7 @@ impl std::error::Error for HttpError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.failure {
             Failure::Transport(e) => Some(e),
-            Failure::Elapsed(e) => Some(e),
-            Failure::Status { .. } => None,
+            Failure::Elapsed(_) | Failure::Status { .. } => None,
         }
     }
 }

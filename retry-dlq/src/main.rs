@@ -593,8 +593,10 @@ async fn main() -> ExitCode {
             eprintln!("retry-dlq: error: {message}");
             ExitCode::from(EXIT_ERROR)
         }
+        // The whole chain: the store's error says only "dead-letter store failed", its
+        // sources name the file or server and what went wrong.
         Err(Failure::Store(error)) => {
-            eprintln!("retry-dlq: error: {error}");
+            eprintln!("retry-dlq: error: {}", retry_core::error_chain(&error));
             ExitCode::from(EXIT_ERROR)
         }
         // A reader that went away in the middle of `list` or `export` (`| head`) is not an

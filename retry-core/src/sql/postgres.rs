@@ -20,7 +20,6 @@
 //! - Failures come back as a boxed error, which each store wraps into its own error type
 //!   (`StoreError::Unavailable`, `DlqError::Io`).
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -300,7 +299,7 @@ pub(crate) fn conflict_pause(
     if attempt >= SERIALIZATION_ATTEMPTS || !is_transient_conflict(e) {
         return None;
     }
-    tracing::debug!(server = %db.server, what, attempt, error = %e, "serialization failure or deadlock; trying again");
+    tracing::debug!(server = %db.server, what, attempt, error = %crate::error_chain(&e), "serialization failure or deadlock; trying again");
     Some(SERIALIZATION_PAUSE * attempt)
 }
 
@@ -372,9 +371,11 @@ fn describe_server(config: &tokio_postgres::Config) -> String {
     }
 }
 
-/// An error of the server or of reaching it, with the whole chain of causes in its message
-/// (tokio-postgres says only "db error" at the top).
-#[derive(Debug)]
+/// An error of the server or of reaching it: which server, and in doing what; the driver's
+/// error is the source (tokio-postgres says only "db error" at the top, the server's message
+/// is its source in turn).
+#[derive(Debug, thiserror::Error)]
+#[error("{context}")]
 struct ServerError {
     context: String,
     source: BoxError,
@@ -389,24 +390,6 @@ fn server_error(
         context,
         source: Box::new(source),
     })
-}
-
-impl fmt::Display for ServerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.context, self.source)?;
-        let mut cause = self.source.source();
-        while let Some(e) = cause {
-            write!(f, ": {e}")?;
-            cause = e.source();
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ServerError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.source)
-    }
 }
 
 #[cfg(test)]
@@ -455,16 +438,16 @@ mod tests {
     }
 
     #[test]
-    fn server_errors_carry_the_whole_chain() {
+    fn server_errors_name_the_server_and_keep_the_cause_as_the_source() {
         let inner = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
         let error = ServerError {
             context: "cannot connect to PostgreSQL at h:1".to_owned(),
             source: Box::new(StoreError::Unavailable(Box::new(inner))),
         };
+        assert_eq!(error.to_string(), "cannot connect to PostgreSQL at h:1");
         assert_eq!(
-            error.to_string(),
-            "cannot connect to PostgreSQL at h:1: idempotency store unavailable: refused: refused"
+            crate::error_chain(&error).to_string(),
+            "cannot connect to PostgreSQL at h:1: idempotency store unavailable: refused"
         );
-        assert!(std::error::Error::source(&error).is_some());
     }
 }

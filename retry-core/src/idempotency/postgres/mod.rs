@@ -236,8 +236,10 @@ impl PgStore {
     /// let again = PgStore::connect("host=db.internal user=app password=secret dbname=payments").await?;
     ///
     /// let error = PgStore::connect("postgres://app:secret@127.0.0.1:1/payments").await.unwrap_err();
-    /// assert!(error.to_string().contains("127.0.0.1:1"), "{error}");
-    /// assert!(!error.to_string().contains("secret"));
+    /// // The error names the store; its sources, the server (never the password) and why.
+    /// let why = retry_core::error_chain(&error).to_string();
+    /// assert!(why.contains("127.0.0.1:1"), "{why}");
+    /// assert!(!why.contains("secret"));
     /// # Ok(())
     /// # }
     /// ```
@@ -489,7 +491,7 @@ impl IdempotencyStore for PgStore {
                     tracing::debug!(server = %db.server, token, "abandoned claim was already taken over");
                 }
                 Err(e) => {
-                    tracing::warn!(server = %db.server, token, error = %e, "could not release an abandoned claim; its lease will free it");
+                    tracing::warn!(server = %db.server, token, error = %crate::error_chain(&e), "could not release an abandoned claim; its lease will free it");
                 }
             }
         });
@@ -521,7 +523,8 @@ mod tests {
             .block_on(PgStore::connect("postgres://app:s3cret@host:notaport/db"))
             .unwrap_err();
         assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
-        let message = error.to_string();
+        // The message says which store; its sources, what is wrong.
+        let message = crate::error_chain(&error).to_string();
         assert!(
             message.contains("invalid PostgreSQL connection string"),
             "{message}"
