@@ -1,6 +1,10 @@
 //! The `retry-dlq` binary against real stores: letters parked through the library API, then
 //! the commands run as a user or a cron job would.
 
+#[cfg(feature = "postgres")]
+#[path = "../../tests/common/no_tls_server.rs"]
+mod no_tls_server;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, SystemTime};
@@ -722,6 +726,43 @@ fn a_jsonl_file_is_read_beside_the_writer_that_has_it_open() {
     assert_status(&output, 1);
     drop(writer);
     drop(serial);
+}
+
+/// `--pg` with `sslmode=require` against a server without TLS, and a URL that is not one: exit
+/// 2, saying why, never repeating the password. No server needed.
+#[cfg(feature = "postgres")]
+#[test]
+fn pg_urls_that_cannot_work_are_errors_without_the_password() {
+    let port = no_tls_server::no_tls_server();
+    let plain = retry_dlq()
+        .args([
+            "--pg",
+            &format!("postgres://app:s3cret@127.0.0.1:{port}/none?sslmode=require"),
+            "stats",
+        ])
+        .serial_output();
+    assert_status(&plain, 2);
+    assert!(
+        stderr(&plain).contains("server does not support TLS"),
+        "{}",
+        stderr(&plain)
+    );
+    assert!(!stderr(&plain).contains("s3cret"), "{}", stderr(&plain));
+
+    let bad = retry_dlq()
+        .args([
+            "--pg",
+            "postgres://app:s3cret@db/none?sslmode=sometimes",
+            "stats",
+        ])
+        .serial_output();
+    assert_status(&bad, 2);
+    assert!(
+        stderr(&bad).contains("invalid PostgreSQL connection string"),
+        "{}",
+        stderr(&bad)
+    );
+    assert!(!stderr(&bad).contains("s3cret"), "{}", stderr(&bad));
 }
 
 /// `--pg` and `DATABASE_URL`, against the server of `DATABASE_URL` (scripts/test starts one),

@@ -17,6 +17,7 @@
 //!   after the first layout, so both end with one layout.
 //! - Serialization failures and deadlocks are tried again by every store the same way
 //!   ([`retrying_conflicts`]).
+//! - TLS is as the connection string asks (`sslmode`, `sslrootcert`), in `postgres_tls`.
 //! - Failures come back as a boxed error, which each store wraps into its own error type
 //!   (`StoreError::Unavailable`, `DlqError::Io`).
 
@@ -24,9 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{
-    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
+    ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
 };
-use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
 
@@ -83,10 +83,17 @@ pub(crate) struct Db {
 }
 
 impl Db {
-    /// A pool of up to 16 connections to the database at `url`, with no TLS, and the table of
-    /// `schema` created if it is missing. Missing settings get defaults: `connect_timeout` 5 s,
-    /// `application_name` "retry-core". Must run inside a Tokio runtime.
+    /// A pool of up to 16 connections to the database at `url`, over TLS when `url` asks for it
+    /// (see `postgres_tls`), and the table of `schema` created if it is missing. Missing
+    /// settings get defaults: `connect_timeout` 5 s, `application_name` "retry-core". Must run
+    /// inside a Tokio runtime.
     pub(crate) async fn connect(url: &str, schema: &Schema) -> Result<Self, BoxError> {
+        let (url, tls) = super::postgres_tls::split(url).map_err(|e| {
+            Box::new(ServerError {
+                context: "invalid PostgreSQL connection string".to_owned(),
+                source: e,
+            }) as BoxError
+        })?;
         let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| server_error("invalid PostgreSQL connection string".to_owned(), e))?;
@@ -97,13 +104,19 @@ impl Db {
             config.application_name("retry-core");
         }
         let server: Arc<str> = describe_server(&config).into();
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager = tls
+            .manager(
+                config,
+                ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            )
+            .map_err(|e| {
+                Box::new(ServerError {
+                    context: format!("cannot set up TLS for PostgreSQL at {server}"),
+                    source: e,
+                }) as BoxError
+            })?;
         let pool = Pool::builder(manager)
             .max_size(DEFAULT_POOL_SIZE)
             .runtime(Runtime::Tokio1)
