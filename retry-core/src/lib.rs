@@ -95,6 +95,7 @@ mod error_chain;
 pub mod http;
 pub mod idempotency;
 pub mod metrics;
+mod otel;
 mod policy;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]

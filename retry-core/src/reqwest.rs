@@ -106,6 +106,12 @@ pub trait RequestBuilderExt {
     /// [`Elapsed`] the timeout makes classifies [`Decision::Stop`]. Only requests sent with
     /// `send_checked` from the attempt's own task are seen (not from a task it spawns).
     ///
+    /// With the feature `opentelemetry`, a request sent by a retry's second attempt or a later
+    /// one sets the attribute `http.request.resend_count` (1, 2, ...: the OpenTelemetry
+    /// semantic convention) on the current OpenTelemetry span (`Context::current()`); the first
+    /// attempt sets nothing. Open a span per attempt inside the retried function to see each
+    /// request's count; a span around the whole call ends with the last one.
+    ///
     /// ```no_run
     /// use retry_core::reqwest::{client_builder, HttpError, RequestBuilderExt};
     /// use retry_core::retryable;
@@ -153,6 +159,8 @@ impl RequestBuilderExt for RequestBuilder {
         if noted {
             attempt::note_unsafe_send(method_name(&method));
         }
+        #[cfg(feature = "opentelemetry")]
+        crate::otel::record_resend();
         match client.execute(request).await {
             Ok(response) => check_response(Some(method), keyed, response).await,
             Err(e) => {

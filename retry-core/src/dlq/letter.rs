@@ -66,7 +66,9 @@ pub struct DeadLetter {
     pub first_failed_at: String,
     /// When the last attempt failed (RFC 3339 with offset).
     pub last_failed_at: String,
-    /// The logical call's trace id, as on its tracing events.
+    /// The logical call's trace id, as on its tracing events (16 hex digits). With the feature
+    /// `opentelemetry`, parked while an OpenTelemetry span is current: that span's trace id, in
+    /// W3C form (32 lowercase hex digits), so the letter leads to the trace.
     pub trace_id: String,
     /// `system` or `data`.
     pub class: FailureClass,
