@@ -3,7 +3,8 @@
 //! `PgStore` and `PgDeadLetters` with `sslmode=require` work against the cluster scripts/test
 //! started, once this test has given it a certificate (made here with `openssl`, signed by a CA
 //! of the test's own) and turned `ssl` on; `sslmode=verify-full` works with that CA as
-//! `sslrootcert` and fails with another CA. Before that, with `ssl` off, `sslmode=require`
+//! `sslrootcert`, and refuses a name the certificate does not have, which `verify-ca` (and
+//! `require` with a root file) let through; every mode that checks the chain refuses another CA. Before that, with `ssl` off, `sslmode=require`
 //! fails saying the server has no TLS. A guard turns `ssl` back to the cluster's default at the
 //! end, pass or fail, since the other PostgreSQL test binaries of the run use the cluster after
 //! this one.
@@ -275,6 +276,19 @@ async fn store_once_reloaded(url: &str) -> PgStore {
     }
 }
 
+/// Whether a connection of `pool` is TLS, as the server says of that very session.
+async fn encrypted(pool: &deadpool_postgres::Pool) -> bool {
+    let client = pool.get().await.unwrap();
+    client
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 fn letter(msg_id: &str) -> DeadLetter {
     serde_json::from_value(serde_json::json!({
         "msg_id": msg_id, "original": {"amount": 10}, "reason": "upstream 503 after 5 attempts",
@@ -327,18 +341,10 @@ async fn both_stores_work_over_tls_when_the_url_requires_it() {
         store.claim(&request).await.unwrap(),
         ClaimOutcome::Done("\"ok\"".into())
     );
-    // The connection is TLS: the server says so of this very session.
-    let client = store.pool().get().await.unwrap();
-    let ssl: bool = client
-        .query_one(
-            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert!(ssl, "the store's connection is not encrypted");
-    drop(client);
+    assert!(
+        encrypted(store.pool()).await,
+        "the store's connection is not encrypted"
+    );
 
     let letters = PgDeadLetters::connect(&required).await.unwrap();
     letters.park(&letter("M-tls")).await.unwrap();
@@ -348,17 +354,10 @@ async fn both_stores_work_over_tls_when_the_url_requires_it() {
         .unwrap()
         .expect("the letter was parked");
     assert_eq!(parked.original, letter("M-tls").original);
-    let client = letters.pool().get().await.unwrap();
-    let ssl: bool = client
-        .query_one(
-            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert!(ssl, "the dead letters' connection is not encrypted");
-    drop(client);
+    assert!(
+        encrypted(letters.pool()).await,
+        "the dead letters' connection is not encrypted"
+    );
 
     // `verify-full`: the chain to the test's CA and the name (127.0.0.1, in the certificate).
     let root = |ca: &str| certificates.file(ca).display().to_string();
@@ -368,16 +367,46 @@ async fn both_stores_work_over_tls_when_the_url_requires_it() {
     );
     PgStore::connect(&verified).await.unwrap();
     PgDeadLetters::connect(&verified).await.unwrap();
-    // Another CA vouches for nothing here.
-    let stranger = with(
-        &with(&schema.url, "sslmode=verify-full"),
-        &format!("sslrootcert={}", root("other-ca.pem")),
-    );
-    let chain = error_chain(&PgStore::connect(&stranger).await.unwrap_err()).to_string();
+    // Reached under a name the certificate does not have (the address given apart, as
+    // `hostaddr`): `verify-full` refuses it, `verify-ca` checks the chain alone and goes on.
+    let url = |mode: &str, ca: &str| {
+        let renamed = schema.url.replacen("@127.0.0.1:", "@db.invalid:", 1);
+        assert_ne!(
+            renamed, schema.url,
+            "scripts/test's DATABASE_URL names 127.0.0.1"
+        );
+        let renamed = with(&renamed, "hostaddr=127.0.0.1");
+        with(
+            &with(&renamed, &format!("sslmode={mode}")),
+            &format!("sslrootcert={}", root(ca)),
+        )
+    };
+    let chain = error_chain(
+        &PgStore::connect(&url("verify-full", "ca.pem"))
+            .await
+            .unwrap_err(),
+    )
+    .to_string();
+    assert!(chain.contains("invalid peer certificate"), "{chain}");
     assert!(
-        chain.contains("invalid peer certificate") && chain.contains("UnknownIssuer"),
+        chain.contains("not valid for name \"db.invalid\""),
         "{chain}"
     );
+    PgStore::connect(&url("verify-ca", "ca.pem")).await.unwrap();
+    PgStore::connect(&url("require", "ca.pem")).await.unwrap();
+    // Another CA vouches for nothing here, whatever the mode that checks the chain.
+    for mode in ["verify-full", "verify-ca", "require"] {
+        let chain = error_chain(
+            &PgStore::connect(&url(mode, "other-ca.pem"))
+                .await
+                .unwrap_err(),
+        )
+        .to_string();
+        assert!(
+            chain.contains("invalid peer certificate") && chain.contains("UnknownIssuer"),
+            "{mode}: {chain}"
+        );
+    }
 
     drop((store, letters));
     schema.drop_all().await;

@@ -734,35 +734,24 @@ fn a_jsonl_file_is_read_beside_the_writer_that_has_it_open() {
 #[test]
 fn pg_urls_that_cannot_work_are_errors_without_the_password() {
     let port = no_tls_server::no_tls_server();
-    let plain = retry_dlq()
-        .args([
-            "--pg",
-            &format!("postgres://app:s3cret@127.0.0.1:{port}/none?sslmode=require"),
-            "stats",
-        ])
-        .serial_output();
-    assert_status(&plain, 2);
-    assert!(
-        stderr(&plain).contains("server does not support TLS"),
-        "{}",
-        stderr(&plain)
-    );
-    assert!(!stderr(&plain).contains("s3cret"), "{}", stderr(&plain));
-
-    let bad = retry_dlq()
-        .args([
-            "--pg",
-            "postgres://app:s3cret@db/none?sslmode=sometimes",
-            "stats",
-        ])
-        .serial_output();
-    assert_status(&bad, 2);
-    assert!(
-        stderr(&bad).contains("invalid PostgreSQL connection string"),
-        "{}",
-        stderr(&bad)
-    );
-    assert!(!stderr(&bad).contains("s3cret"), "{}", stderr(&bad));
+    for (url, says) in [
+        (
+            format!("postgres://app:s3cret@127.0.0.1:{port}/none?sslmode=require"),
+            "server does not support TLS",
+        ),
+        (
+            "postgres://app:s3cret@db/none?sslmode=sometimes".to_owned(),
+            "invalid PostgreSQL connection string",
+        ),
+    ] {
+        let output = retry_dlq().args(["--pg", &url, "stats"]).serial_output();
+        assert_status(&output, 2);
+        let stderr = stderr(&output);
+        assert!(
+            stderr.contains(says) && !stderr.contains("s3cret"),
+            "{stderr}"
+        );
+    }
 }
 
 /// `--pg` and `DATABASE_URL`, against the server of `DATABASE_URL` (scripts/test starts one),

@@ -321,10 +321,14 @@ mod connector {
                     .map_err(|e| format!("the platform's trust store cannot be used: {e}"))?,
             ),
             (Mode::VerifyFull, Some(Root::File(path))) => webpki(path, &provider)?,
-            (Mode::Require | Mode::VerifyCa, Some(Root::File(path))) => {
-                Arc::new(ChainOnly(webpki(path, &provider)?))
-            }
-            (Mode::Require, None) => Arc::new(Unchecked(provider.clone())),
+            (Mode::Require | Mode::VerifyCa, Some(Root::File(path))) => Arc::new(NameUnchecked {
+                chain: Some(webpki(path, &provider)?),
+                provider: provider.clone(),
+            }),
+            (Mode::Require, None) => Arc::new(NameUnchecked {
+                chain: None,
+                provider: provider.clone(),
+            }),
             // Refused by `TlsRequest::check`; `Plain` never asks for a connector.
             (Mode::Require | Mode::VerifyCa, Some(Root::System)) | (Mode::VerifyCa, None) => {
                 return Err("sslmode=verify-ca needs sslrootcert=<file>".into());
@@ -357,62 +361,18 @@ mod connector {
             .map_err(|e| format!("sslrootcert={shown}: {e}").into())
     }
 
-    /// `sslmode=require` without a root file: the certificate is not checked (libpq's rule), but
-    /// the handshake's signatures are, with the certificate's key.
+    /// `require` and `verify-ca`: the server's chain is checked against the root file's CA
+    /// certificates when there is one (`require` without one checks no certificate: libpq's
+    /// rule), its name never. The handshake's signatures are always checked, with the
+    /// certificate's key. webpki checks the chain before the name, so a name mismatch means the
+    /// chain passed.
     #[derive(Debug)]
-    struct Unchecked(Arc<CryptoProvider>);
-
-    impl ServerCertVerifier for Unchecked {
-        fn verify_server_cert(
-            &self,
-            _end_entity: &CertificateDer<'_>,
-            _intermediates: &[CertificateDer<'_>],
-            _server_name: &ServerName<'_>,
-            _ocsp_response: &[u8],
-            _now: UnixTime,
-        ) -> Result<ServerCertVerified, rustls::Error> {
-            Ok(ServerCertVerified::assertion())
-        }
-
-        fn verify_tls12_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls12_signature(
-                message,
-                cert,
-                dss,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-
-        fn verify_tls13_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls13_signature(
-                message,
-                cert,
-                dss,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-
-        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.0.signature_verification_algorithms.supported_schemes()
-        }
+    struct NameUnchecked {
+        chain: Option<Arc<WebPkiServerVerifier>>,
+        provider: Arc<CryptoProvider>,
     }
 
-    /// `verify-ca` (and `require` with a root file): the chain is checked, the name is not.
-    /// webpki checks the chain before the name, so a name mismatch means the chain passed.
-    #[derive(Debug)]
-    struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-    impl ServerCertVerifier for ChainOnly {
+    impl ServerCertVerifier for NameUnchecked {
         fn verify_server_cert(
             &self,
             end_entity: &CertificateDer<'_>,
@@ -421,7 +381,10 @@ mod connector {
             ocsp_response: &[u8],
             now: UnixTime,
         ) -> Result<ServerCertVerified, rustls::Error> {
-            match self.0.verify_server_cert(
+            let Some(chain) = &self.chain else {
+                return Ok(ServerCertVerified::assertion());
+            };
+            match chain.verify_server_cert(
                 end_entity,
                 intermediates,
                 server_name,
@@ -442,7 +405,8 @@ mod connector {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            self.0.verify_tls12_signature(message, cert, dss)
+            let algorithms = &self.provider.signature_verification_algorithms;
+            rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
         }
 
         fn verify_tls13_signature(
@@ -451,11 +415,14 @@ mod connector {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            self.0.verify_tls13_signature(message, cert, dss)
+            let algorithms = &self.provider.signature_verification_algorithms;
+            rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
         }
 
         fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.0.supported_verify_schemes()
+            self.provider
+                .signature_verification_algorithms
+                .supported_schemes()
         }
     }
 }
@@ -565,6 +532,25 @@ mod tests {
         assert_eq!(percent_decode("a%20b%2Fc"), "a b/c");
         assert_eq!(percent_decode("100%"), "100%");
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    }
+
+    #[cfg(feature = "postgres-tls")]
+    #[test]
+    fn every_mode_makes_a_client_configuration() {
+        for url in [
+            "postgres://db/x?sslmode=require",
+            "postgres://db/x?sslmode=verify-full",
+            "postgres://db/x?sslmode=verify-full&sslrootcert=system",
+        ] {
+            let (_, tls) = request(url);
+            connector::client_config(&tls).unwrap_or_else(|e| panic!("{url}: {e}"));
+        }
+        let (_, tls) = request("postgres://db/x?sslmode=verify-ca&sslrootcert=/nonexistent.pem");
+        let error = connector::client_config(&tls).unwrap_err().to_string();
+        assert!(
+            error.starts_with("sslrootcert=/nonexistent.pem: cannot read"),
+            "{error}"
+        );
     }
 
     #[cfg(not(feature = "postgres-tls"))]
