@@ -73,6 +73,8 @@
 //! | `tower` | `IdempotencyLayer`, the server-side `Caller-Retries` layer (implies `http`) | `tower-service` 0.3, `http-body` 1 (axum 0.8) |
 //! | `sqlite` | `SqliteStore` (idempotency) and `SqliteDeadLetters` | `rusqlite` 0.43, SQLite bundled |
 //! | `postgres` | `PgStore` and `PgDeadLetters` | `tokio-postgres` 0.7 |
+//! | `postgres-tls` | their `connect` over TLS when the URL asks for it (`sslmode`, `sslrootcert`, as libpq reads them; implies `postgres`) | `rustls` 0.23 with `ring` |
+//! | `opentelemetry` | dead letters parked under a current span carry its trace id; `send_checked` sets `http.request.resend_count` on resends | `opentelemetry` 0.33 (the API) |
 //! | `serde` | `Serialize`/`Deserialize` for the values an application keeps or configures: a [`Policy`] read from configuration, durations as strings (see [`duration`]) | `serde` 1 |
 //! | `test-suite` | the conformance checks every store passes, for authors of their own stores | |
 #![cfg_attr(docsrs, feature(doc_cfg))]
