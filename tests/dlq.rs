@@ -146,8 +146,8 @@ async fn a_failing_sink_makes_the_caller_see_not_parked() {
         FetchError::NotParked(failed) => {
             assert_eq!(failed.letter.msg_id, "M-3");
             assert_eq!(
-                failed.to_string(),
-                "not parked (dead-letter store failed: no space left on device): gave up after 2 attempts: upstream 503"
+                retry_core::error_chain(&failed).to_string(),
+                "not parked (the sink failed): gave up after 2 attempts: upstream 503: dead-letter store failed: no space left on device"
             );
         }
         other => panic!("the caller must see that nothing was parked: {other:?}"),

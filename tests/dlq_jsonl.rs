@@ -611,7 +611,7 @@ async fn a_corrupt_line_before_the_last_fails_open_and_names_the_line() {
         for result in [JsonlSink::open(&path), JsonlSink::open_read_only(&path)] {
             let error = result.unwrap_err();
             assert!(matches!(error, DlqError::Corrupt(_)), "{error:?}");
-            let message = error.to_string();
+            let message = retry_core::error_chain(&error).to_string();
             assert!(message.contains(line), "{message}");
             assert!(message.contains(&path.display().to_string()), "{message}");
         }
@@ -639,7 +639,9 @@ fn paths_that_cannot_be_written_fail_with_io_naming_the_path() {
     let error = JsonlSink::open(&in_place).unwrap_err();
     assert!(matches!(error, DlqError::Io(_)), "{error:?}");
     assert!(
-        error.to_string().contains(&in_place.display().to_string()),
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains(&in_place.display().to_string()),
         "{error}"
     );
 
@@ -650,7 +652,9 @@ fn paths_that_cannot_be_written_fail_with_io_naming_the_path() {
     let error = JsonlSink::open(&below).unwrap_err();
     assert!(matches!(error, DlqError::Io(_)), "{error:?}");
     assert!(
-        error.to_string().contains(&below.display().to_string()),
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains(&below.display().to_string()),
         "{error}"
     );
     // The source is the io::Error, its kind kept.
@@ -666,7 +670,12 @@ fn paths_that_cannot_be_written_fail_with_io_naming_the_path() {
 
     // A reader needs the file to be there.
     let error = JsonlSink::open_read_only(dir.file("missing.jsonl")).unwrap_err();
-    assert!(error.to_string().contains("missing.jsonl"), "{error}");
+    assert!(
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains("missing.jsonl"),
+        "{error}"
+    );
 }
 
 #[tokio::test]
@@ -983,7 +992,7 @@ async fn a_park_that_cannot_write_fails_with_io_and_leaves_no_partial_line() {
                 Ok(()) => println!("PARKED {}", l.msg_id),
                 Err(e) => {
                     assert!(matches!(e, DlqError::Io(_)), "{e:?}");
-                    println!("FAILED {e}");
+                    println!("FAILED {}", retry_core::error_chain(&e));
                     // Still failing, still clean: a group of ten fails whole.
                     let group: Vec<_> = (1000..1010)
                         .map(|i| {
@@ -1074,7 +1083,7 @@ async fn a_lock_held_for_seconds_fails_open_and_parks_instead_of_hanging() {
     let waited = started.elapsed();
     for error in [opened.unwrap().unwrap_err(), parked.unwrap_err()] {
         assert!(matches!(error, DlqError::Io(_)), "{error:?}");
-        let message = error.to_string();
+        let message = retry_core::error_chain(&error).to_string();
         assert!(
             message.contains("cannot lock dead-letter file") && message.contains("held"),
             "{message}"

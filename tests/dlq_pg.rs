@@ -1042,7 +1042,7 @@ async fn the_schema_checks_the_class_and_a_newer_version_is_refused() {
     let error = PgDeadLetters::connect(&schema.url).await.unwrap_err();
     assert!(matches!(error, DlqError::Io(_)), "{error:?}");
     assert!(
-        error
+        retry_core::error_chain(&error)
             .to_string()
             .contains("dead_letters schema version 3, newer than the 2"),
         "{error}"
@@ -1120,7 +1120,7 @@ async fn a_server_that_cannot_be_reached_is_io_named_and_without_the_password() 
         .await
         .unwrap_err();
     assert!(matches!(error, DlqError::Io(_)), "{error:?}");
-    let message = error.to_string();
+    let message = retry_core::error_chain(&error).to_string();
     assert!(
         message.contains("cannot connect to PostgreSQL at 127.0.0.1:1 (database dlq)"),
         "{message}"
@@ -1170,7 +1170,12 @@ async fn a_store_whose_server_went_away_fails_each_call_with_io_then_reconnects(
             }
             Err(error) => {
                 assert!(matches!(error, DlqError::Io(_)), "{error:?}");
-                assert!(error.to_string().contains("PostgreSQL at"), "{error}");
+                assert!(
+                    retry_core::error_chain(&error)
+                        .to_string()
+                        .contains("PostgreSQL at"),
+                    "{error}"
+                );
             }
         }
     }
@@ -1188,7 +1193,12 @@ async fn a_store_whose_server_went_away_fails_each_call_with_io_then_reconnects(
                 parked = true;
                 break;
             }
-            Err(error) => assert!(error.to_string().contains("PostgreSQL at"), "{error}"),
+            Err(error) => assert!(
+                retry_core::error_chain(&error)
+                    .to_string()
+                    .contains("PostgreSQL at"),
+                "{error}"
+            ),
         }
     }
     assert!(parked, "the writer reconnects after the server dropped it");

@@ -728,7 +728,7 @@ async fn a_failed_group_fails_each_of_its_letters_and_the_writer_goes_on() {
                 .is_some_and(|e| e.is::<rusqlite::Error>()),
             "SQLite's error is kept as the source"
         );
-        messages.push(error.to_string());
+        messages.push(retry_core::error_chain(&error).to_string());
     }
     let waited = started.elapsed();
     let expected = format!(
@@ -1064,7 +1064,7 @@ async fn the_schema_is_created_once_checks_the_class_and_refuses_a_newer_version
     let error = SqliteDeadLetters::open(dir.db()).unwrap_err();
     assert!(matches!(error, DlqError::Io(_)), "{error:?}");
     assert!(
-        error
+        retry_core::error_chain(&error)
             .to_string()
             .contains("dead_letters schema version 3, newer than the 2"),
         "{error}"
@@ -1106,7 +1106,7 @@ fn opening_in_a_missing_directory_is_an_io_error_naming_the_file() {
     let path = dir.0.join("no-such-dir").join("dlq.sqlite3");
     let error = SqliteDeadLetters::open(&path).unwrap_err();
     assert!(matches!(error, DlqError::Io(_)), "{error:?}");
-    let message = error.to_string();
+    let message = retry_core::error_chain(&error).to_string();
     assert!(
         message.starts_with("dead-letter store failed: cannot open database file "),
         "{message}"
@@ -1134,12 +1134,16 @@ async fn a_file_removed_from_under_the_store_fails_with_io_not_a_panic() {
         .unwrap_err();
     assert!(matches!(error, DlqError::Io(_)), "{error:?}");
     assert!(
-        error.to_string().contains(&dir.db().display().to_string()),
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains(&dir.db().display().to_string()),
         "{error}"
     );
     let error = letters.stats().await.unwrap_err();
     assert!(
-        error.to_string().contains(&dir.db().display().to_string()),
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains(&dir.db().display().to_string()),
         "{error}"
     );
 }
@@ -1164,7 +1168,12 @@ async fn a_locked_file_fails_after_the_busy_timeout_naming_the_file() {
         "database file {} is locked by another process (busy for 100ms)",
         dir.db().display()
     );
-    assert!(error.to_string().contains(&expected), "{error}");
+    assert!(
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains(&expected),
+        "{error}"
+    );
     assert!(
         waited >= Duration::from_millis(90) && waited < Duration::from_secs(3),
         "waited {waited:?}"
@@ -1227,7 +1236,7 @@ impl std::fmt::Display for SendError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SendError::Upstream => f.write_str("upstream 503"),
-            SendError::NotParked(e) => write!(f, "{e}"),
+            SendError::NotParked(e) => write!(f, "{}", retry_core::error_chain(e)),
         }
     }
 }

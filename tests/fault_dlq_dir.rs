@@ -121,7 +121,7 @@ fn assert_not_parked(failed: &DlqFailed, msg_id: &str, doing: &[&str], path: &Pa
         "{:?}",
         failed.why
     );
-    let message = failed.to_string();
+    let message = retry_core::error_chain(&failed).to_string();
     let file = |doing: &str| format!("{doing} dead-letter file {}: ", path.display());
     assert!(
         doing.iter().any(|doing| message.contains(&file(doing))) && message.contains(cause),
@@ -129,7 +129,10 @@ fn assert_not_parked(failed: &DlqFailed, msg_id: &str, doing: &[&str], path: &Pa
         file(doing[0])
     );
     assert!(
-        message.ends_with("gave up after 2 attempts: upstream 503"),
+        message.starts_with(
+            "not parked (the sink failed): gave up after 2 attempts: upstream 503: \
+             dead-letter store failed: "
+        ),
         "{message}"
     );
 }
@@ -292,7 +295,7 @@ async fn a_read_only_dead_letter_directory_fails_open_naming_it_and_loses_nothin
     run("mount", &["-o", "remount,bind,ro", dir_arg(&dir)]);
     let error = JsonlSink::open(&path).unwrap_err();
     assert!(matches!(error, DlqError::Io(_)), "{error:?}");
-    let message = error.to_string();
+    let message = retry_core::error_chain(&error).to_string();
     let file = format!("cannot open dead-letter file {}", path.display());
     assert!(
         message.contains(&file) && message.contains("Read-only file system"),

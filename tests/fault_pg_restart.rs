@@ -123,7 +123,7 @@ impl From<tokio_postgres::Error> for Failed {
 impl std::fmt::Display for Failed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failed::Idempotency(e) => write!(f, "{e}"),
+            Failed::Idempotency(e) => write!(f, "{}", retry_core::error_chain(e)),
             Failed::Db(e) => {
                 // tokio-postgres says "db error"; what the server said is in the source.
                 write!(f, "handler's statement failed: {e}")?;

@@ -110,9 +110,9 @@ impl From<DlqFailed> for Failed {
 impl std::fmt::Display for Failed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failed::Idempotency(e) => write!(f, "{e}"),
+            Failed::Idempotency(e) => write!(f, "{}", retry_core::error_chain(e)),
             Failed::Upstream => f.write_str("upstream 503"),
-            Failed::NotParked(e) => write!(f, "{e}"),
+            Failed::NotParked(e) => write!(f, "{}", retry_core::error_chain(e)),
         }
     }
 }
@@ -170,6 +170,16 @@ fn locked_message(path: &Path) -> String {
     )
 }
 
+/// The chain of a call refused for the lock: the store, the file and the wait, then SQLite's own
+/// error.
+fn assert_locked(message: &str, path: &Path) {
+    let ours = format!("idempotency store unavailable: {}: ", locked_message(path));
+    assert!(
+        message.starts_with(&ours) && message[ours.len()..].contains("database is locked"),
+        "{message}"
+    );
+}
+
 #[tokio::test]
 async fn idempotent_calls_on_a_locked_file_fail_closed_naming_it_and_resends_run_once() {
     if let Ok(path) = std::env::var(CHILD_ENV) {
@@ -189,10 +199,7 @@ async fn idempotent_calls_on_a_locked_file_fail_closed_naming_it_and_resends_run
     // write lock; if the store takes the lock for it, it fails like the new keys below.
     match deposit(&inbox, &ledger, 1).await {
         Ok(answer) => assert_eq!(answer, 1),
-        Err(error) => assert_eq!(
-            error.to_string(),
-            format!("idempotency store unavailable: {}", locked_message(&path))
-        ),
+        Err(error) => assert_locked(&error.to_string(), &path),
     }
     for deposit_no in [2, 3, 4] {
         let started = Instant::now();
@@ -201,10 +208,7 @@ async fn idempotent_calls_on_a_locked_file_fail_closed_naming_it_and_resends_run
             matches!(error, Failed::Idempotency(IdempotencyError::Store(_))),
             "{error:?}"
         );
-        assert_eq!(
-            error.to_string(),
-            format!("idempotency store unavailable: {}", locked_message(&path))
-        );
+        assert_locked(&error.to_string(), &path);
         // Two attempts of one busy timeout each, and the pause between them.
         assert!(
             started.elapsed() < Duration::from_secs(5),
@@ -295,17 +299,14 @@ async fn letters_given_up_on_a_locked_file_come_back_to_the_caller_and_park_once
             "{:?}",
             failed.why
         );
-        // The cause (the file, locked) and the call's own reason, for the caller to log.
-        let message = failed.to_string();
+        // The call's own reason, then the cause (the file, locked), for the caller to log.
+        let message = retry_core::error_chain(&failed).to_string();
         assert!(
             message.starts_with(&format!(
-                "not parked (dead-letter store failed: {}",
+                "not parked (the sink failed): gave up after 2 attempts: upstream 503: \
+                 dead-letter store failed: {}",
                 locked_message(&path)
             )),
-            "{message}"
-        );
-        assert!(
-            message.ends_with("): gave up after 2 attempts: upstream 503"),
             "{message}"
         );
         not_parked.push(failed.letter);
@@ -314,7 +315,9 @@ async fn letters_given_up_on_a_locked_file_come_back_to_the_caller_and_park_once
     let error = letters.park(&letter("M-3")).await.unwrap_err();
     assert!(matches!(error, DlqError::Io(_)), "{error:?}");
     assert!(
-        error.to_string().contains(&locked_message(&path)),
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains(&locked_message(&path)),
         "{error}"
     );
     not_parked.push(letter("M-3"));

@@ -32,7 +32,7 @@ impl From<IdempotencyError> for Failed {
 impl std::fmt::Display for Failed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failed::Idempotency(e) => write!(f, "{e}"),
+            Failed::Idempotency(e) => write!(f, "{}", retry_core::error_chain(e)),
             Failed::Declined => f.write_str("declined"),
         }
     }

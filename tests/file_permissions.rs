@@ -142,7 +142,7 @@ fn a_jsonl_sink_does_not_follow_a_link_or_write_another_users_file() {
     std::os::unix::fs::symlink(&elsewhere, &dangling).unwrap();
     for link in [&link, &dangling] {
         for result in [JsonlSink::open(link), JsonlSink::open_read_only(link)] {
-            let error = result.unwrap_err().to_string();
+            let error = retry_core::error_chain(&result.unwrap_err()).to_string();
             assert!(
                 error.contains("symbolic link") && error.contains(&link.display().to_string()),
                 "{error}"
@@ -158,7 +158,7 @@ fn a_jsonl_sink_does_not_follow_a_link_or_write_another_users_file() {
     std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o600)).unwrap();
     std::os::unix::fs::chown(&theirs, Some(65534), Some(65534))
         .expect("this test gives a file to uid 65534, which needs root");
-    let error = JsonlSink::open(&theirs).unwrap_err().to_string();
+    let error = retry_core::error_chain(&JsonlSink::open(&theirs).unwrap_err()).to_string();
     assert!(error.contains("owned by uid 65534"), "{error}");
     JsonlSink::open_read_only(&theirs).unwrap();
 }

@@ -294,7 +294,7 @@ async fn a_store_that_is_down_fails_closed() {
     let err = against_down_store(&Down, 1, &ledger).await.unwrap_err();
     let message = err
         .idempotency()
-        .map(ToString::to_string)
+        .map(|e| retry_core::error_chain(e).to_string())
         .unwrap_or_default();
     assert_eq!(message, "idempotency store unavailable: connection refused");
     assert_eq!(

@@ -895,7 +895,7 @@ async fn instances_starting_together_migrate_once() {
     let error = PgStore::connect(&schema.url).await.unwrap_err();
     assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
     assert!(
-        error
+        retry_core::error_chain(&error)
             .to_string()
             .contains("has inbox_log schema version 3, newer than the 2"),
         "{error}"
@@ -1002,7 +1002,7 @@ async fn a_server_that_cannot_be_reached_is_unavailable_and_named() {
         .await
         .unwrap_err();
     assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
-    let message = error.to_string();
+    let message = retry_core::error_chain(&error).to_string();
     assert!(
         message.contains("cannot connect to PostgreSQL at 127.0.0.1:1 (database inbox)"),
         "{message}"
@@ -1178,7 +1178,12 @@ async fn rollback_undoes_the_writes_and_pools_the_connection() {
     );
     let error = store.commit_done(tx, &claim, "\"x\"").await.unwrap_err();
     assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
-    assert!(error.to_string().contains("aborted"), "{error}");
+    assert!(
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains("aborted"),
+        "{error}"
+    );
     assert_eq!(balance(&reader).await, 100);
     assert_eq!(
         store.claim(&request("dep-4")).await.unwrap(),
@@ -1201,7 +1206,9 @@ async fn a_transaction_ended_by_the_handler_cannot_store_its_response() {
     let error = store.commit_done(tx, &claim, "\"x\"").await.unwrap_err();
     assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
     assert!(
-        error.to_string().contains("ended the transaction"),
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains("ended the transaction"),
         "{error}"
     );
     // Its own commit stands; the response was not stored.
@@ -1215,7 +1222,12 @@ async fn a_transaction_ended_by_the_handler_cannot_store_its_response() {
     let other = other_schema.store().await;
     let tx = other.begin().await.unwrap();
     let error = store.commit_done(tx, &claim, "\"x\"").await.unwrap_err();
-    assert!(error.to_string().contains("another store"), "{error}");
+    assert!(
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains("another store"),
+        "{error}"
+    );
     store.complete(&claim, "\"ok\"").await.unwrap();
     drop((store, other));
     schema.drop_all().await;

@@ -704,7 +704,7 @@ fn opening_in_a_missing_directory_is_unavailable() {
     let path = dir.0.join("no-such-dir").join("inbox.sqlite3");
     let error = SqliteStore::open(&path).unwrap_err();
     assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
-    let message = error.to_string();
+    let message = retry_core::error_chain(&error).to_string();
     assert!(message.contains(&path.display().to_string()), "{message}");
     assert!(message.contains("does not exist"), "{message}");
 }
@@ -722,7 +722,7 @@ async fn a_locked_file_fails_after_the_busy_timeout() {
     let error = store.claim(&request("m-6")).await.unwrap_err();
     let waited = started.elapsed();
     assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
-    let message = error.to_string();
+    let message = retry_core::error_chain(&error).to_string();
     let expected = format!(
         "database file {} is locked by another process (busy for 100ms)",
         dir.db().display()

@@ -342,7 +342,12 @@ async fn a_run_cancelled_mid_flight_rolls_back_and_the_transaction_cannot_commit
     );
 
     let error = store.commit_done(tx, &claim, "null").await.unwrap_err();
-    assert!(error.to_string().contains("is no longer open"), "{error}");
+    assert!(
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains("is no longer open"),
+        "{error}"
+    );
     // `begin` waits for the pool's only connection, which comes back rolled back.
     let mut next = store.begin().await.unwrap();
     next.run(|c| c.query_row("SELECT 1", [], |row| row.get::<_, i64>(0)))
@@ -389,7 +394,12 @@ async fn a_handler_that_ends_the_transaction_cannot_commit_done() {
     let claim = claimed(store.claim(&request("dep-9")).await);
     let mut tx = store.begin().await.unwrap();
     let error = tx.run(|c| c.execute_batch("ROLLBACK")).await.unwrap_err();
-    assert!(error.to_string().contains("is no longer open"), "{error}");
+    assert!(
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains("is no longer open"),
+        "{error}"
+    );
     assert!(tx.run(|c| c.execute("SELECT 1", [])).await.is_err());
     assert!(store.commit_done(tx, &claim, "null").await.is_err());
     assert_eq!(
@@ -412,7 +422,12 @@ async fn a_failed_statement_leaves_the_transaction_open() {
         .run(|c| c.execute("INSERT INTO balances VALUES ('a', 0)", []))
         .await
         .unwrap_err();
-    assert!(error.to_string().contains("UNIQUE"), "{error}");
+    assert!(
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains("UNIQUE"),
+        "{error}"
+    );
     store.commit_done(tx, &claim, "null").await.unwrap();
     assert_eq!(balance(&dir, "a"), 10, "the earlier write committed");
 }
@@ -425,7 +440,12 @@ async fn another_writer_waits_for_the_transaction_at_most_the_busy_timeout() {
     let started = Instant::now();
     let error = store.claim(&request("dep-11")).await.unwrap_err();
     assert!(started.elapsed() >= Duration::from_millis(100));
-    assert!(error.to_string().contains("is locked"), "{error}");
+    assert!(
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains("is locked"),
+        "{error}"
+    );
     // Readers are not blocked (WAL).
     assert_eq!(balance(&dir, "a"), 0);
     store.rollback(tx).await.unwrap();
@@ -442,7 +462,7 @@ async fn a_transaction_of_another_file_cannot_commit_here() {
     let tx = elsewhere.begin().await.unwrap();
     let error = store.commit_done(tx, &claim, "null").await.unwrap_err();
     assert!(
-        error
+        retry_core::error_chain(&error)
             .to_string()
             .contains("cannot complete a claim kept in"),
         "{error}"
@@ -476,7 +496,12 @@ async fn an_open_transaction_keeps_its_claim_past_the_lease() {
     tx.run(deposit_sql(13, "a".into(), 10)).await.unwrap();
     clock.advance(Duration::from_secs(11)); // past the 10 s lease
     let error = other.claim(&request("dep-13")).await.unwrap_err();
-    assert!(error.to_string().contains("is locked"), "{error}");
+    assert!(
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains("is locked"),
+        "{error}"
+    );
     store.commit_done(tx, &claim, "13").await.unwrap();
 
     assert_eq!(
@@ -582,7 +607,12 @@ async fn a_claim_waits_out_its_lease_until_its_transaction_holds_it() {
     let tx = store.begin_for(&first).await.unwrap();
     clock.advance(Duration::from_secs(11)); // past the 10 s lease
     let error = other.claim(&request("dep-22")).await.unwrap_err();
-    assert!(error.to_string().contains("is locked"), "{error}");
+    assert!(
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains("is locked"),
+        "{error}"
+    );
     store.commit_done(tx, &first, "22").await.unwrap();
     assert_eq!(
         other.claim(&request("dep-22")).await.unwrap(),

@@ -165,7 +165,8 @@ impl Classify for io::Error {
 /// assert_eq!(e.classify(), Decision::Retry);
 /// assert_eq!(e.unsafe_request(), None);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("attempt timed out after {limit:?}")]
 pub struct Elapsed {
     limit: Duration,
     unsafe_request: Option<&'static str>,
@@ -200,14 +201,6 @@ impl Elapsed {
         self.unsafe_request
     }
 }
-
-impl std::fmt::Display for Elapsed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "attempt timed out after {:?}", self.limit)
-    }
-}
-
-impl std::error::Error for Elapsed {}
 
 impl Classify for Elapsed {
     fn classify(&self) -> Decision {

@@ -77,6 +77,8 @@
 //! | `tonic` | [`Classify`] for `tonic::Status`, the `caller-retries` metadata (implies `http`) | `tonic` 0.14 |
 //! | `sqlite` | `SqliteStore` (idempotency) and `SqliteDeadLetters` | `rusqlite` 0.43, SQLite bundled |
 //! | `postgres` | `PgStore` and `PgDeadLetters` | `tokio-postgres` 0.7 |
+//! | `postgres-tls` | their `connect` over TLS when the URL asks for it (`sslmode`, `sslrootcert`, as libpq reads them; implies `postgres`) | `rustls` 0.23 with `ring` |
+//! | `opentelemetry` | dead letters parked under a current span carry its trace id; `send_checked` sets `http.request.resend_count` on resends | `opentelemetry` 0.33 (the API) |
 //! | `serde` | `Serialize`/`Deserialize` for the values an application keeps or configures: a [`Policy`] read from configuration, durations as strings (see [`duration`]) | `serde` 1 |
 //! | `test-suite` | the conformance checks every store passes, for authors of their own stores | |
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -93,11 +95,13 @@ mod config;
 mod conformance;
 pub mod dlq;
 pub mod duration;
+mod error_chain;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod idempotency;
 pub mod metrics;
+mod otel;
 mod policy;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
@@ -122,6 +126,7 @@ pub mod tower;
 pub use budget::{BudgetSettings, RetryBudget};
 pub use call::{RetryCall, RetryFuture};
 pub use classify::{ByClassify, Classifier, Classify, Decision, Elapsed};
+pub use error_chain::error_chain;
 pub use idempotency::{IdempotencyError, Idempotent};
 pub use policy::{Jitter, Knobs, Policy, UnknownJitter};
 pub use retrying::{Retrying, SingleAttempt};

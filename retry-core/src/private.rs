@@ -472,7 +472,7 @@ pub async fn park_on_give_up<T, E>(
         attempts: state.attempts(),
         first_failed_at: crate::time::format_rfc3339(failures.first),
         last_failed_at: crate::time::format_rfc3339(failures.last),
-        trace_id: format!("{:016x}", crate::scope::current_trace_id()),
+        trace_id: crate::otel::letter_trace_id(),
         class,
         error_type: std::any::type_name::<E>().to_owned(),
         source: Some(format!("{}::{}", site.module(), site.function())),
@@ -503,7 +503,7 @@ pub async fn park_on_give_up<T, E>(
         }
         Err(error) => {
             crate::metrics::park_failed(site);
-            tracing::error!(function = site.function(), msg_id = %letter.msg_id, %error, "dead letter NOT parked");
+            tracing::error!(function = site.function(), msg_id = %letter.msg_id, error = %crate::error_chain(&error), "dead letter NOT parked");
             Err(not_parked(DlqFailed::new(letter, NotParked::Sink(error))))
         }
     }

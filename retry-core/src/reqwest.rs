@@ -108,6 +108,12 @@ pub trait RequestBuilderExt {
     /// [`Elapsed`] the timeout makes classifies [`Decision::Stop`]. Only requests sent with
     /// `send_checked` from the attempt's own task are seen (not from a task it spawns).
     ///
+    /// With the feature `opentelemetry`, a request sent by a retry's second attempt or a later
+    /// one sets the attribute `http.request.resend_count` (1, 2, ...: the OpenTelemetry
+    /// semantic convention) on the current OpenTelemetry span (`Context::current()`); the first
+    /// attempt sets nothing. Open a span per attempt inside the retried function to see each
+    /// request's count; a span around the whole call ends with the last one.
+    ///
     /// ```no_run
     /// use retry_core::reqwest::{client_builder, HttpError, RequestBuilderExt};
     /// use retry_core::retryable;
@@ -155,6 +161,8 @@ impl RequestBuilderExt for RequestBuilder {
         if noted {
             attempt::note_unsafe_send(method_name(&method));
         }
+        #[cfg(feature = "opentelemetry")]
+        crate::otel::record_resend();
         match client.execute(request).await {
             Ok(response) => check_response(Some(method), keyed, response).await,
             Err(e) => {
@@ -272,6 +280,8 @@ impl HttpError {
     }
 }
 
+/// The method and URL, and what happened in a few words: a transport failure says its kind
+/// ("connect error", "timeout"), and reqwest's error is the source, with the details.
 impl fmt::Display for HttpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(method) = &self.method {
@@ -281,7 +291,8 @@ impl fmt::Display for HttpError {
             write!(f, "{url} ")?;
         }
         match &self.failure {
-            Failure::Transport(e) => write!(f, "failed: {e}"),
+            Failure::Transport(e) => write!(f, "failed: {}", transport_text(e)),
+            // A leaf of this crate, said whole here (not kept as a source).
             Failure::Elapsed(e) => write!(f, "failed: {e}"),
             Failure::Status {
                 status, excerpt, ..
@@ -301,8 +312,7 @@ impl std::error::Error for HttpError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.failure {
             Failure::Transport(e) => Some(e),
-            Failure::Elapsed(e) => Some(e),
-            Failure::Status { .. } => None,
+            Failure::Elapsed(_) | Failure::Status { .. } => None,
         }
     }
 }

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 
 use crate::metrics::{self, Site};
-use crate::scope::{self, Frame};
+use crate::scope::{self, AttemptCell, Frame};
 
 pin_project! {
     /// The future returned by a `#[retryable]` function and by [`Policy::retry`](crate::Policy::retry).
@@ -43,6 +43,8 @@ pin_project! {
         inner: F,
         site: &'static Site,
         stage: Stage,
+        // The attempt this call is on, between polls (see `AttemptCell`).
+        attempt: AttemptCell,
     }
 
     impl<F> PinnedDrop for Retrying<F> {
@@ -112,6 +114,7 @@ impl<F> Retrying<F> {
                 caller,
                 single: false,
             },
+            attempt: AttemptCell::new(0),
         }
     }
 
@@ -193,7 +196,11 @@ impl<F: Future> Future for Retrying<F> {
         let span = span.map(tracing::Span::enter);
         let frame = match layer {
             // The one layer that retries needs nothing from outside.
-            Layer::Outermost => Frame::outermost(site, trace_id),
+            Layer::Outermost => {
+                let frame = Frame::outermost(site, trace_id);
+                frame.attempt.set(this.attempt.get());
+                frame
+            }
             // A single attempt, inside whatever frame is current now (the outer retry's, when
             // nested).
             Layer::Nested | Layer::Single => scope::with_current(|outer| match outer {
@@ -209,6 +216,7 @@ impl<F: Future> Future for Retrying<F> {
         if let Stage::Running { trace_id, .. } = this.stage {
             *trace_id = frame.trace_id();
         }
+        this.attempt.set(frame.attempt.get());
         poll
     }
 }

@@ -44,6 +44,9 @@ pub(crate) struct Frame {
     /// Atomic only so that futures holding a frame stay `Sync`: a frame is read and written by
     /// the one thread polling it, and a relaxed load or store costs what a `Cell`'s does.
     trace_id: AtomicU64,
+    /// The attempt the retrying layer is on; a single-attempt frame inside another has the
+    /// outer one's.
+    pub(crate) attempt: AttemptCell,
 }
 
 impl Frame {
@@ -60,6 +63,7 @@ impl Frame {
             single,
             quiet,
             trace_id: AtomicU64::new(trace_id),
+            attempt: AttemptCell::new(0),
         }
     }
 
@@ -77,7 +81,9 @@ impl Frame {
             0 => self.trace_id(),
             id => id,
         };
-        Frame::new(self.outer, true, self.quiet, trace_id)
+        let inside = Frame::new(self.outer, true, self.quiet, trace_id);
+        inside.attempt.set(self.attempt.get());
+        inside
     }
 
     /// The trace id, `0` if none has been drawn.
@@ -97,6 +103,71 @@ impl Frame {
             id => id,
         }
     }
+}
+
+/// The attempt a retry is on (1 for the first; `0` before it, or outside any retry), kept in
+/// its frame (and, between polls, in its `Retrying`) so that code running inside the attempt
+/// can read it: `send_checked` records `http.request.resend_count` from it. Kept only with the
+/// `opentelemetry` and `reqwest` features, its one reader: without them this holds nothing, and
+/// keeping it costs nothing on the retry path.
+#[derive(Debug)]
+pub(crate) struct AttemptCell(
+    #[cfg(all(feature = "opentelemetry", feature = "reqwest"))] std::sync::atomic::AtomicU32,
+);
+
+impl AttemptCell {
+    #[inline]
+    pub(crate) const fn new(attempt: u32) -> Self {
+        #[cfg(all(feature = "opentelemetry", feature = "reqwest"))]
+        {
+            AttemptCell(std::sync::atomic::AtomicU32::new(attempt))
+        }
+        #[cfg(not(all(feature = "opentelemetry", feature = "reqwest")))]
+        {
+            let _ = attempt;
+            AttemptCell()
+        }
+    }
+
+    #[inline]
+    pub(crate) fn get(&self) -> u32 {
+        #[cfg(all(feature = "opentelemetry", feature = "reqwest"))]
+        {
+            self.0.load(Relaxed)
+        }
+        #[cfg(not(all(feature = "opentelemetry", feature = "reqwest")))]
+        {
+            0
+        }
+    }
+
+    #[inline]
+    pub(crate) fn set(&self, attempt: u32) {
+        #[cfg(all(feature = "opentelemetry", feature = "reqwest"))]
+        self.0.store(attempt, Relaxed);
+        #[cfg(not(all(feature = "opentelemetry", feature = "reqwest")))]
+        let _ = attempt;
+    }
+}
+
+/// The retry running here starts attempt `attempt`. A single attempt inside another retry
+/// leaves its frame on the outer retry's attempt: that is the one being resent.
+#[inline(always)]
+pub(crate) fn note_attempt(attempt: u32) {
+    #[cfg(all(feature = "opentelemetry", feature = "reqwest"))]
+    with_current(|frame| {
+        if let Some(frame) = frame.filter(|frame| !frame.single) {
+            frame.attempt.set(attempt);
+        }
+    });
+    #[cfg(not(all(feature = "opentelemetry", feature = "reqwest")))]
+    let _ = attempt;
+}
+
+/// The attempt of the retry running here (1 for the first), `0` outside any retry.
+#[cfg(all(feature = "opentelemetry", feature = "reqwest"))]
+pub(crate) fn current_attempt() -> u32 {
+    with_current(|frame| frame.map_or(0, |frame| frame.attempt.get()))
 }
 
 thread_local_cell! {

@@ -373,6 +373,7 @@ impl<'p> State<'p> {
             self.first_attempt(site);
         }
         self.attempt = self.attempt.saturating_add(1);
+        scope::note_attempt(self.attempt);
         self.attempt >= self.limit
     }
 

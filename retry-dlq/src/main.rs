@@ -6,8 +6,6 @@
 //! letter at once.
 
 mod duration;
-#[cfg(feature = "postgres")]
-mod pg;
 mod redrive;
 mod report;
 
@@ -39,9 +37,10 @@ The store:
   One of --jsonl PATH, --sqlite PATH, --pg URL; without any, the environment: RETRY_DLQ_JSONL
   or RETRY_DLQ_SQLITE (not both), else DATABASE_URL as --pg. An option always wins over the
   environment. --pg needs the `postgres` build feature; prefer DATABASE_URL to --pg when the
-  URL holds a password (command lines are visible to other users). With sslmode=require in
-  the URL, the connection is TLS (rustls), the server's certificate checked against the
-  system's trust store.
+  URL holds a password (command lines are visible to other users). TLS as in libpq:
+  sslmode=require encrypts (the certificate checked only against sslrootcert=FILE when given),
+  sslmode=verify-full also checks the server's certificate and name against sslrootcert=FILE,
+  or the system's trust store without one; verify-ca checks the chain to sslrootcert=FILE.
   The file of --jsonl/--sqlite must exist: a mistyped path is an error, never an empty store.
   A JSONL file is read as it is, beside the service writing it, and never changed: a torn
   last line (a write cut short by a crash; that letter was never parked) is reported on stderr
@@ -392,7 +391,12 @@ async fn open(selection: &Selection, write: bool) -> Result<Store, Failure> {
             Ok(Store::Sqlite(store))
         }
         #[cfg(feature = "postgres")]
-        Selection::Pg(url) => Ok(Store::Pg(pg::connect(url).await?)),
+        // Over TLS as the URL says (sslmode, sslrootcert): retry-core's `postgres-tls`.
+        Selection::Pg(url) => Ok(Store::Pg(
+            retry_core::dlq::PgDeadLetters::connect(url)
+                .await
+                .map_err(Failure::Store)?,
+        )),
         #[cfg(not(feature = "postgres"))]
         Selection::Pg(_) => Err(Failure::Usage(
             "this retry-dlq was built without PostgreSQL support (cargo feature `postgres`); \
@@ -583,8 +587,8 @@ async fn main_inner(cli: &Cli) -> Result<u8, Failure> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    // rustls's crypto for `redrive --to https://` (and `--pg` over TLS): ring, chosen here
-    // since reqwest is built without a provider of its own. Err: one is installed already.
+    // rustls's crypto for `redrive --to https://`: ring, chosen here since reqwest is built
+    // without a provider of its own. (`--pg` over TLS passes ring to rustls itself.) Err: one is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     match main_inner(&cli).await {
@@ -593,8 +597,10 @@ async fn main() -> ExitCode {
             eprintln!("retry-dlq: error: {message}");
             ExitCode::from(EXIT_ERROR)
         }
+        // The whole chain: the store's error says only "dead-letter store failed", its
+        // sources name the file or server and what went wrong.
         Err(Failure::Store(error)) => {
-            eprintln!("retry-dlq: error: {error}");
+            eprintln!("retry-dlq: error: {}", retry_core::error_chain(&error));
             ExitCode::from(EXIT_ERROR)
         }
         // A reader that went away in the middle of `list` or `export` (`| head`) is not an

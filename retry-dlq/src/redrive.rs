@@ -310,7 +310,7 @@ pub(crate) async fn redrive<S: DeadLetterStore + Sync>(
             out.flush()?;
             return Err(Failure::Store(error));
         }
-        Err(other) => return Err(Failure::Usage(other.to_string())),
+        Err(other) => return Err(Failure::Usage(retry_core::error_chain(&other).to_string())),
     };
     print_outcomes(out, &report.letters)?;
     let r = &report.record;

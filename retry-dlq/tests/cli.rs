@@ -1,6 +1,10 @@
 //! The `retry-dlq` binary against real stores: letters parked through the library API, then
 //! the commands run as a user or a cron job would.
 
+#[cfg(feature = "postgres")]
+#[path = "../../tests/common/no_tls_server.rs"]
+mod no_tls_server;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, SystemTime};
@@ -722,6 +726,32 @@ fn a_jsonl_file_is_read_beside_the_writer_that_has_it_open() {
     assert_status(&output, 1);
     drop(writer);
     drop(serial);
+}
+
+/// `--pg` with `sslmode=require` against a server without TLS, and a URL that is not one: exit
+/// 2, saying why, never repeating the password. No server needed.
+#[cfg(feature = "postgres")]
+#[test]
+fn pg_urls_that_cannot_work_are_errors_without_the_password() {
+    let port = no_tls_server::no_tls_server();
+    for (url, says) in [
+        (
+            format!("postgres://app:s3cret@127.0.0.1:{port}/none?sslmode=require"),
+            "server does not support TLS",
+        ),
+        (
+            "postgres://app:s3cret@db/none?sslmode=sometimes".to_owned(),
+            "invalid PostgreSQL connection string",
+        ),
+    ] {
+        let output = retry_dlq().args(["--pg", &url, "stats"]).serial_output();
+        assert_status(&output, 2);
+        let stderr = stderr(&output);
+        assert!(
+            stderr.contains(says) && !stderr.contains("s3cret"),
+            "{stderr}"
+        );
+    }
 }
 
 /// `--pg` and `DATABASE_URL`, against the server of `DATABASE_URL` (scripts/test starts one),

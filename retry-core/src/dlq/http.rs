@@ -1,6 +1,5 @@
 //! Redriving into an HTTP receiver that deduplicates on `Idempotency-Key` (feature `reqwest`).
 
-use std::fmt;
 use std::future::Future;
 
 use super::{AssumeIdempotent, DeadLetter, assume_idempotent};
@@ -60,33 +59,16 @@ fn key_of(letter: &DeadLetter) -> &str {
 }
 
 /// Why [`post_letter`] did not get a 2xx.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PostLetterError {
     /// The letter's key (its recorded `idempotency_key`, else its `msg_id`) cannot be an
     /// `Idempotency-Key`; nothing was sent.
+    /// (A leaf of this crate, so it is said in the message, not kept as a source: a redrive
+    /// records only the message of its target's error.)
+    #[error("the letter's key is not sendable as Idempotency-Key: {0}")]
     Key(InvalidIdempotencyKey),
     /// The request failed, or the receiver answered with an error status.
+    #[error(transparent)]
     Http(HttpError),
-}
-
-impl fmt::Display for PostLetterError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PostLetterError::Key(e) => write!(
-                f,
-                "the letter's key is not sendable as Idempotency-Key: {e}"
-            ),
-            PostLetterError::Http(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for PostLetterError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            PostLetterError::Key(e) => Some(e),
-            PostLetterError::Http(e) => Some(e),
-        }
-    }
 }

@@ -66,7 +66,9 @@ pub struct DeadLetter {
     pub first_failed_at: String,
     /// When the last attempt failed (RFC 3339 with offset).
     pub last_failed_at: String,
-    /// The logical call's trace id, as on its tracing events.
+    /// The logical call's trace id, as on its tracing events (16 hex digits). With the feature
+    /// `opentelemetry`, parked while an OpenTelemetry span is current: that span's trace id, in
+    /// W3C form (32 lowercase hex digits), so the letter leads to the trace.
     pub trace_id: String,
     /// `system` or `data`.
     pub class: FailureClass,
@@ -249,34 +251,22 @@ impl DeadLetter {
 }
 
 /// A dead-letter sink or store failed.
-#[derive(Debug)]
+///
+/// `Io` says only that; why (the file, the server, the driver's error) is its
+/// [`source`](std::error::Error::source). Print the whole chain with
+/// [`error_chain`](crate::error_chain) (or anyhow's `{:#}`).
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DlqError {
     /// Writing or reading failed (disk full, read-only, server down).
-    Io(Box<dyn std::error::Error + Send + Sync>),
+    #[error("dead-letter store failed")]
+    Io(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A stored letter cannot be read; nothing was skipped silently.
+    #[error("dead-letter store is corrupt: {0}")]
     Corrupt(String),
     /// The original could not be turned into JSON.
+    #[error("dead letter not serialisable: {0}")]
     Serialize(String),
-}
-
-impl fmt::Display for DlqError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DlqError::Io(e) => write!(f, "dead-letter store failed: {e}"),
-            DlqError::Corrupt(what) => write!(f, "dead-letter store is corrupt: {what}"),
-            DlqError::Serialize(e) => write!(f, "dead letter not serialisable: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for DlqError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            DlqError::Io(e) => Some(&**e),
-            _ => None,
-        }
-    }
 }
 
 /// A call gave up and its dead letter was NOT parked: do not acknowledge the message.
@@ -353,10 +343,12 @@ impl DlqFailed {
     }
 }
 
+/// The letter's reason, with what kept it from being parked; the sink's error (if that was it)
+/// is the source, not part of the message.
 impl fmt::Display for DlqFailed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.why {
-            NotParked::Sink(error) => write!(f, "not parked ({error}): {}", self.letter.reason),
+            NotParked::Sink(_) => write!(f, "not parked (the sink failed): {}", self.letter.reason),
             NotParked::OuterLayer { .. } => write!(
                 f,
                 "not parked (single attempt: the outer layer owns the give-up): {}",

@@ -231,18 +231,11 @@ impl<'de> serde::Deserialize<'de> for IdempotencyKey {
 ///     "invalid idempotency key: only printable ASCII characters and spaces are allowed"
 /// );
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid idempotency key: {reason}")]
 pub struct InvalidIdempotencyKey {
     reason: &'static str,
 }
-
-impl fmt::Display for InvalidIdempotencyKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid idempotency key: {}", self.reason)
-    }
-}
-
-impl std::error::Error for InvalidIdempotencyKey {}
 
 const EMPTY: &str = "it is empty";
 const NOT_PRINTABLE: &str = "only printable ASCII characters and spaces are allowed";

@@ -74,34 +74,52 @@ const MONTHS: [&str; 12] = [
 ///     other => panic!("unexpected {other:?}"),
 /// }
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RetryAfterError {
     /// The value is empty or only whitespace.
+    #[error("Retry-After is empty; expected a whole number of seconds or an HTTP-date")]
     Empty,
     /// The value is neither `delay-seconds` nor anything that looks like an HTTP-date, e.g.
     /// `abc`, `1e9`, `+5`, `0x10`, `1 2` or non-ASCII digits.
+    #[error(
+        "Retry-After `{}` is neither a whole number of seconds nor an HTTP-date",
+        Escaped(.value)
+    )]
     NotANumberOrDate {
         /// The offending value (trimmed, cut to 64 characters).
         value: String,
     },
     /// The value is a negative number, e.g. `-1`.
+    #[error(
+        "Retry-After `{}` is negative; only zero or more whole seconds are allowed",
+        Escaped(.value)
+    )]
     Negative {
         /// The offending value (trimmed, cut to 64 characters).
         value: String,
     },
     /// The value is a number with a fractional part, e.g. `1.5`; only whole seconds are allowed.
+    #[error(
+        "Retry-After `{}` is fractional; only whole seconds are allowed",
+        Escaped(.value)
+    )]
     Fractional {
         /// The offending value (trimmed, cut to 64 characters).
         value: String,
     },
     /// The value asks for a wait longer than 2^31 seconds (about 68 years, the cap of RFC 9111
     /// §1.2.2), either as a number of seconds or as a date that far ahead of `now`.
+    #[error(
+        "Retry-After `{}` asks for a wait longer than 2^31 seconds (about 68 years)",
+        Escaped(.value)
+    )]
     TooLarge {
         /// The offending value (trimmed, cut to 64 characters).
         value: String,
     },
     /// The value starts like an HTTP-date (with a day name) but is not a valid one.
+    #[error("Retry-After `{}` is not a valid HTTP-date: {reason}", Escaped(.value))]
     InvalidDate {
         /// The offending value (trimmed, cut to 64 characters).
         value: String,
@@ -109,43 +127,6 @@ pub enum RetryAfterError {
         reason: &'static str,
     },
 }
-
-impl fmt::Display for RetryAfterError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Empty => f.write_str(
-                "Retry-After is empty; expected a whole number of seconds or an HTTP-date",
-            ),
-            Self::NotANumberOrDate { value } => write!(
-                f,
-                "Retry-After `{}` is neither a whole number of seconds nor an HTTP-date",
-                Escaped(value)
-            ),
-            Self::Negative { value } => write!(
-                f,
-                "Retry-After `{}` is negative; only zero or more whole seconds are allowed",
-                Escaped(value)
-            ),
-            Self::Fractional { value } => write!(
-                f,
-                "Retry-After `{}` is fractional; only whole seconds are allowed",
-                Escaped(value)
-            ),
-            Self::TooLarge { value } => write!(
-                f,
-                "Retry-After `{}` asks for a wait longer than 2^31 seconds (about 68 years)",
-                Escaped(value)
-            ),
-            Self::InvalidDate { value, reason } => write!(
-                f,
-                "Retry-After `{}` is not a valid HTTP-date: {reason}",
-                Escaped(value)
-            ),
-        }
-    }
-}
-
-impl std::error::Error for RetryAfterError {}
 
 /// Shows a value with control characters escaped, so that an error message stays on one line
 /// whatever the peer sent.

@@ -1,36 +1,31 @@
 //! What can go wrong with an idempotent call, and with its store.
 
-use std::fmt;
-
 /// A store failed: unreachable, locked, corrupt, or the claim was fenced.
-#[derive(Debug)]
+///
+/// `Unavailable` says only that; why (the server, the file, the driver's error) is its
+/// [`source`](std::error::Error::source). Print the whole chain with
+/// [`error_chain`](crate::error_chain) (or anyhow's `{:#}`).
+///
+/// ```
+/// use retry_core::idempotency::StoreError;
+///
+/// let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+/// let error = StoreError::Unavailable(Box::new(refused));
+/// assert_eq!(error.to_string(), "idempotency store unavailable");
+/// assert_eq!(retry_core::error_chain(&error).to_string(), "idempotency store unavailable: refused");
+/// ```
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The store could not be reached or did not answer (the body does not run: fail closed).
-    Unavailable(Box<dyn std::error::Error + Send + Sync>),
+    #[error("idempotency store unavailable")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The claim's lease was taken over: this holder may no longer complete or release it.
+    #[error("claim was taken over after its lease expired")]
     Fenced,
     /// A stored row cannot be read.
+    #[error("idempotency store row is corrupt: {0}")]
     Corrupt(String),
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreError::Unavailable(e) => write!(f, "idempotency store unavailable: {e}"),
-            StoreError::Fenced => f.write_str("claim was taken over after its lease expired"),
-            StoreError::Corrupt(what) => write!(f, "idempotency store row is corrupt: {what}"),
-        }
-    }
-}
-
-impl std::error::Error for StoreError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            StoreError::Unavailable(e) => Some(&**e),
-            _ => None,
-        }
-    }
 }
 
 /// Why an idempotent call did not run its body (or could not finish it). `E: From<Self>` lets
@@ -43,20 +38,24 @@ impl std::error::Error for StoreError {
 ///     "a call with the same idempotency key is in progress"
 /// );
 /// ```
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum IdempotencyError {
     /// Another call holds the key; try again after it finishes.
+    #[error("a call with the same idempotency key is in progress")]
     InProgress,
     /// The key was used before with another payload.
+    #[error("the idempotency key was used before with another payload")]
     KeyReused,
     /// A call with this key failed after it may have had its effect, and its failure was kept
     /// (`on_err = "keep"`, the default in non-transactional mode): the resend is answered with
     /// the first call's failure instead of running a second time. Holds that failure's text
     /// (empty when the store kept none). Whether the effect happened is for a person to find out
     /// (dead letter, support), never a silent second run.
+    #[error("a call with the same idempotency key failed before{}", colon_then(.0))]
     PreviouslyFailed(String),
     /// The encoded key is longer than the store's limit.
+    #[error("idempotency key is {len} bytes, more than the {max} allowed")]
     KeyTooLong {
         /// Its length in bytes.
         len: usize,
@@ -64,6 +63,7 @@ pub enum IdempotencyError {
         max: usize,
     },
     /// The response is larger than the store's limit (the body ran; nothing was stored).
+    #[error("response is {len} bytes, more than the {max} the store keeps")]
     ResponseTooLarge {
         /// Its size in bytes.
         len: usize,
@@ -71,57 +71,20 @@ pub enum IdempotencyError {
         max: usize,
     },
     /// The response could not be serialised, or a stored one deserialised.
+    #[error("idempotent response (de)serialisation failed: {0}")]
     Serde(String),
-    /// The store failed; the body did not run.
-    Store(StoreError),
+    /// The store failed; the body did not run. Shows as the store's error itself (its message
+    /// and its source), not as a layer of its own.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
-impl fmt::Display for IdempotencyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IdempotencyError::InProgress => {
-                f.write_str("a call with the same idempotency key is in progress")
-            }
-            IdempotencyError::KeyReused => {
-                f.write_str("the idempotency key was used before with another payload")
-            }
-            IdempotencyError::PreviouslyFailed(first) if first.is_empty() => {
-                f.write_str("a call with the same idempotency key failed before")
-            }
-            IdempotencyError::PreviouslyFailed(first) => {
-                write!(
-                    f,
-                    "a call with the same idempotency key failed before: {first}"
-                )
-            }
-            IdempotencyError::KeyTooLong { len, max } => write!(
-                f,
-                "idempotency key is {len} bytes, more than the {max} allowed"
-            ),
-            IdempotencyError::ResponseTooLarge { len, max } => write!(
-                f,
-                "response is {len} bytes, more than the {max} the store keeps"
-            ),
-            IdempotencyError::Serde(e) => {
-                write!(f, "idempotent response (de)serialisation failed: {e}")
-            }
-            IdempotencyError::Store(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for IdempotencyError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            IdempotencyError::Store(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<StoreError> for IdempotencyError {
-    fn from(e: StoreError) -> Self {
-        IdempotencyError::Store(e)
+/// `": text"`, or nothing for an empty text: a kept failure without words adds no colon.
+fn colon_then(text: &str) -> String {
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(": {text}")
     }
 }
 
@@ -136,7 +99,8 @@ impl crate::Classify for IdempotencyError {
         }
     }
 
+    /// The whole chain: a dead letter's reason names the server or file that failed.
     fn reason(&self) -> Option<String> {
-        Some(self.to_string())
+        Some(crate::error_chain(self).to_string())
     }
 }

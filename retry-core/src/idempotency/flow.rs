@@ -198,7 +198,7 @@ pub(super) async fn store_response<S: IdempotencyStore + ?Sized>(
             Ok(()) => return Ok(()),
             Err(e) if !timed_out(&e) && !matches!(e, StoreError::Fenced) => match pauses.next() {
                 Some(pause) => {
-                    tracing::warn!(function, key = %claim.key, error = %e, "storing the response failed; trying again");
+                    tracing::warn!(function, key = %claim.key, error = %crate::error_chain(&e), "storing the response failed; trying again");
                     tokio::time::sleep(*pause).await;
                 }
                 None => return Err(e),
@@ -444,7 +444,7 @@ async fn give_up<S: IdempotencyStore + ?Sized>(
 ) {
     if let Err(e) = undo(store, claim, on_err, failure).await {
         // The lease frees the claim later; a resend meanwhile gets `InProgress`.
-        tracing::warn!(function = call.function, key = %call.key, error = %e, "could not settle the claim of a failed call");
+        tracing::warn!(function = call.function, key = %call.key, error = %crate::error_chain(&e), "could not settle the claim of a failed call");
     }
 }
 
@@ -480,7 +480,7 @@ where
         Err(e) => {
             // Nothing ran: the key is free for the resend.
             if let Err(release) = held.fail(OnErr::Release, "").await {
-                tracing::warn!(function = call.function, key = %call.key, error = %release, "could not release a claim after failing to begin");
+                tracing::warn!(function = call.function, key = %call.key, error = %crate::error_chain(&release), "could not release a claim after failing to begin");
             }
             Err(Err(IdempotencyError::Store(e).into()))
         }
@@ -530,7 +530,7 @@ where
         Ok(value) => value,
         Err(error) => {
             if let Err(e) = bounded(store, "rollback", store.rollback(transaction)).await {
-                tracing::warn!(function = call.function, key = %call.key, error = %e, "rollback failed; the store rolls back when the connection closes");
+                tracing::warn!(function = call.function, key = %call.key, error = %crate::error_chain(&e), "rollback failed; the store rolls back when the connection closes");
             }
             // Rolled back: nothing of the body's writes happened, so the key is free again.
             give_up(store, &claim, call, OnErr::Release, "").await;
@@ -595,7 +595,7 @@ where
     S: TransactionalStore + ?Sized,
     E: From<IdempotencyError>,
 {
-    tracing::error!(function = call.function, key = %call.key, %error, "response cannot be stored: the body's writes were rolled back");
+    tracing::error!(function = call.function, key = %call.key, error = %crate::error_chain(&error), "response cannot be stored: the body's writes were rolled back");
     let _ = bounded(store, "rollback", store.rollback(transaction)).await;
     let _ = bounded(store, "release", store.release(claim)).await;
     Err(error.into())
@@ -633,7 +633,7 @@ async fn finish<S: IdempotencyStore + ?Sized, T: Serialize>(
             metrics::fenced(call.function);
         }
         Err(e) => {
-            tracing::error!(function = call.function, key = %call.key, error = %e, "response not stored: duplicates get InProgress until the lease ends, then run the body again");
+            tracing::error!(function = call.function, key = %call.key, error = %crate::error_chain(&e), "response not stored: duplicates get InProgress until the lease ends, then run the body again");
             metrics::response_not_stored(call.function);
         }
     }
@@ -648,7 +648,7 @@ async fn keep_unstorable<S: IdempotencyStore + ?Sized>(
     claim: &Claim,
     error: &IdempotencyError,
 ) {
-    tracing::error!(function = call.function, key = %call.key, %error, "response not stored: the key is kept failed, so duplicates are refused instead of running the body again");
+    tracing::error!(function = call.function, key = %call.key, error = %crate::error_chain(&error), "response not stored: the key is kept failed, so duplicates are refused instead of running the body again");
     metrics::response_not_stored(call.function);
     let failure = format!("the response was not stored: {error}");
     give_up(store, claim, call, OnErr::Keep, &failure).await;

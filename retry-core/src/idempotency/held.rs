@@ -174,7 +174,7 @@ async fn renew_while_running<S: IdempotencyStore + ?Sized>(
             }
             Err(e) => {
                 // The next renewal may reach the store; the lease holds until it ends.
-                tracing::warn!(function, key = %claim.key, error = %e, "lease renewal failed; trying again at the next renewal");
+                tracing::warn!(function, key = %claim.key, error = %crate::error_chain(&e), "lease renewal failed; trying again at the next renewal");
                 metrics::renewal_failed(function, false);
             }
         }

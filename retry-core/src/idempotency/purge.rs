@@ -27,7 +27,7 @@ pub(crate) fn spawn_purger<S: IdempotencyStore + 'static>(
                 Ok(0) => {}
                 Ok(purged) => tracing::debug!(store = %name, purged, "purged idempotency rows"),
                 Err(e) => {
-                    tracing::warn!(store = %name, error = %e, "purging idempotency rows failed; trying again next round")
+                    tracing::warn!(store = %name, error = %crate::error_chain(&e), "purging idempotency rows failed; trying again next round")
                 }
             }
         }

@@ -255,7 +255,9 @@ impl SqliteStore {
     ///
     /// let missing = std::env::temp_dir().join("retry-core-no-such-dir").join("inbox.sqlite3");
     /// let error = SqliteStore::open(&missing).unwrap_err();
-    /// assert!(error.to_string().contains("does not exist"), "{error}");
+    /// // The error says "idempotency store unavailable"; its source, why.
+    /// let why = retry_core::error_chain(&error).to_string();
+    /// assert!(why.contains("does not exist"), "{why}");
     /// # Ok::<(), retry_core::idempotency::StoreError>(())
     /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
@@ -659,7 +661,7 @@ impl IdempotencyStore for SqliteStore {
                     tracing::debug!(path = %path.display(), token, "abandoned claim was already taken over")
                 }
                 Err(e) => {
-                    tracing::warn!(path = %path.display(), token, error = %e, "could not release an abandoned claim; its lease will free it")
+                    tracing::warn!(path = %path.display(), token, error = %crate::error_chain(&e), "could not release an abandoned claim; its lease will free it")
                 }
             }
         });
@@ -916,7 +918,7 @@ impl Drop for TxConnection {
         // Cheap enough for any thread, async ones included: rolling back a WAL transaction
         // discards its pages and releases the write lock, with no disk write and no lock wait.
         if let Err(e) = conn.execute_batch("ROLLBACK") {
-            tracing::warn!(path = %self.0.pool().path.display(), error = %e, "rolling back a dropped transaction failed; closing its connection instead");
+            tracing::warn!(path = %self.0.pool().path.display(), error = %crate::error_chain(&e), "rolling back a dropped transaction failed; closing its connection instead");
         }
         // `PooledConnection::drop` closes the connection if the transaction is still open.
     }
@@ -945,7 +947,8 @@ impl TransactionalStore for SqliteStore {
     /// let tx = store.begin().await?;
     /// // One writer at a time: a second transaction waits for the first, here at most 50 ms.
     /// let error = store.begin().await.unwrap_err();
-    /// assert!(error.to_string().contains("is locked"), "{error}");
+    /// let why = retry_core::error_chain(&error).to_string();
+    /// assert!(why.contains("is locked"), "{why}");
     /// drop(tx); // rolls back and releases the lock
     /// let again = store.begin().await?;
     /// # drop((again, store));
@@ -1151,31 +1154,15 @@ fn commit_in(conn: TxConnection, response: &str, key: &str, token: i64) -> Resul
 }
 
 /// The handler's transaction is no longer open.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the transaction on database file {} is no longer open (a cancelled or panicked `run` rolled it back, or the handler's SQL ended it)",
+    .path.display()
+)]
 struct TransactionEnded {
     path: PathBuf,
     /// The handler's error after which SQLite rolled the transaction back, if any.
     source: Option<rusqlite::Error>,
-}
-
-impl fmt::Display for TransactionEnded {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the transaction on database file {} is no longer open (a cancelled or panicked `run` rolled it back, or the handler's SQL ended it)",
-            self.path.display()
-        )?;
-        if let Some(source) = &self.source {
-            write!(f, ": {source}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for TransactionEnded {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source.as_ref().map(|e| e as _)
-    }
 }
 
 /// A [`ClaimRequest`] that can move to the blocking pool.
@@ -1698,11 +1685,9 @@ mod tests {
 
         raw.execute("UPDATE retry_core_schema SET version = 3", [])
             .unwrap();
-        let error = SqliteStore::open(dir.db()).unwrap_err();
+        let error = crate::error_chain(&SqliteStore::open(dir.db()).unwrap_err()).to_string();
         assert!(
-            error
-                .to_string()
-                .contains("schema version 3, newer than the 2"),
+            error.contains("schema version 3, newer than the 2"),
             "{error}"
         );
     }
@@ -1805,7 +1790,8 @@ mod tests {
             "database file {} is locked by another process (busy for 50ms)",
             dir.db().display()
         );
-        assert!(error.to_string().contains(&expected), "{error}");
+        let chain = crate::error_chain(&error).to_string();
+        assert!(chain.contains(&expected), "{chain}");
         let source = std::error::Error::source(&error).and_then(std::error::Error::source);
         assert!(
             source.is_some_and(|e| e.is::<rusqlite::Error>()),
@@ -1830,11 +1816,10 @@ mod tests {
         let error =
             StoreError::from_sqlite(store.pool.checkout(Reservation::none()).err().unwrap());
         assert!(started.elapsed() >= Duration::from_millis(50));
+        let chain = crate::error_chain(&error).to_string();
         assert!(
-            error
-                .to_string()
-                .contains("all 1 connections to database file"),
-            "{error}"
+            chain.contains("all 1 connections to database file"),
+            "{chain}"
         );
         drop(held);
         assert!(store.pool.checkout(Reservation::none()).is_ok());
@@ -1951,7 +1936,8 @@ mod tests {
         let Poll::Ready(Err(error)) = ended else {
             panic!("ending the transaction inside the handler was accepted");
         };
-        assert!(error.to_string().contains("no longer open"), "{error}");
+        let chain = crate::error_chain(&error).to_string();
+        assert!(chain.contains("no longer open"), "{chain}");
         assert!(format!("{tx:?}").contains("open: false"), "{tx:?}");
         {
             let state = store.pool.state();

@@ -9,6 +9,8 @@
 
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_tls;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 

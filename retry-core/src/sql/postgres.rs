@@ -17,17 +17,16 @@
 //!   after the first layout, so both end with one layout.
 //! - Serialization failures and deadlocks are tried again by every store the same way
 //!   ([`retrying_conflicts`]).
+//! - TLS is as the connection string asks (`sslmode`, `sslrootcert`), in `postgres_tls`.
 //! - Failures come back as a boxed error, which each store wraps into its own error type
 //!   (`StoreError::Unavailable`, `DlqError::Io`).
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{
-    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
+    ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
 };
-use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
 
@@ -84,10 +83,17 @@ pub(crate) struct Db {
 }
 
 impl Db {
-    /// A pool of up to 16 connections to the database at `url`, with no TLS, and the table of
-    /// `schema` created if it is missing. Missing settings get defaults: `connect_timeout` 5 s,
-    /// `application_name` "retry-core". Must run inside a Tokio runtime.
+    /// A pool of up to 16 connections to the database at `url`, over TLS when `url` asks for it
+    /// (see `postgres_tls`), and the table of `schema` created if it is missing. Missing
+    /// settings get defaults: `connect_timeout` 5 s, `application_name` "retry-core". Must run
+    /// inside a Tokio runtime.
     pub(crate) async fn connect(url: &str, schema: &Schema) -> Result<Self, BoxError> {
+        let (url, tls) = super::postgres_tls::split(url).map_err(|e| {
+            Box::new(ServerError {
+                context: "invalid PostgreSQL connection string".to_owned(),
+                source: e,
+            }) as BoxError
+        })?;
         let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| server_error("invalid PostgreSQL connection string".to_owned(), e))?;
@@ -98,13 +104,19 @@ impl Db {
             config.application_name("retry-core");
         }
         let server: Arc<str> = describe_server(&config).into();
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager = tls
+            .manager(
+                config,
+                ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            )
+            .map_err(|e| {
+                Box::new(ServerError {
+                    context: format!("cannot set up TLS for PostgreSQL at {server}"),
+                    source: e,
+                }) as BoxError
+            })?;
         let pool = Pool::builder(manager)
             .max_size(DEFAULT_POOL_SIZE)
             .runtime(Runtime::Tokio1)
@@ -300,7 +312,7 @@ pub(crate) fn conflict_pause(
     if attempt >= SERIALIZATION_ATTEMPTS || !is_transient_conflict(e) {
         return None;
     }
-    tracing::debug!(server = %db.server, what, attempt, error = %e, "serialization failure or deadlock; trying again");
+    tracing::debug!(server = %db.server, what, attempt, error = %crate::error_chain(&e), "serialization failure or deadlock; trying again");
     Some(SERIALIZATION_PAUSE * attempt)
 }
 
@@ -372,9 +384,11 @@ fn describe_server(config: &tokio_postgres::Config) -> String {
     }
 }
 
-/// An error of the server or of reaching it, with the whole chain of causes in its message
-/// (tokio-postgres says only "db error" at the top).
-#[derive(Debug)]
+/// An error of the server or of reaching it: which server, and in doing what; the driver's
+/// error is the source (tokio-postgres says only "db error" at the top, the server's message
+/// is its source in turn).
+#[derive(Debug, thiserror::Error)]
+#[error("{context}")]
 struct ServerError {
     context: String,
     source: BoxError,
@@ -389,24 +403,6 @@ fn server_error(
         context,
         source: Box::new(source),
     })
-}
-
-impl fmt::Display for ServerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.context, self.source)?;
-        let mut cause = self.source.source();
-        while let Some(e) = cause {
-            write!(f, ": {e}")?;
-            cause = e.source();
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ServerError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.source)
-    }
 }
 
 #[cfg(test)]
@@ -455,16 +451,16 @@ mod tests {
     }
 
     #[test]
-    fn server_errors_carry_the_whole_chain() {
+    fn server_errors_name_the_server_and_keep_the_cause_as_the_source() {
         let inner = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
         let error = ServerError {
             context: "cannot connect to PostgreSQL at h:1".to_owned(),
             source: Box::new(StoreError::Unavailable(Box::new(inner))),
         };
+        assert_eq!(error.to_string(), "cannot connect to PostgreSQL at h:1");
         assert_eq!(
-            error.to_string(),
-            "cannot connect to PostgreSQL at h:1: idempotency store unavailable: refused: refused"
+            crate::error_chain(&error).to_string(),
+            "cannot connect to PostgreSQL at h:1: idempotency store unavailable: refused"
         );
-        assert!(std::error::Error::source(&error).is_some());
     }
 }

@@ -19,7 +19,6 @@
 //! - Failures come back as [`Error`], which names the file; each store turns it into its own
 //!   error type ([`FromSqliteError`]), so their messages stay their own.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -517,7 +516,11 @@ impl Drop for PooledConnection {
 }
 
 /// SQLITE_BUSY / SQLITE_LOCKED after the busy timeout.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "database file {} is locked by another process (busy for {busy_for:?})",
+    .path.display()
+)]
 pub(crate) struct Locked {
     path: PathBuf,
     busy_for: Duration,
@@ -531,47 +534,21 @@ impl Locked {
     }
 }
 
-impl fmt::Display for Locked {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "database file {} is locked by another process (busy for {:?})",
-            self.path.display(),
-            self.busy_for
-        )
-    }
-}
-
-impl std::error::Error for Locked {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
-
 /// Every connection of the pool stayed in use for the busy timeout.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "all {connections} connections to database file {} stayed busy (waited {busy_for:?})",
+    .path.display()
+)]
 pub(crate) struct PoolExhausted {
     path: PathBuf,
     connections: usize,
     busy_for: Duration,
 }
 
-impl fmt::Display for PoolExhausted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "all {} connections to database file {} stayed busy (waited {:?})",
-            self.connections,
-            self.path.display(),
-            self.busy_for
-        )
-    }
-}
-
-impl std::error::Error for PoolExhausted {}
-
-/// The file could not be opened or created.
-#[derive(Debug)]
+/// The file could not be opened or created; SQLite's error is the source.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot open database file {}{hint}", .path.display())]
 pub(crate) struct OpenFailed {
     path: PathBuf,
     hint: String,
@@ -579,29 +556,8 @@ pub(crate) struct OpenFailed {
 }
 
 impl OpenFailed {
-    /// Which file could not be opened, and why when it is plain, without SQLite's error.
-    pub(crate) fn what(&self) -> String {
-        format!(
-            "cannot open database file {}{}",
-            self.path.display(),
-            self.hint
-        )
-    }
-
     /// SQLite's own error.
     pub(crate) fn into_source(self) -> rusqlite::Error {
         self.source
-    }
-}
-
-impl fmt::Display for OpenFailed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.what(), self.source)
-    }
-}
-
-impl std::error::Error for OpenFailed {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
     }
 }

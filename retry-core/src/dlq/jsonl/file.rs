@@ -281,7 +281,10 @@ pub(super) fn same_error(error: &DlqError) -> DlqError {
             let kind = source
                 .downcast_ref::<io::Error>()
                 .map_or(io::ErrorKind::Other, io::Error::kind);
-            DlqError::Io(Box::new(io::Error::new(kind, source.to_string())))
+            DlqError::Io(Box::new(io::Error::new(
+                kind,
+                crate::error_chain(&**source).to_string(),
+            )))
         }
         DlqError::Corrupt(what) => DlqError::Corrupt(what.clone()),
         DlqError::Serialize(what) => DlqError::Serialize(what.clone()),
@@ -292,7 +295,7 @@ pub(super) fn same_error(error: &DlqError) -> DlqError {
 /// loss.
 pub(super) fn sync_parent(path: &Path) {
     if let Err(e) = File::open(parent(path)).and_then(|dir| dir.sync_all()) {
-        tracing::warn!(path = %path.display(), error = %e, "could not sync the dead-letter file's directory");
+        tracing::warn!(path = %path.display(), error = %crate::error_chain(&e), "could not sync the dead-letter file's directory");
     }
 }
 

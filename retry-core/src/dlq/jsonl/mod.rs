@@ -274,7 +274,9 @@ impl JsonlSink {
     /// let link = dir.join("link.jsonl");
     /// std::os::unix::fs::symlink(&path, &link).unwrap();
     /// let error = JsonlSink::open(&link).unwrap_err();
-    /// assert!(error.to_string().contains("symbolic link"), "{error}");
+    /// // The error says "dead-letter store failed"; its source, why.
+    /// let why = retry_core::error_chain(&error).to_string();
+    /// assert!(why.contains("symbolic link"), "{why}");
     /// # }
     ///
     /// // Several sinks may have one file open.

@@ -251,7 +251,7 @@ impl Core {
             && let Err(e) = core.compact_if_worth_it()
         {
             // The file is whole, only larger than it needs to be.
-            tracing::warn!(path = %core.path.display(), error = %e, "could not compact the dead-letter file");
+            tracing::warn!(path = %core.path.display(), error = %crate::error_chain(&e), "could not compact the dead-letter file");
         }
         drop(locked);
         if access == Access::Read

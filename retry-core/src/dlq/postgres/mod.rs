@@ -78,8 +78,12 @@ use writer::Writer;
 ///   [`DlqError::Io`] naming the server (`host:port` and database, never the password). A
 ///   group of letters gets 30 s in all. Bound waits on the server itself with a
 ///   `statement_timeout` in the URL (`?options=-c%20statement_timeout%3D5000`).
-/// - The pool made by [`connect`](Self::connect) uses no TLS; for TLS, build a pool with your
-///   TLS connector and pass it to [`from_pool`](Self::from_pool).
+/// - The pool made by [`connect`](Self::connect) connects over TLS when the URL asks for it, as libpq reads it: `sslmode=require` encrypts (the
+///   certificate checked against `sslrootcert=FILE` when given), `verify-ca` checks the chain to
+///   `sslrootcert`, `verify-full` the chain and the host name, to `sslrootcert` or the platform's
+///   trust store (feature `postgres-tls`: rustls with the ring provider; without it such a URL
+///   fails to connect). `prefer` (the default) and `disable` stay plain. For another TLS setup,
+///   build a pool with your connector and pass it to [`from_pool`](Self::from_pool).
 /// - The store belongs to the Tokio runtime it was made in (its writer and its connections run
 ///   as tasks there).
 ///
@@ -144,7 +148,8 @@ impl fmt::Debug for PgDeadLetters {
 
 impl PgDeadLetters {
     /// Connects to the database at `url` (`postgres://user:password@host:port/database`, or
-    /// the `key=value` form), with a pool of up to 16 connections and no TLS, creates the
+    /// the `key=value` form), with a pool of up to 16 connections (over TLS when `url` says
+    /// `sslmode=require`, `verify-ca` or `verify-full`: see [`PgDeadLetters`]), creates the
     /// tables if they are missing (or brings tables of an earlier version up to date, keeping
     /// every letter), and starts the store's writer. Safe to call from several instances at
     /// once.
@@ -166,8 +171,10 @@ impl PgDeadLetters {
     /// let letters = PgDeadLetters::connect("postgres://app:secret@db.internal:5432/payments").await?;
     ///
     /// let error = PgDeadLetters::connect("postgres://app:secret@127.0.0.1:1/payments").await.unwrap_err();
-    /// assert!(error.to_string().contains("127.0.0.1:1"), "{error}");
-    /// assert!(!error.to_string().contains("secret"));
+    /// // The error names the store; its sources, the server (never the password) and why.
+    /// let why = retry_core::error_chain(&error).to_string();
+    /// assert!(why.contains("127.0.0.1:1"), "{why}");
+    /// assert!(!why.contains("secret"));
     /// # Ok(())
     /// # }
     /// ```
@@ -350,7 +357,8 @@ mod tests {
             ))
             .unwrap_err();
         assert!(matches!(error, DlqError::Io(_)), "{error:?}");
-        let message = error.to_string();
+        // The message says which store; its sources, what is wrong.
+        let message = crate::error_chain(&error).to_string();
         assert!(
             message.contains("invalid PostgreSQL connection string"),
             "{message}"

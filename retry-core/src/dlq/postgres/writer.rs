@@ -150,7 +150,11 @@ async fn write(db: &Db, connection: &mut Option<Object>, jobs: &[Job]) -> Vec<An
         _ => match db.get().await {
             Ok(client) => connection.insert(client),
             Err(e) => {
-                let message = format!("{e}; {} dead letters not parked", jobs.len());
+                let message = format!(
+                    "{}; {} dead letters not parked",
+                    crate::error_chain(&*e),
+                    jobs.len()
+                );
                 return jobs.iter().map(|_| Err(io(&message))).collect();
             }
         },
@@ -167,7 +171,7 @@ async fn write(db: &Db, connection: &mut Option<Object>, jobs: &[Job]) -> Vec<An
         Ok(()) => {}
         Err(Fail::Sql(e)) if is_letter_error(&e) && ids.len() > 1 => {
             // One letter the server refuses must not fail the others: each `msg_id` alone.
-            tracing::debug!(server = %db.server, error = %e, "a dead-letter group was refused; writing its letters one by one");
+            tracing::debug!(server = %db.server, error = %crate::error_chain(&e), "a dead-letter group was refused; writing its letters one by one");
             for one in &ids {
                 if let Err(e) =
                     write_ids(db, client, jobs, std::slice::from_ref(one), &mut answers).await
@@ -189,9 +193,14 @@ async fn write(db: &Db, connection: &mut Option<Object>, jobs: &[Job]) -> Vec<An
         .collect()
 }
 
-/// A failure of writing `letters` letters together, as each of their callers hears it.
+/// A failure of writing `letters` letters together, as each of their callers hears it: the
+/// whole chain in words (each caller gets a `DlqError::Io` of its own, which says "dead-letter
+/// store failed" above it).
 fn error(db: &Db, e: Fail, letters: usize) -> String {
-    let e = db.fail(e, DlqError::Io);
+    let e = match e {
+        Fail::Sql(e) => crate::error_chain(&*db.error(e)).to_string(),
+        Fail::Store(e) => crate::error_chain(&e).to_string(),
+    };
     if letters > 1 {
         format!("{e} (not parked, nor the other letters written with it: {letters} in all)")
     } else {

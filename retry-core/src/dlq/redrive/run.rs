@@ -10,6 +10,7 @@ use super::{Redrive, RedriveFuture};
 use crate::dlq::{
     AuditEntry, DeadLetter, DeadLetterStore, DlqError, Failure, RedriveRecord, Resolution,
 };
+use crate::error_chain;
 use crate::time::format_rfc3339;
 
 /// Why a letter of the snapshot was not sent after the run stopped.
@@ -54,43 +55,25 @@ pub struct RedriveReport {
     pub letters: Vec<(String, Outcome)>,
 }
 
-/// A redrive could not be done, or could not be recorded.
-#[derive(Debug)]
+/// A redrive could not be done, or could not be recorded. The store's error is the source.
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RedriveError {
     /// The letters could not be listed: nothing was sent.
-    Select(DlqError),
+    #[error("redrive sent nothing: the letters could not be listed")]
+    Select(#[source] DlqError),
     /// The run happened (see `report`), but its summary record could not be written.
+    #[error(
+        "redrive {} ran ({} succeeded, {} failed, {} skipped) but its audit record was not written",
+        .report.record.run_id, .report.record.succeeded, .report.record.failed, .report.record.skipped
+    )]
     Audit {
         /// What the run did.
         report: Box<RedriveReport>,
         /// Why the record was not written.
+        #[source]
         error: DlqError,
     },
-}
-
-impl fmt::Display for RedriveError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RedriveError::Select(e) => write!(f, "redrive sent nothing: {e}"),
-            RedriveError::Audit { report, error } => {
-                let r = &report.record;
-                write!(
-                    f,
-                    "redrive {} ran ({} succeeded, {} failed, {} skipped) but its audit record was not written: {error}",
-                    r.run_id, r.succeeded, r.failed, r.skipped
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for RedriveError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            RedriveError::Select(e) | RedriveError::Audit { error: e, .. } => Some(e),
-        }
-    }
 }
 
 /// The future of a redrive run ([`Redrive::run`], [`Redrive::run_letters`]): its report, or why
@@ -134,7 +117,7 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
                     continue;
                 }
                 Err(e) => {
-                    run.stop(format!("dead-letter store failed: {e}"));
+                    run.stop(error_chain(&e).to_string());
                     run.skip(msg_id, STOPPED_BEFORE);
                     continue;
                 }
@@ -161,7 +144,8 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
                 // No send without its audit row.
                 self.release(&mut run, msg_id).await;
                 run.stop(format!(
-                    "the audit row of {msg_id} could not be written: {e}"
+                    "the audit row of {msg_id} could not be written: {}",
+                    error_chain(&e)
                 ));
                 run.skip(msg_id, "its audit row could not be written: not sent");
                 continue;
@@ -173,7 +157,8 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
             let done = intent.finished(outcome.audit_text(), format_rfc3339(self.clock.now()));
             if let Err(e) = self.store.audit(&done).await {
                 run.stop(format!(
-                    "the outcome of {msg_id} could not be written to its audit row (left as an intent): {e}"
+                    "the outcome of {msg_id} could not be written to its audit row (left as an intent): {}",
+                    error_chain(&e)
                 ));
             }
             run.letters.push((msg_id.clone(), outcome));
@@ -241,7 +226,7 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
                         tracing::warn!(run_id = %run.record.run_id, %msg_id, "redrive lost its lease while sending: another run may send the letter too");
                     }
                     Err(error) => {
-                        tracing::warn!(run_id = %run.record.run_id, %msg_id, %error, "redrive could not renew its lease while sending");
+                        tracing::warn!(run_id = %run.record.run_id, %msg_id, error = %error_chain(&error), "redrive could not renew its lease while sending");
                     }
                 },
             }
@@ -256,7 +241,8 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
             .finished(outcome.audit_text(), format_rfc3339(self.clock.now()));
         if let Err(e) = self.store.audit(&row).await {
             run.stop(format!(
-                "the audit row of {msg_id} could not be written: {e}"
+                "the audit row of {msg_id} could not be written: {}",
+                error_chain(&e)
             ));
         }
         self.release(run, msg_id).await;
@@ -267,7 +253,10 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
     async fn release(&self, run: &mut Run, msg_id: &str) {
         if let Err(e) = self.store.release(msg_id, &run.record.run_id).await {
             // The lease runs out by itself; until then other runs skip the letter.
-            run.stop(format!("dead-letter store failed to release {msg_id}: {e}"));
+            run.stop(format!(
+                "dead-letter store failed to release {msg_id}: {}",
+                error_chain(&e)
+            ));
         }
     }
 
@@ -287,7 +276,8 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
                 // answered from the receiver's store, so nothing repeats; but this store is in
                 // trouble.
                 run.stop(format!(
-                    "dead-letter store failed to resolve {msg_id} (still pending): {e}"
+                    "dead-letter store failed to resolve {msg_id} (still pending): {}",
+                    error_chain(&e)
                 ));
             }
         }
@@ -315,7 +305,8 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
                 // The letter as it was stays pending (leased until it runs out): nothing is
                 // lost, only this attempt's count.
                 run.stop(format!(
-                    "dead-letter store failed to put back {msg_id} (still pending as it was): {e}"
+                    "dead-letter store failed to put back {msg_id} (still pending as it was): {}",
+                    error_chain(&e)
                 ));
             }
         }

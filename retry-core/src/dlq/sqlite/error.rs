@@ -12,19 +12,32 @@ pub(super) type Fail = sql::Fail<DlqError>;
 
 impl FromSqliteError for DlqError {
     /// The plumbing's failures, as this store has always reported them: `Io` with a message
-    /// naming the file, SQLite's error (if any) as the source and at the end of the message.
+    /// naming the file, SQLite's error (if any) as the source.
     fn from_sqlite(error: sql::Error) -> Self {
         FileError::from_sqlite(error).into_dlq()
     }
 }
 
 /// A failure of the file or of SQLite, naming the file; SQLite's own error, if any, is the
-/// source (and the end of the message). Cloned for every letter of a group commit that failed:
-/// each caller gets the same error, sharing SQLite's.
+/// source. Cloned for every letter of a group commit that failed: each caller gets the same
+/// error, sharing SQLite's.
 #[derive(Debug, Clone)]
 pub(super) struct FileError {
     message: String,
     source: Option<Arc<rusqlite::Error>>,
+}
+
+impl fmt::Display for FileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// By hand: the source is SQLite's error itself, not the `Arc` around it, so it downcasts.
+impl std::error::Error for FileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as _)
+    }
 }
 
 impl FileError {
@@ -48,7 +61,7 @@ impl FromSqliteError for FileError {
             sql::Error::Sql { path, source } => {
                 (format!("database file {}", path.display()), Some(source))
             }
-            sql::Error::OpenFailed(e) => (e.what(), Some(e.into_source())),
+            sql::Error::OpenFailed(e) => (e.to_string(), Some(e.into_source())),
             sql::Error::PoolExhausted(e) => (e.to_string(), None),
             sql::Error::Message(message) => (message, None),
             sql::Error::Worker { path, source } => (
@@ -63,21 +76,5 @@ impl FromSqliteError for FileError {
             message,
             source: source.map(Arc::new),
         }
-    }
-}
-
-impl fmt::Display for FileError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)?;
-        if let Some(source) = &self.source {
-            write!(f, ": {source}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for FileError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source.as_deref().map(|e| e as _)
     }
 }

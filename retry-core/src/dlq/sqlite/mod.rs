@@ -181,7 +181,9 @@ impl SqliteDeadLetters {
     ///
     /// let missing = std::env::temp_dir().join("retry-core-no-such-dir").join("dlq.sqlite3");
     /// let error = SqliteDeadLetters::open(&missing).unwrap_err();
-    /// assert!(error.to_string().contains("does not exist"), "{error}");
+    /// // The error says "dead-letter store failed"; its source, why.
+    /// let why = retry_core::error_chain(&error).to_string();
+    /// assert!(why.contains("does not exist"), "{why}");
     /// # Ok::<(), retry_core::dlq::DlqError>(())
     /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<Self, DlqError> {

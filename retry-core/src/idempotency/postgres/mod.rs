@@ -147,8 +147,12 @@ const SCHEMA: Schema = Schema {
 ///   An operation waits at most 5 s for a free connection, and opening one at most 5 s; after
 ///   that it fails with [`StoreError::Unavailable`] naming the server (`host:port` and database,
 ///   never the password).
-/// - The pool made by [`connect`](Self::connect) uses no TLS; for TLS, build a pool with your TLS
-///   connector and pass it to [`from_pool`](Self::from_pool).
+/// - The pool made by [`connect`](Self::connect) connects over TLS when the URL asks for it, as libpq reads it: `sslmode=require` encrypts (the
+///   certificate checked against `sslrootcert=FILE` when given), `verify-ca` checks the chain to
+///   `sslrootcert`, `verify-full` the chain and the host name, to `sslrootcert` or the platform's
+///   trust store (feature `postgres-tls`: rustls with the ring provider; without it such a URL
+///   fails to connect). `prefer` (the default) and `disable` stay plain. For another TLS setup,
+///   build a pool with your connector and pass it to [`from_pool`](Self::from_pool).
 /// - An `#[idempotent]` call waits at most
 ///   [`operation_timeout`](crate::idempotency::IdempotencyStore::operation_timeout) (10 s) for
 ///   each store operation, then fails closed; to have the server itself give up sooner (row
@@ -212,7 +216,8 @@ impl fmt::Debug for PgStore {
 
 impl PgStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/database`, or
-    /// the `key=value` form), with a pool of up to 16 connections and no TLS, and creates the
+    /// the `key=value` form), with a pool of up to 16 connections (over TLS when `url` says
+    /// `sslmode=require`, `verify-ca` or `verify-full`: see [`PgStore`]), and creates the
     /// table `inbox_log` if it is missing. Safe to call from several instances at once, and on
     /// a database where an earlier version of this store made the table.
     ///
@@ -234,10 +239,18 @@ impl PgStore {
     /// let store = PgStore::connect("postgres://app:secret@db.internal:5432/payments").await?;
     /// // Connecting again is harmless: the table is created only once.
     /// let again = PgStore::connect("host=db.internal user=app password=secret dbname=payments").await?;
+    /// // Over TLS, the server's certificate checked against the CA of `sslrootcert` (feature
+    /// // `postgres-tls`).
+    /// let tls = PgStore::connect(
+    ///     "postgres://app@db.internal/payments?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem",
+    /// )
+    /// .await?;
     ///
     /// let error = PgStore::connect("postgres://app:secret@127.0.0.1:1/payments").await.unwrap_err();
-    /// assert!(error.to_string().contains("127.0.0.1:1"), "{error}");
-    /// assert!(!error.to_string().contains("secret"));
+    /// // The error names the store; its sources, the server (never the password) and why.
+    /// let why = retry_core::error_chain(&error).to_string();
+    /// assert!(why.contains("127.0.0.1:1"), "{why}");
+    /// assert!(!why.contains("secret"));
     /// # Ok(())
     /// # }
     /// ```
@@ -489,7 +502,7 @@ impl IdempotencyStore for PgStore {
                     tracing::debug!(server = %db.server, token, "abandoned claim was already taken over");
                 }
                 Err(e) => {
-                    tracing::warn!(server = %db.server, token, error = %e, "could not release an abandoned claim; its lease will free it");
+                    tracing::warn!(server = %db.server, token, error = %crate::error_chain(&e), "could not release an abandoned claim; its lease will free it");
                 }
             }
         });
@@ -521,7 +534,8 @@ mod tests {
             .block_on(PgStore::connect("postgres://app:s3cret@host:notaport/db"))
             .unwrap_err();
         assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
-        let message = error.to_string();
+        // The message says which store; its sources, what is wrong.
+        let message = crate::error_chain(&error).to_string();
         assert!(
             message.contains("invalid PostgreSQL connection string"),
             "{message}"

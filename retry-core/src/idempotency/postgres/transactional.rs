@@ -188,7 +188,7 @@ impl PgTransaction {
                 Err(e) => Err(e),
             };
             if let Err(e) = unlocked {
-                tracing::debug!(server = %self.server, error = %e, "could not give back a key's lock; closing the connection");
+                tracing::debug!(server = %self.server, error = %crate::error_chain(&e), "could not give back a key's lock; closing the connection");
                 return;
             }
         }
@@ -405,7 +405,7 @@ impl TransactionalStore for PgStore {
             // Nothing of this transaction can commit any more: dropped, its connection closes
             // and the server rolls back. The answer below stands.
             Err(e) => {
-                tracing::debug!(server = %self.db.server, error = %e, "ROLLBACK after a refused commit_done failed; closing the connection");
+                tracing::debug!(server = %self.db.server, error = %crate::error_chain(&e), "ROLLBACK after a refused commit_done failed; closing the connection");
                 drop(tx);
             }
         }

@@ -1,6 +1,5 @@
 //! What a replay carries: the stored status, body and allow-listed headers, never credentials.
 
-use std::fmt;
 use std::sync::Arc;
 
 use ::http::Response;
@@ -134,7 +133,8 @@ const DEFAULT_REPLAY_HEADERS: [HeaderName; 6] = [
 ///      to whoever resends a key"
 /// );
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{name}` cannot be replayed: {reason}")]
 pub struct RefusedHeader {
     name: HeaderName,
     reason: &'static str,
@@ -157,14 +157,6 @@ impl RefusedHeader {
         &self.name
     }
 }
-
-impl fmt::Display for RefusedHeader {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "`{}` cannot be replayed: {}", self.name, self.reason)
-    }
-}
-
-impl std::error::Error for RefusedHeader {}
 
 #[cfg(test)]
 mod tests {

@@ -152,7 +152,7 @@ impl<St: IdempotencyStore + 'static, M: Mode<St>> IdempotencyLayer<St, M> {
         match detached(M::claim_and_run(self, inner, call, parts, body)).await {
             Ok(answer) => answer,
             Err(e) => {
-                tracing::error!(function, error = %e, "the task running an idempotent request was interrupted; its key stays in progress until its lease ends");
+                tracing::error!(function, error = %crate::error_chain(&e), "the task running an idempotent request was interrupted; its key stays in progress until its lease ends");
                 Ok(Problem::Interrupted.response())
             }
         }
@@ -206,11 +206,11 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
             IdempotencyError::PreviouslyFailed(failure) => Problem::kept_failure(&failure),
             IdempotencyError::KeyTooLong { len, max } => Problem::KeyTooLong { len, max },
             IdempotencyError::Store(e) => {
-                tracing::warn!(function = self.name, method = %parts.method, path = parts.uri.path(), error = %e, "idempotency store unavailable: request refused (fail closed)");
+                tracing::warn!(function = self.name, method = %parts.method, path = parts.uri.path(), error = %crate::error_chain(&e), "idempotency store unavailable: request refused (fail closed)");
                 Problem::StoreUnavailable
             }
             other => {
-                tracing::error!(function = self.name, error = %other, "idempotency claim failed");
+                tracing::error!(function = self.name, error = %crate::error_chain(&other), "idempotency claim failed");
                 Problem::StoredUnreadable
             }
         };

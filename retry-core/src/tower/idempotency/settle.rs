@@ -100,7 +100,7 @@ where
                         Ok(json) if json.len() <= max => complete(held, &json, function).await,
                         Ok(json) => not_kept(held, json.len(), max, function).await,
                         Err(e) => {
-                            tracing::error!(function, error = %e, "response cannot be serialised");
+                            tracing::error!(function, error = %crate::error_chain(&e), "response cannot be serialised");
                             not_kept(held, data.len(), max, function).await;
                         }
                     }
@@ -111,7 +111,10 @@ where
                     Resumed::new(prefix, Some(rest), None)
                 }
                 Buffered::Failed { prefix, error } => {
-                    let failure = format!("the response body failed while it was read: {error}");
+                    let failure = format!(
+                        "the response body failed while it was read: {}",
+                        crate::error_chain(&*error)
+                    );
                     keep_failed(held, &failure, function).await;
                     Resumed::new(prefix, None, Some(Tail::Error(error)))
                 }
@@ -145,7 +148,7 @@ async fn complete<St: IdempotencyStore + ?Sized>(
             metrics::fenced(function);
         }
         Err(e) => {
-            tracing::warn!(function, error = %e, "response not stored: resends get 409 until the lease ends, then run again");
+            tracing::warn!(function, error = %crate::error_chain(&e), "response not stored: resends get 409 until the lease ends, then run again");
             metrics::response_not_stored(function);
         }
     }
@@ -183,7 +186,7 @@ async fn keep_failed<St: IdempotencyStore + ?Sized>(
         "idempotency key kept failed: resends are refused, never run again"
     );
     if let Err(e) = held.fail(OnErr::Keep, failure).await {
-        tracing::warn!(function, error = %e, "could not mark the key failed; resends get 409 until the lease ends, then run again");
+        tracing::warn!(function, error = %crate::error_chain(&e), "could not mark the key failed; resends get 409 until the lease ends, then run again");
     }
 }
 
@@ -195,6 +198,6 @@ pub(super) async fn release<St: IdempotencyStore + ?Sized>(
 ) {
     tracing::debug!(function, why, "idempotency claim released");
     if let Err(e) = held.fail(OnErr::Release, "").await {
-        tracing::warn!(function, error = %e, "could not release the claim; resends get 409 until the lease ends");
+        tracing::warn!(function, error = %crate::error_chain(&e), "could not release the claim; resends get 409 until the lease ends");
     }
 }

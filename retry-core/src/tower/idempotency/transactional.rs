@@ -340,7 +340,7 @@ fn verdict<E>(ran: Ran<E>, function: &'static str) -> Verdict<E> {
                     return Verdict::RollBack(Ok(Problem::RolledBack.response()));
                 }
                 Buffered::Failed { error, .. } => {
-                    tracing::warn!(function, %error, "the response body failed while it was read: the handler's transaction was rolled back");
+                    tracing::warn!(function, error = %crate::error_chain(&*error), "the response body failed while it was read: the handler's transaction was rolled back");
                     return Verdict::RollBack(Ok(Problem::RolledBack.response()));
                 }
             };
