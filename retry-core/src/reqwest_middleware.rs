@@ -163,7 +163,7 @@ fn failed(sent: &Sent, error: Error) -> Failed<Response, Error> {
             sent.failed(error, decision, connected, what)
         }
         Error::Middleware(e) => {
-            let what = e.to_string();
+            let what = crate::error_chain(&**e).to_string();
             sent.failed(error, Decision::Stop, true, what)
         }
     }

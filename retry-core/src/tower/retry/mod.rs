@@ -380,7 +380,8 @@ impl Settings {
 
     fn failed<R>(&self, sent: &Sent, error: BoxError, reached: bool) -> Failed<R, BoxError> {
         let decision = (self.errors)(&*error);
-        let what = transport::describe(&*error);
+        // "client error (Connect): tcp connect error: Connection refused (os error 111)"
+        let what = crate::error_chain(&*error).to_string();
         sent.failed(error, decision, reached, what)
     }
 }

@@ -94,24 +94,6 @@ pub(super) fn may_have_reached(error: &(dyn Error + 'static)) -> bool {
     true
 }
 
-/// The error and its sources in words, for the give-up event and `on_retry`: "client error
-/// (Connect): tcp connect error: Connection refused (os error 111)".
-pub(super) fn describe(error: &(dyn Error + 'static)) -> String {
-    let mut text = String::new();
-    for link in chain(error) {
-        let part = link.to_string();
-        // Many errors repeat their source in their own message: say it once.
-        if text.contains(&part) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&part);
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,7 +131,7 @@ mod tests {
         assert_eq!(classify_error(&refused), Decision::Retry);
         assert!(!may_have_reached(&refused));
         assert_eq!(
-            describe(&refused),
+            crate::error_chain(&refused).to_string(),
             "client error (Connect): tcp connect error: connection refused"
         );
     }
