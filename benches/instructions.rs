@@ -103,6 +103,10 @@ struct Repeat<'a> {
 impl Visit for Repeat<'_> {
     type Out = ();
 
+    // Each implementation's loop in a function of its own, as a call site is in an
+    // application: inlined into one function with every other implementation's loop, a call
+    // would be measured under that function's exhausted inlining budget, not its own.
+    #[inline(never)]
     fn visit<M, F>(self, mut make: M)
     where
         M: FnMut() -> F,

@@ -114,6 +114,30 @@ pub async fn hand_loop(flaky: &Flaky, base: Duration) -> io::Result<u32> {
     }
 }
 
+/// [`hand_loop`] with `fastrand`'s generator (wyrand, seeded from fastrand's thread-local one)
+/// instead of a `SmallRng`.
+pub async fn hand_fastrand(flaky: &Flaky, base: Duration) -> io::Result<u32> {
+    let mut rng: Option<fastrand::Rng> = None;
+    let mut attempt = 1;
+    loop {
+        match op(flaky).await {
+            Ok(value) => return Ok(value),
+            Err(e) if attempt < ATTEMPTS && is_retryable(&e) => {
+                let ceiling = exponential_nanos(base, attempt);
+                if ceiling > 0 {
+                    let rng = rng.get_or_insert_with(fastrand::Rng::new);
+                    let wait = rng.u64(0..=ceiling);
+                    if wait > 0 {
+                        tokio::time::sleep(Duration::from_nanos(wait)).await;
+                    }
+                }
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// `base` doubled for each failed attempt before `failed`, at most [`CAP`], in nanoseconds.
 fn exponential_nanos(base: Duration, failed: u32) -> u64 {
     let cap = CAP.as_nanos() as u64;
@@ -168,14 +192,20 @@ fn tokio_retry2_strategy(base: Duration) -> impl Iterator<Item = Duration> {
         .take(ATTEMPTS as usize - 1)
 }
 
-/// One of the six implementations, or (case c) of the four delay iterators.
+/// One of the implementations of cases (a) and (b), or (case c) of the delay iterators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Impl {
     Plain,
+    /// The hand loop on a `SmallRng`.
     HandLoop,
+    /// The hand loop on `fastrand` (cases a, b), or its delays (case c).
+    HandFastrand,
     Retryable,
     PolicyRetry,
     Backon,
+    /// backon with a sleeper that returns at once: what backon costs without its timer (its
+    /// default sleeper arms one even for a zero wait).
+    BackonNoSleep,
     TokioRetry2,
     /// Case (c) only: a `SmallRng` and the exponential formula, by hand.
     HandSmallRng,
@@ -185,27 +215,32 @@ pub enum Impl {
 
 impl Impl {
     /// The implementations of cases (a) and (b), in table order.
-    pub const CALLS: [Impl; 6] = [
+    pub const CALLS: [Impl; 8] = [
         Impl::Plain,
         Impl::HandLoop,
+        Impl::HandFastrand,
         Impl::Retryable,
         Impl::PolicyRetry,
         Impl::Backon,
+        Impl::BackonNoSleep,
         Impl::TokioRetry2,
     ];
     /// The implementations of case (c), in table order.
-    pub const DELAYS: [Impl; 4] = [
+    pub const DELAYS: [Impl; 5] = [
         Impl::HandSmallRng,
+        Impl::HandFastrand,
         Impl::RetryCore,
         Impl::Backon,
         Impl::TokioRetry2,
     ];
-    const ALL: [Impl; 8] = [
+    const ALL: [Impl; 10] = [
         Impl::Plain,
         Impl::HandLoop,
+        Impl::HandFastrand,
         Impl::Retryable,
         Impl::PolicyRetry,
         Impl::Backon,
+        Impl::BackonNoSleep,
         Impl::TokioRetry2,
         Impl::HandSmallRng,
         Impl::RetryCore,
@@ -216,9 +251,11 @@ impl Impl {
         match self {
             Impl::Plain => "plain",
             Impl::HandLoop => "hand_loop",
+            Impl::HandFastrand => "hand_fastrand",
             Impl::Retryable => "retryable",
             Impl::PolicyRetry => "policy_retry",
             Impl::Backon => "backon",
+            Impl::BackonNoSleep => "backon_nosleep",
             Impl::TokioRetry2 => "tokio_retry2",
             Impl::HandSmallRng => "hand_smallrng",
             Impl::RetryCore => "retry_core",
@@ -281,6 +318,7 @@ pub fn with_call<V: Visit>(imp: Impl, case: Case, flaky: &Flaky, visitor: V) -> 
     match (imp, case) {
         (Impl::Plain, _) => visitor.visit(move || op(flaky)),
         (Impl::HandLoop, _) => visitor.visit(move || hand_loop(flaky, base)),
+        (Impl::HandFastrand, _) => visitor.visit(move || hand_fastrand(flaky, base)),
         (Impl::Retryable, Case::Success) => visitor.visit(move || retryable_success(flaky)),
         (Impl::Retryable, Case::ThreeFailures) => visitor.visit(move || retryable_zero(flaky)),
         (Impl::PolicyRetry, Case::Success) => {
@@ -292,6 +330,12 @@ pub fn with_call<V: Visit>(imp: Impl, case: Case, flaky: &Flaky, visitor: V) -> 
         (Impl::Backon, _) => visitor.visit(move || {
             (move || op(flaky))
                 .retry(backon_builder(base))
+                .when(is_retryable)
+        }),
+        (Impl::BackonNoSleep, _) => visitor.visit(move || {
+            (move || op(flaky))
+                .retry(backon_builder(base))
+                .sleep(|_| std::future::ready(()))
                 .when(is_retryable)
         }),
         (Impl::TokioRetry2, _) => visitor.visit(move || {
@@ -386,6 +430,7 @@ pub fn check(rt: &Runtime, imp: Impl, case: Case) {
 pub fn delays(imp: Impl) -> (usize, Duration) {
     match imp {
         Impl::HandSmallRng => sum(hand_delays()),
+        Impl::HandFastrand => sum(hand_fastrand_delays()),
         Impl::RetryCore => sum(Backoff::new(&POLICY_DELAYS).take(DELAYS)),
         Impl::Backon => sum(ExponentialBuilder::new()
             .with_min_delay(BASE_DELAYS)
@@ -409,6 +454,14 @@ fn hand_delays() -> impl Iterator<Item = Duration> {
     let mut rng: SmallRng = rand::make_rng();
     (1..=DELAYS as u32).map(move |failed| {
         Duration::from_nanos(rng.random_range(0..=exponential_nanos(BASE_DELAYS, failed)))
+    })
+}
+
+/// The floor of case (c) on `fastrand`'s generator: the same formula, `Rng::u64` for the draw.
+fn hand_fastrand_delays() -> impl Iterator<Item = Duration> {
+    let mut rng = fastrand::Rng::new();
+    (1..=DELAYS as u32).map(move |failed| {
+        Duration::from_nanos(rng.u64(0..=exponential_nanos(BASE_DELAYS, failed)))
     })
 }
 

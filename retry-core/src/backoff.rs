@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
-use rand::{RngExt, SeedableRng};
+use rand::{Rng, SeedableRng};
 
 use crate::policy::{Jitter, Policy};
 
@@ -63,13 +63,13 @@ pub struct Backoff {
     /// The exponential wait of the next failure, `min(cap, base · 2^(failed))`: doubled per step
     /// rather than recomputed from the attempt number.
     ceiling: u64,
+    /// The last wait, for decorrelated jitter (`base` before the first).
     prev: u64,
     /// `jitter == Full`, the default: tested first, so the common step skips the `match`.
     full: bool,
     seed: Option<u64>,
-    /// A placeholder until `seeded`: an `Option` would keep the generator out of registers.
-    rng: SmallRng,
-    seeded: bool,
+    /// Made at the first wait that needs randomness.
+    rng: Option<SmallRng>,
 }
 
 impl Backoff {
@@ -84,14 +84,12 @@ impl Backoff {
             prev: base,
             full: matches!(policy.knobs().jitter, Jitter::Full),
             seed: policy.knobs().seed,
-            // A constant once optimised; replaced before its first draw.
-            rng: SmallRng::seed_from_u64(0),
-            seeded: false,
+            rng: None,
         }
     }
 
     /// The wait after the next failed attempt. Never more than `cap`.
-    #[inline]
+    #[inline(always)]
     pub fn next_delay(&mut self) -> Duration {
         // Equal to `exponential_nanos(base, cap, failed)`: once the doubling reaches the cap it
         // stays there, and `saturating_mul` cannot wrap past it.
@@ -122,30 +120,51 @@ impl Backoff {
         Duration::from_nanos(wait)
     }
 
-    /// Uniform in `[lo, hi]`; `lo <= hi`. The generator is seeded the first time a range needs
-    /// randomness, so zero waits never seed it.
-    #[inline]
+    /// Uniform in `[lo, hi]`; `lo <= hi`. An empty range draws nothing, so zero waits never
+    /// seed the generator.
+    #[inline(always)]
     fn uniform(&mut self, lo: u64, hi: u64) -> u64 {
-        if !self.seeded {
-            if lo >= hi {
-                return lo;
-            }
-            // By value, not through `&mut self`: the generator stays in registers.
-            self.rng = fresh_rng(self.seed);
-            self.seeded = true;
+        if lo >= hi {
+            return lo;
         }
-        self.rng.random_range(lo..=hi)
+        let seed = self.seed;
+        inclusive(self.rng.get_or_insert_with(|| fresh_rng(seed)), lo, hi)
     }
 }
 
-/// The generator of a [`Backoff`]: from [`Policy::seed`], or from the thread's generator.
-/// Inlined: returned through a pointer into the `Backoff`, it would keep the generator in memory.
+/// The generator of a [`Backoff`]: from [`Policy::seed`], or seeded from the thread's
+/// generator. Both ways from one `u64` in a register, expanded inline: a generator returned
+/// through memory (`rand::make_rng`) would keep the `Backoff`'s in memory in every step.
 #[inline]
 fn fresh_rng(seed: Option<u64>) -> SmallRng {
-    match seed {
-        Some(seed) => SmallRng::seed_from_u64(seed),
-        None => rand::make_rng(),
+    SmallRng::seed_from_u64(seed.unwrap_or_else(thread_seed))
+}
+
+/// A seed from the thread's generator.
+#[cold]
+#[inline(never)]
+fn thread_seed() -> u64 {
+    rand::random()
+}
+
+/// Uniform in `[lo, hi]`, `lo < hi`: exactly what rand's `random_range(lo..=hi)` draws for a
+/// `u64` (Canon's method: one widening multiply, and a second sample only when the first
+/// lands in the biased zone), written out so that it is inlined into the backoff step: rand's
+/// generic function is left out of line by fat LTO, a call per wait.
+#[inline(always)]
+fn inclusive(rng: &mut SmallRng, lo: u64, hi: u64) -> u64 {
+    let range = hi.wrapping_sub(lo).wrapping_add(1);
+    if range == 0 {
+        // The whole of `u64`.
+        return rng.next_u64();
     }
+    let wide = u128::from(rng.next_u64()) * u128::from(range);
+    let (mut result, low) = ((wide >> 64) as u64, wide as u64);
+    if low > range.wrapping_neg() {
+        let carry = (u128::from(rng.next_u64()) * u128::from(range)) >> 64;
+        result += u64::from(low.checked_add(carry as u64).is_none());
+    }
+    lo.wrapping_add(result)
 }
 
 impl Iterator for Backoff {
@@ -191,6 +210,24 @@ mod tests {
             let waits: Vec<_> = Backoff::new(&policy).take(80).collect();
             let formula: Vec<_> = (1..=80).map(|k| exponential(base, cap, k)).collect();
             assert_eq!(waits, formula, "base {base:?}, cap {cap:?}");
+        }
+    }
+
+    #[test]
+    fn the_written_out_draw_is_rands_random_range() {
+        use rand::RngExt;
+        for (lo, hi) in [
+            (0, 1),
+            (0, 10),
+            (5, 7),
+            (0, 30_000_000_000),
+            (1, u64::MAX),
+            (0, u64::MAX),
+        ] {
+            let (mut ours, mut rands) = (SmallRng::seed_from_u64(9), SmallRng::seed_from_u64(9));
+            for _ in 0..1000 {
+                assert_eq!(inclusive(&mut ours, lo, hi), rands.random_range(lo..=hi));
+            }
         }
     }
 

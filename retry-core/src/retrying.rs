@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 
 use crate::metrics::{self, Site};
-use crate::scope::{self, AttemptCell, Frame};
+use crate::scope::{self, Frame};
 
 pin_project! {
     /// The future returned by a `#[retryable]` function and by [`Policy::retry`](crate::Policy::retry).
@@ -39,65 +39,51 @@ pin_project! {
     /// ```
     #[must_use = "futures do nothing unless you `.await` or poll them"]
     pub struct Retrying<F> {
+        // Dropped in place as soon as it finishes (see `Retrying`'s drop), so dropping the
+        // finished call, what every `.await` does next, is one check.
         #[pin]
-        inner: F,
-        site: &'static Site,
+        inner: ManuallyDrop<F>,
+        // The call's retry scope, made current while `inner` is polled: kept here, so a poll
+        // only swaps its address into the thread-local and back. Before the first poll its
+        // `outer` is this call's own site.
+        frame: Frame,
         stage: Stage,
-        // The attempt this call is on, between polls (see `AttemptCell`).
-        attempt: AttemptCell,
+        // The `retry` span a subscriber wanted (boxed: a span takes 40 bytes); dropped with
+        // `inner`.
+        span: ManuallyDrop<Option<Box<tracing::Span>>>,
     }
 
     impl<F> PinnedDrop for Retrying<F> {
         fn drop(this: Pin<&mut Self>) {
-            let placeholder = Stage::Running {
-                layer: Layer::Outermost,
-                trace_id: 0,
-            };
-            if let Stage::Traced { traced, .. } = std::mem::replace(this.project().stage, placeholder) {
-                drop(ManuallyDrop::into_inner(traced));
+            if !matches!(this.stage, Stage::Done) {
+                this.release_unfinished();
             }
         }
     }
 }
 
-/// How far the call has got, with what that stage needs, in 16 bytes: the caller's location is
-/// only read before the first poll, the trace id and the span only after it.
-#[derive(Debug)]
+/// How far the call has got, with what that stage needs: the caller's location is only read
+/// before the first poll, the layer only after it.
+#[derive(Debug, Clone, Copy)]
 enum Stage {
     /// Not polled yet. `single`: asked for one attempt with [`Retrying::single_attempt`].
     NotStarted {
         caller: &'static Location<'static>,
         single: bool,
     },
-    /// Polled, nobody wanting its span. `trace_id` is `0` until drawn: only a failure, a dead
-    /// letter or an enabled span needs one.
-    Running { layer: Layer, trace_id: u64 },
-    /// Polled, with the `retry` span a subscriber wanted (boxed: a span takes 40 bytes).
-    /// Dropped by `Retrying`'s drop, so that `Stage` has no drop glue: replacing it, and
-    /// dropping a call that has no span, costs nothing.
-    Traced {
-        layer: Layer,
-        traced: ManuallyDrop<Box<Traced>>,
-    },
-}
-
-/// The `retry` span of a call and the trace id it records, drawn when the span started.
-#[derive(Debug)]
-struct Traced {
-    span: tracing::Span,
-    trace_id: u64,
-}
-
-/// Where this retry stands among the retries of its task; decided on the first poll.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Layer {
-    /// The one layer that retries.
+    /// The one layer that retries, nobody wanting its span: the only stage the poll handles
+    /// inline. Its frame, made with the future, never changes (but for the trace id drawn in
+    /// it).
     Outermost,
-    /// Started inside another retry: one attempt only. That retry's frame is current whenever
-    /// this one is polled (same task), so it need not be kept here.
-    Nested,
+    /// The one layer that retries, with the span a subscriber wanted.
+    Spanned,
+    /// Started inside another retry (`site`): one attempt only. That retry's frame is current
+    /// whenever this one is polled (same task); this call's frame is made from it at each poll.
+    Nested { site: &'static Site },
     /// Asked for one attempt with [`Retrying::single_attempt`].
-    Single,
+    Single { site: &'static Site },
+    /// Finished (or dropped): the inner future and the span are gone.
+    Done,
 }
 
 impl<F> Retrying<F> {
@@ -108,13 +94,35 @@ impl<F> Retrying<F> {
     #[inline]
     pub(crate) fn new(site: &'static Site, caller: &'static Location<'static>, inner: F) -> Self {
         Retrying {
-            inner,
-            site,
+            inner: ManuallyDrop::new(inner),
+            frame: Frame::outermost(site, 0),
             stage: Stage::NotStarted {
                 caller,
                 single: false,
             },
-            attempt: AttemptCell::new(0),
+            span: ManuallyDrop::new(None),
+        }
+    }
+
+    /// Drops the inner future in place and the span: the call is dropped before it finished.
+    #[cold]
+    #[inline(never)]
+    fn release_unfinished(self: Pin<&mut Self>) {
+        let this = self.project();
+        *this.stage = Stage::Done;
+        // SAFETY: `inner` is dropped in place, not moved (what a pinned value needs), and never
+        // touched again: the stage is `Done`, which neither the poll nor the drop gets past.
+        unsafe { ManuallyDrop::drop(this.inner.get_unchecked_mut()) };
+        drop_span(this.span);
+    }
+
+    /// The retrying function: the frame's until the first poll, and of the outermost layer.
+    fn site(&self) -> &'static Site {
+        match self.stage {
+            Stage::Nested { site } | Stage::Single { site } => site,
+            Stage::NotStarted { .. } | Stage::Outermost | Stage::Spanned | Stage::Done => {
+                self.frame.outer
+            }
         }
     }
 
@@ -169,89 +177,122 @@ impl<F: Future> Future for SingleAttempt<F> {
 impl<F: Future> Future for Retrying<F> {
     type Output = F::Output;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.project();
-        let site = *this.site;
-        if let Stage::NotStarted { caller, single } = *this.stage {
-            // Three loads on the common path: no single attempt was asked for, nobody listens
-            // at debug level, and no retry is running here.
-            *this.stage = if !single
-                && !tracing::level_enabled!(tracing::Level::DEBUG)
-                && !scope::is_active()
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.as_mut().project();
+        let previous = scope::current();
+        // `fast`: the one layer that retries, with no span.
+        let fast = match *this.stage {
+            Stage::Outermost => true,
+            // Three loads on the common first poll: no single attempt was asked for, no retry
+            // is running here, and nobody listens at debug level.
+            Stage::NotStarted { single: false, .. }
+                if previous.is_null() && !tracing::level_enabled!(tracing::Level::DEBUG) =>
             {
-                Stage::Running {
-                    layer: Layer::Outermost,
-                    trace_id: 0,
-                }
-            } else {
-                start(site, caller, single)
-            };
-        }
-        let (layer, trace_id, span) = match &*this.stage {
-            Stage::Running { layer, trace_id } => (*layer, *trace_id, None),
-            Stage::Traced { layer, traced } => (*layer, traced.trace_id, Some(&traced.span)),
-            // Left by the first poll, above.
-            Stage::NotStarted { .. } => (Layer::Outermost, 0, None),
-        };
-        let span = span.map(tracing::Span::enter);
-        let frame = match layer {
-            // The one layer that retries needs nothing from outside.
-            Layer::Outermost => {
-                let frame = Frame::outermost(site, trace_id);
-                frame.attempt.set(this.attempt.get());
-                frame
+                metrics::call_started(this.frame.outer);
+                *this.stage = Stage::Outermost;
+                true
             }
-            // A single attempt, inside whatever frame is current now (the outer retry's, when
-            // nested).
-            Layer::Nested | Layer::Single => scope::with_current(|outer| match outer {
-                Some(outer) => outer.single_inside(trace_id),
-                None => Frame::new(site, true, false, trace_id),
-            }),
+            Stage::Done => panic!("`Retrying` polled after completion"),
+            _ => {
+                prepare(this.stage, this.frame, this.span);
+                false
+            }
         };
-        let entered = scope::enter(&frame);
-        let poll = this.inner.poll(cx);
+        let span = match fast {
+            true => None,
+            false => this.span.as_deref().map(tracing::Span::enter),
+        };
+        let entered = scope::enter_over(this.frame, previous);
+        let mut inner = this.inner;
+        // SAFETY: `inner` is pinned as `self` is (never moved out of its `ManuallyDrop`), and
+        // still there: it is dropped only with the stage set to `Done`, checked above.
+        let poll = unsafe { inner.as_mut().map_unchecked_mut(|inner| &mut **inner) }.poll(cx);
+        let finished = poll.is_ready();
+        if finished {
+            // SAFETY: dropped in place, not moved (what a pinned value needs), and never touched
+            // again: the stage is `Done` below, before anything else can reach it. Dropped
+            // right after its last poll, inside its scope: a finished future holds little or
+            // nothing, which the compiler can then see.
+            unsafe { ManuallyDrop::drop(inner.get_unchecked_mut()) };
+        }
         drop(entered);
         drop(span);
-        // A trace id drawn inside (a failure, a dead letter) stays with the call.
-        if let Stage::Running { trace_id, .. } = this.stage {
-            *trace_id = frame.trace_id();
+        if finished {
+            *this.stage = Stage::Done;
+            if !fast {
+                drop_span(this.span);
+            }
         }
-        this.attempt.set(frame.attempt.get());
         poll
     }
 }
 
-/// The first poll of a call that is not simply the outermost with nobody listening: starts the
-/// `retry` span if a subscriber wants it, and decides the layer.
+/// Drops the span, if any, of a call whose stage has just become `Done` (so nothing reads it
+/// again).
 #[cold]
 #[inline(never)]
-fn start(site: &'static Site, caller: &'static Location<'static>, single: bool) -> Stage {
-    let traced = tracing::level_enabled!(tracing::Level::DEBUG)
-        .then(|| start_span(site))
-        .flatten();
+fn drop_span(span: &mut ManuallyDrop<Option<Box<tracing::Span>>>) {
+    // SAFETY: called once, as the stage becomes `Done`, after which the span is never read.
+    drop(unsafe { ManuallyDrop::take(span) });
+}
+
+/// Everything but the outermost layer with nobody listening: the first poll's decision (see
+/// [`start`]), and for a single attempt, its frame made inside the one current now (the outer
+/// retry's, when nested).
+#[cold]
+#[inline(never)]
+fn prepare(stage: &mut Stage, frame: &mut Frame, span: &mut Option<Box<tracing::Span>>) {
+    if let Stage::NotStarted { caller, single } = *stage {
+        *stage = start(frame, span, caller, single);
+    }
+    let site = match *stage {
+        Stage::Nested { site } | Stage::Single { site } => site,
+        Stage::NotStarted { .. } | Stage::Outermost | Stage::Spanned | Stage::Done => return,
+    };
+    let trace_id = frame.trace_id();
+    *frame = scope::with_current(|outer| match outer {
+        Some(outer) => outer.single_inside(trace_id),
+        None => Frame::new(site, true, false, trace_id),
+    });
+}
+
+/// The first poll of a call that is not simply the outermost with nobody listening: starts the
+/// `retry` span if a subscriber wants it (its trace id goes into `frame`), and decides the
+/// layer. `frame` is the call's own, still made for its site.
+fn start(
+    frame: &mut Frame,
+    span: &mut Option<Box<tracing::Span>>,
+    caller: &'static Location<'static>,
+    single: bool,
+) -> Stage {
+    let site = frame.outer;
+    metrics::call_started(site);
+    if tracing::level_enabled!(tracing::Level::DEBUG)
+        && let Some((started, trace_id)) = start_span(site)
+    {
+        *frame = Frame::outermost(site, trace_id);
+        *span = Some(Box::new(started));
+    }
     // The nesting warning belongs to the new span.
-    let entered = traced.as_ref().map(|traced| traced.span.enter());
-    let layer = match scope::with_current(|outer| outer.map(|f| (f.outer, f.quiet))) {
-        _ if single => Layer::Single,
+    let entered = span.as_deref().map(tracing::Span::enter);
+    let stage = match scope::with_current(|outer| outer.map(|f| (f.outer, f.quiet))) {
+        _ if single => Stage::Single { site },
         Some((outer, quiet)) => {
             nested(site, caller, outer, quiet);
-            Layer::Nested
+            Stage::Nested { site }
         }
-        None => Layer::Outermost,
+        None => Stage::Outermost,
     };
     drop(entered);
-    match traced {
-        Some(traced) => Stage::Traced {
-            layer,
-            traced: ManuallyDrop::new(Box::new(traced)),
-        },
-        None => Stage::Running { layer, trace_id: 0 },
+    match stage {
+        Stage::Outermost if span.is_some() => Stage::Spanned,
+        stage => stage,
     }
 }
 
 /// The `retry` span of a call starting now, if a subscriber wants it, with the call's trace id
 /// (drawn now: a nested retry shares its outer call's).
-fn start_span(site: &'static Site) -> Option<Traced> {
+fn start_span(site: &'static Site) -> Option<(tracing::Span, u64)> {
     let (function, module) = (site.function(), site.module());
     let span = tracing::debug_span!("retry", function, module, trace_id = tracing::field::Empty);
     if span.is_disabled() {
@@ -262,7 +303,7 @@ fn start_span(site: &'static Site) -> Option<Traced> {
         "trace_id",
         tracing::field::display(format_args!("{:016x}", trace_id)),
     );
-    Some(Traced { span, trace_id })
+    Some((span, trace_id))
 }
 
 /// Says once, when a retry starts inside another, that it makes a single attempt.
@@ -325,7 +366,7 @@ pub(crate) fn first_time_at(what: Warning, caller: &'static Location<'static>) -
 impl<F> std::fmt::Debug for Retrying<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Retrying")
-            .field("function", &self.site.function())
+            .field("function", &self.site().function())
             .field("stage", &self.stage)
             .finish_non_exhaustive()
     }

@@ -225,14 +225,32 @@ pub(crate) fn with_current<R>(f: impl FnOnce(Option<&Frame>) -> R) -> R {
     f(unsafe { current.as_ref() })
 }
 
+/// Whether the retry being polled here must make a single attempt (nested in another, or
+/// `.single_attempt()`).
+#[inline]
+pub(crate) fn single_attempt_here() -> bool {
+    with_current(|frame| frame.is_some_and(|frame| frame.single))
+}
+
+/// The frame current now, as a pointer: null outside any retry. For [`enter_over`], which
+/// restores it.
+#[inline(always)]
+pub(crate) fn current() -> *const Frame {
+    CURRENT.with(Cell::get)
+}
+
 /// Makes `frame` current until the guard drops, then restores the previous one (also on
 /// panic), passing a trace id drawn inside `frame` on to it.
 #[inline]
 pub(crate) fn enter(frame: &Frame) -> Entered<'_> {
-    Entered {
-        frame,
-        previous: CURRENT.with(|c| c.replace(frame)),
-    }
+    enter_over(frame, current())
+}
+
+/// [`enter`], where the caller has just read the current frame (`previous`, from [`current`]).
+#[inline(always)]
+pub(crate) fn enter_over(frame: &Frame, previous: *const Frame) -> Entered<'_> {
+    CURRENT.with(|c| c.set(frame));
+    Entered { frame, previous }
 }
 
 /// See [`enter`]. Never forgotten: its drop is what keeps the thread-local valid.
@@ -242,22 +260,30 @@ pub(crate) struct Entered<'a> {
 }
 
 impl Drop for Entered<'_> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.previous));
         // A trace id drawn inside the frame being left belongs to the same logical call as the
         // previous frame (every nested frame is derived from its outer one), so an outer frame
-        // without one adopts it.
-        let id = self.frame.trace_id();
-        if id != 0 {
-            // SAFETY: `previous` was current when this guard was made, so its own guard is
-            // still alive further up the stack (see `with_current`).
-            if let Some(previous) = unsafe { self.previous.as_ref() }
-                && previous.trace_id() == 0
-            {
-                previous.trace_id.store(id, Relaxed);
-            }
+        // without one adopts it. Outside any retry (the common case) there is none.
+        if !self.previous.is_null() {
+            adopt_trace_id(self.frame, self.previous);
         }
-        CURRENT.with(|c| c.set(self.previous));
+    }
+}
+
+/// See [`Entered`]'s drop.
+#[cold]
+#[inline(never)]
+fn adopt_trace_id(left: &Frame, previous: *const Frame) {
+    let id = left.trace_id();
+    // SAFETY: `previous` was current when the guard leaving `left` was made, so its own guard
+    // is still alive further up the stack (see `with_current`).
+    if let Some(previous) = unsafe { previous.as_ref() }
+        && id != 0
+        && previous.trace_id() == 0
+    {
+        previous.trace_id.store(id, Relaxed);
     }
 }
 

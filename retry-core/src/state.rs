@@ -1,7 +1,6 @@
 //! The retry state machine: every decision between two attempts is taken here, once, for both
 //! the code `#[retryable]` emits and [`Policy::retry`](crate::Policy::retry).
 
-use std::cell::Cell;
 use std::fmt;
 use std::panic::Location;
 use std::time::Duration;
@@ -16,7 +15,6 @@ use crate::metrics::{self, Site};
 use crate::policy::Policy;
 use crate::retrying::{Warning, first_time_at};
 use crate::scope;
-use crate::sync::thread_local_cell;
 
 /// Why a retrying call stopped trying and returned its last error.
 ///
@@ -148,7 +146,6 @@ pub trait RetryHook<E> {
 #[derive(Debug)]
 pub struct RetryContext<'a, E> {
     site: &'a Site,
-    trace_id: u64,
     attempt: u32,
     error: &'a E,
     wait: Duration,
@@ -165,9 +162,11 @@ impl<'a, E> RetryContext<'a, E> {
         self.site.module()
     }
 
-    /// The logical call's trace id: the one on its tracing events and its dead letter.
+    /// The logical call's trace id: the one on its tracing events and its dead letter. Drawn
+    /// when first asked for (a hook that never asks costs the call nothing): the hook runs
+    /// inside the call's poll, where its retry scope holds the id.
     pub fn trace_id(&self) -> u64 {
-        self.trace_id
+        crate::scope::current_trace_id()
     }
 
     /// The attempt that failed, from 1.
@@ -245,82 +244,33 @@ pub enum Next<T, E> {
 /// Bookkeeping of one retrying call. The function it retries (its [`Site`]) is passed to the
 /// methods that count or log, not kept: the caller has it anyway, in a `static`.
 ///
-/// Small on purpose (32 bytes of every `#[retryable]` future) and cheap on the success path:
-/// what only a failure needs — the backoff and its RNG, failure times, the give-up reason — sits
-/// behind one `Box` made on the first failure (or up front for a call that records failures for
-/// a dead letter, and at the first attempt when the policy has a deadline, whose start time it
-/// keeps: the only case the clock is read before a failure).
+/// Cheap on the success path: what only a failure needs — the backoff and its RNG, failure
+/// times, the give-up reason — sits behind one `Box` made at the first failure. The clock is
+/// read before a failure only for a policy with a deadline, whose start it keeps here.
 #[derive(Debug)]
 pub struct State<'p> {
     policy: &'p Policy,
     budget: Option<&'p RetryBudget>,
-    /// Attempts allowed: the policy's; set by the first attempt. `0` marks a call collapsed to
-    /// a single attempt (inside another retry, or `.single_attempt()`): its give-up belongs to
-    /// an outer layer. A sentinel rather than a flag keeps the state at 32 bytes.
-    limit: u32,
-    attempt: u32,
+    /// When the first attempt started, if the policy has a deadline.
+    started: Option<Instant>,
     failing: Option<Box<Failing>>,
+    attempt: u32,
+    /// Collapsed to a single attempt (inside another retry, or `.single_attempt()`): its
+    /// give-up belongs to an outer layer. Only a failure or a budget needs to know, so it is
+    /// read from the scope then (see [`State::collapse_if_single`]).
+    collapsed: bool,
+    /// Whether failure times are kept (for a dead letter).
+    record_failures: bool,
 }
 
 /// What a call needs once an attempt has failed.
 #[derive(Debug)]
 struct Failing {
-    /// Whether failure times are kept (for a dead letter).
-    record_failures: bool,
-    /// When the first attempt started, if the policy has a deadline.
-    started: Option<Instant>,
     backoff: Backoff,
     gave_up: Option<GiveUp>,
     /// How the last error was classified: a collapsed call hands it to its outer layer.
     decision: Option<Decision>,
     failures: Option<Failures>,
-}
-
-impl Failing {
-    fn new(policy: &Policy) -> Self {
-        Failing {
-            record_failures: false,
-            started: None,
-            backoff: Backoff::new(policy),
-            gave_up: None,
-            decision: None,
-            failures: None,
-        }
-    }
-
-    /// A fresh `Failing` in the box the last failed call on this thread left behind, if any:
-    /// a call that fails pays no allocation and free, only this reset.
-    fn boxed(policy: &Policy) -> Box<Failing> {
-        match SPARE.try_with(Cell::take).ok().flatten() {
-            Some(mut spare) => {
-                *spare = Failing::new(policy);
-                spare
-            }
-            None => Box::new(Failing::new(policy)),
-        }
-    }
-
-    /// Keeps a finished call's box for the next call on this thread that fails.
-    #[cold]
-    #[inline(never)]
-    fn recycle(failing: Box<Failing>) {
-        // Err: the thread is exiting; the box is simply freed.
-        let _ = SPARE.try_with(|spare| spare.set(Some(failing)));
-    }
-}
-
-thread_local_cell! {
-    /// See [`Failing::boxed`].
-    static SPARE: Cell<Option<Box<Failing>>> = Cell::new(None);
-}
-
-impl Drop for State<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        if let Some(failing) = self.failing.take() {
-            Failing::recycle(failing);
-        }
-    }
 }
 
 /// When and why a call's attempts failed: the raw material of a dead letter.
@@ -336,13 +286,16 @@ pub struct Failures {
 
 impl<'p> State<'p> {
     /// A call that has made no attempt yet.
+    #[inline]
     pub fn new(policy: &'p Policy) -> Self {
         State {
             policy,
             budget: policy.knobs().budget,
-            limit: policy.knobs().max_attempts,
-            attempt: 0,
+            started: None,
             failing: None,
+            attempt: 0,
+            collapsed: false,
+            record_failures: false,
         }
     }
 
@@ -355,40 +308,74 @@ impl<'p> State<'p> {
     /// Keeps when attempts failed and why the call gave up, for a dead letter
     /// ([`failures`](Self::failures)).
     pub fn recording_failures(mut self) -> Self {
-        self.failing().record_failures = true;
+        self.record_failures = true;
         self
     }
 
     /// The failure state, made now if the call has none yet.
     fn failing(&mut self) -> &mut Failing {
         let policy = self.policy;
-        self.failing.get_or_insert_with(|| Failing::boxed(policy))
+        self.failing.get_or_insert_with(|| {
+            Box::new(Failing {
+                backoff: Backoff::new(policy),
+                gave_up: None,
+                decision: None,
+                failures: None,
+            })
+        })
     }
 
-    /// Counts the attempt about to start; `true` when the policy allows no other after it, so
-    /// by-value arguments can be moved into it instead of cloned.
+    /// Counts the attempt about to start; `true` when no other may follow it (the policy's
+    /// last, or the only one of a call collapsed to a single attempt), so by-value arguments
+    /// can be moved into it instead of cloned. (`site` is the retrying function's; the call
+    /// itself is counted in metrics by its [`Retrying`](crate::Retrying), at its first poll.)
     #[inline(always)]
     pub fn start_attempt(&mut self, site: &'static Site) -> bool {
-        if self.attempt == 0 {
-            self.first_attempt(site);
+        let _ = site;
+        let first = self.attempt == 0;
+        // Never past `u32::MAX`: no attempt starts after the policy's last.
+        self.attempt = self.attempt.wrapping_add(1);
+        if first {
+            self.first_attempt();
         }
-        self.attempt = self.attempt.saturating_add(1);
-        scope::note_attempt(self.attempt);
-        self.attempt >= self.limit
+        // The scope is read only by a caller that uses the answer (generated code with a
+        // by-value argument); otherwise the compiler drops the read.
+        self.attempt >= self.limit() || (self.attempt == 1 && scope::single_attempt_here())
+    }
+
+    /// Attempts allowed: the policy's, or one for a collapsed call.
+    #[inline(always)]
+    fn limit(&self) -> u32 {
+        if self.collapsed {
+            1
+        } else {
+            self.policy.knobs().max_attempts
+        }
     }
 
     /// Whether this call was collapsed to a single attempt (nested in another retry, or
     /// `.single_attempt()`): it parks no dead letter and spends no budget, as the layer that
-    /// owns the give-up does both.
+    /// owns the give-up does both. Known once an attempt has failed (or, with a budget, once
+    /// the first has started): nothing else depends on it.
     pub fn collapsed(&self) -> bool {
-        self.limit == 0
+        self.collapsed
+    }
+
+    /// Reads the retry scope, where the call's [`Retrying`](crate::Retrying) says whether this
+    /// is the one layer that retries. The scope is the same at every poll of the call, so it
+    /// is read when first needed: at the first failure, or at the first attempt with a budget.
+    #[inline]
+    fn collapse_if_single(&mut self) {
+        if scope::single_attempt_here() {
+            self.collapsed = true;
+        }
     }
 
     /// How long the attempt about to start may run with `attempt_timeout` = `timeout`: the
     /// timeout, or the time left before the deadline when that is shorter, so the call never
     /// outlives its deadline.
     pub fn attempt_limit(&self, timeout: Duration) -> Duration {
-        match (self.policy.knobs().deadline, self.started()) {
+        match (self.policy.knobs().deadline, self.started) {
             (Some(deadline), Some(started)) => {
                 timeout.min(deadline.saturating_sub(started.elapsed()))
             }
@@ -423,25 +410,13 @@ impl<'p> State<'p> {
         }
     }
 
-    fn started(&self) -> Option<Instant> {
-        self.failing.as_ref().and_then(|f| f.started)
-    }
-
     #[inline(always)]
-    fn first_attempt(&mut self, site: &'static Site) {
+    fn first_attempt(&mut self) {
         if self.policy.knobs().deadline.is_some() {
             self.start_clock();
         }
-        // The first attempt runs inside the poll of this call's `Retrying`, whose scope frame
-        // says whether it is the one layer that retries.
-        if scope::with_current(|frame| frame.is_some_and(|frame| frame.single)) {
-            self.limit = 0;
-        }
-        metrics::call_started(site);
-        // A collapsed call is part of its outer call, which deposited already: depositing
-        // again would let nested calls earn the outer layer extra retries.
-        if let (Some(budget), false) = (self.budget, self.collapsed()) {
-            budget.deposit();
+        if let Some(budget) = self.budget {
+            self.deposit(budget);
         }
     }
 
@@ -450,7 +425,18 @@ impl<'p> State<'p> {
     #[cold]
     #[inline(never)]
     fn start_clock(&mut self) {
-        self.failing().started = Some(Instant::now());
+        self.started = Some(Instant::now());
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn deposit(&mut self, budget: &RetryBudget) {
+        // A collapsed call is part of its outer call, which deposited already: depositing
+        // again would let nested calls earn the outer layer extra retries.
+        self.collapse_if_single();
+        if !self.collapsed {
+            budget.deposit();
+        }
     }
 
     /// Attempts started so far.
@@ -476,6 +462,7 @@ impl<'p> State<'p> {
 
     /// Decides what follows an attempt's outcome. `on_retry` sees the attempt number, the error
     /// and the chosen wait before the error is dropped; on give-up the error is returned.
+    #[inline(always)]
     pub fn after_attempt<T, E>(
         &mut self,
         site: &'static Site,
@@ -483,11 +470,10 @@ impl<'p> State<'p> {
         classifier: &mut impl Classifier<E>,
         on_retry: &mut impl RetryHook<E>,
     ) -> Next<T, E> {
-        let error = match outcome {
-            Ok(value) => return Next::Return(Ok(value)),
-            Err(error) => error,
-        };
-        self.failed(site, classifier, on_retry, error)
+        match outcome {
+            Ok(value) => Next::Return(Ok(value)),
+            Err(error) => self.failed(site, classifier, on_retry, error),
+        }
     }
 
     #[cold]
@@ -499,12 +485,12 @@ impl<'p> State<'p> {
         on_retry: &mut impl RetryHook<E>,
         error: E,
     ) -> Next<T, E> {
-        let policy = self.policy;
-        let mut failing = self
-            .failing
-            .take()
-            .unwrap_or_else(|| Failing::boxed(policy));
-        if failing.record_failures {
+        if self.attempt == 1 {
+            self.collapse_if_single();
+        }
+        let record = self.record_failures;
+        let failing = self.failing();
+        if record {
             let now = std::time::SystemTime::now();
             let failures = failing.failures.get_or_insert_with(|| Failures {
                 first: now,
@@ -513,41 +499,24 @@ impl<'p> State<'p> {
             });
             failures.last = now;
         }
-        let next = self.decide(site, classifier, on_retry, error, &mut failing);
-        self.failing = Some(failing);
-        next
-    }
-
-    fn decide<T, E>(
-        &self,
-        site: &'static Site,
-        classifier: &mut impl Classifier<E>,
-        on_retry: &mut impl RetryHook<E>,
-        error: E,
-        failing: &mut Failing,
-    ) -> Next<T, E> {
         let decision = classifier.decide(&error);
         failing.decision = Some(decision);
-        match self.judge(site, decision, failing) {
+        match self.judge(site, decision) {
             Ok(wait) => {
                 // At INFO, with the error: a retry is what an operator looks for first when a
                 // dependency is struggling. Only failures pay for the words.
                 if tracing::enabled!(tracing::Level::INFO) {
-                    let error = classifier.reason(&error).unwrap_or_default();
-                    tracing::info!(
-                        function = site.function(),
-                        module = site.module(),
-                        attempt = self.attempt,
-                        ?decision,
-                        error,
-                        wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                        "attempt failed; retrying"
+                    retrying_event(
+                        site,
+                        self.attempt,
+                        decision,
+                        classifier.reason(&error),
+                        wait,
                     );
                 }
                 metrics::retried(site);
                 on_retry.before_wait(&RetryContext {
                     site,
-                    trace_id: crate::scope::current_trace_id(),
                     attempt: self.attempt,
                     error: &error,
                     wait,
@@ -556,59 +525,68 @@ impl<'p> State<'p> {
             }
             Err(give_up) => {
                 // "not retryable: 404 Not Found", "gave up after 5 attempts: 503 Service Unavailable"
-                let cause = classifier.reason(&error);
-                let reason = match &cause {
-                    Some(cause) => format!("{give_up}: {cause}"),
-                    None => give_up.to_string(),
-                };
-                let (function, cause) = (site.function(), cause.unwrap_or_default());
-                // Giving up after retrying is news; a first attempt that was never going to be
-                // retried (a 404, a nested single attempt) is the caller's business.
-                if self.attempt > 1 {
-                    tracing::warn!(
-                        function,
-                        module = site.module(),
-                        attempt = self.attempt,
-                        ?decision,
-                        error = cause,
-                        reason,
-                        "giving up"
-                    );
-                } else {
-                    tracing::debug!(
-                        function,
-                        module = site.module(),
-                        attempt = self.attempt,
-                        ?decision,
-                        error = cause,
-                        reason,
-                        "giving up"
-                    );
-                }
-                metrics::gave_up(site, give_up.label());
-                failing.gave_up = Some(give_up);
-                if let Some(failures) = &mut failing.failures {
-                    failures.reason = reason;
-                }
+                self.give_up(site, decision, give_up, classifier.reason(&error));
                 Next::Return(Err(error))
             }
         }
     }
 
-    /// The wait before the next attempt, or why there is none.
-    fn judge(
-        &self,
+    /// Records and reports the give-up. Not generic, so every error type shares it.
+    #[cold]
+    #[inline(never)]
+    fn give_up(
+        &mut self,
         site: &'static Site,
         decision: Decision,
-        failing: &mut Failing,
-    ) -> Result<Duration, GiveUp> {
+        give_up: GiveUp,
+        cause: Option<String>,
+    ) {
+        let reason = match &cause {
+            Some(cause) => format!("{give_up}: {cause}"),
+            None => give_up.to_string(),
+        };
+        let (function, cause) = (site.function(), cause.unwrap_or_default());
+        // Giving up after retrying is news; a first attempt that was never going to be
+        // retried (a 404, a nested single attempt) is the caller's business.
+        if self.attempt > 1 {
+            tracing::warn!(
+                function,
+                module = site.module(),
+                attempt = self.attempt,
+                ?decision,
+                error = cause,
+                reason,
+                "giving up"
+            );
+        } else {
+            tracing::debug!(
+                function,
+                module = site.module(),
+                attempt = self.attempt,
+                ?decision,
+                error = cause,
+                reason,
+                "giving up"
+            );
+        }
+        metrics::gave_up(site, give_up.label());
+        let failing = self.failing();
+        failing.gave_up = Some(give_up);
+        if let Some(failures) = &mut failing.failures {
+            failures.reason = reason;
+        }
+    }
+
+    /// The wait before the next attempt, or why there is none.
+    #[inline(always)]
+    fn judge(&mut self, site: &'static Site, decision: Decision) -> Result<Duration, GiveUp> {
         let knobs = self.policy.knobs();
         let floor = match decision {
             // First, whatever the error: a collapsed call's give-up belongs to the outer layer,
             // which classifies the error itself (a `Stop` here must not park a letter of its own).
-            _ if self.collapsed() => return Err(GiveUp::SingleAttempt),
+            _ if self.collapsed => return Err(GiveUp::SingleAttempt),
             Decision::Stop => return Err(GiveUp::NotRetryable),
-            _ if self.attempt >= self.limit => {
+            _ if self.attempt >= knobs.max_attempts => {
                 return Err(GiveUp::Exhausted {
                     attempts: self.attempt,
                 });
@@ -626,8 +604,8 @@ impl<'p> State<'p> {
         // wait plus our jittered backoff. `max(floor, backoff)` would make the wait the same
         // fixed point for every client the server answered alike (an HTTP-date sends them all
         // to one instant), exactly the herd the jitter is there to break up.
-        let wait = floor.saturating_add(failing.backoff.next_delay());
-        if let (Some(deadline), Some(started)) = (knobs.deadline, failing.started) {
+        let wait = floor.saturating_add(self.failing().backoff.next_delay());
+        if let (Some(deadline), Some(started)) = (knobs.deadline, self.started) {
             let spent = started.elapsed();
             // `>=`: no attempt starts at or after the deadline, where it would have no time.
             if spent.saturating_add(wait) >= deadline {
@@ -645,6 +623,27 @@ impl<'p> State<'p> {
         }
         Ok(wait)
     }
+}
+
+/// The INFO event of a failed attempt that will be retried.
+#[cold]
+#[inline(never)]
+fn retrying_event(
+    site: &'static Site,
+    attempt: u32,
+    decision: Decision,
+    error: Option<String>,
+    wait: Duration,
+) {
+    tracing::info!(
+        function = site.function(),
+        module = site.module(),
+        attempt,
+        ?decision,
+        error = error.unwrap_or_default(),
+        wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        "attempt failed; retrying"
+    );
 }
 
 /// Says once per call site that its policy's `attempt_timeout` is not applied, and what to write.
@@ -690,29 +689,25 @@ mod tests {
     }
 
     #[test]
-    fn a_recycled_failure_box_starts_as_fresh_as_a_new_one() {
+    fn a_call_that_succeeds_first_makes_no_failure_box_and_one_that_fails_keeps_its_story() {
         let policy = Policy::new().max_attempts(3).base(Duration::ZERO);
-        let first = failing_call(&policy, io::ErrorKind::TimedOut);
-        assert_eq!(first.gave_up(), Some(GiveUp::Exhausted { attempts: 3 }));
-        assert!(first.failures().is_some_and(|f| !f.reason.is_empty()));
-        drop(first); // its box becomes this thread's spare
-
-        let mut second = State::new(&policy).recording_failures();
-        assert_eq!(second.gave_up(), None);
-        assert!(
-            second.failures().is_none(),
-            "no failure times before a failure"
-        );
-        second.start_attempt(&SITE);
-        let ok: io::Result<u8> = Ok(1);
+        let mut ok = State::new(&policy).recording_failures();
+        ok.start_attempt(&SITE);
+        let one: io::Result<u8> = Ok(1);
         assert!(matches!(
-            second.after_attempt(&SITE, ok, &mut ByClassify, &mut NoHook),
+            ok.after_attempt(&SITE, one, &mut ByClassify, &mut NoHook),
             Next::Return(Ok(1))
         ));
-        assert_eq!(second.gave_up(), None);
+        assert!(ok.failing.is_none(), "no failure state before a failure");
+        assert_eq!((ok.gave_up(), ok.failures().is_none()), (None, true));
 
-        let third = failing_call(&policy, io::ErrorKind::NotFound);
-        assert_eq!(third.gave_up(), Some(GiveUp::NotRetryable));
-        assert_eq!(third.attempts(), 1);
+        let exhausted = failing_call(&policy, io::ErrorKind::TimedOut);
+        assert_eq!(exhausted.gave_up(), Some(GiveUp::Exhausted { attempts: 3 }));
+        assert_eq!(exhausted.last_decision(), Some(Decision::Retry));
+        assert!(exhausted.failures().is_some_and(|f| !f.reason.is_empty()));
+
+        let stopped = failing_call(&policy, io::ErrorKind::NotFound);
+        assert_eq!(stopped.gave_up(), Some(GiveUp::NotRetryable));
+        assert_eq!(stopped.attempts(), 1);
     }
 }

@@ -684,14 +684,17 @@ pub(crate) fn retry_loop(
     } else {
         (TokenStream::new(), quote!(#(#slots)*))
     };
+    let error = Ident::new("__retry_error", at_output);
     let retries = quote! {
             #policy_ref
             #dlq_prelude
             #slots_inside
             #hold_classifier
             let mut #hook = #on_retry;
+            // The first attempt is counted before the loop, where the compiler still sees the
+            // new state (and a literal policy's knobs).
+            let mut #last = #state.start_attempt(#site);
             loop {
-                let #last = #state.start_attempt(#site);
                 // In a block of its own, so this attempt's arguments are not kept in the
                 // future while it waits for the next one.
                 let #outcome = {
@@ -699,17 +702,24 @@ pub(crate) fn retry_loop(
                     #attempt
                 };
                 // Outside the `match`, so its scrutinee is not held across the pause; a zero
-                // wait makes no `Pause` at all.
-                let #wait = match #state.after_attempt(#site, (#output_check.into)(#outcome), #classifier_ref, #hook_arg) {
-                    #private::Next::Return(#returned) => {
-                        #park
-                        return (#output_check.from)(#returned);
+                // wait makes no `Pause` at all. A success is returned as it is (the state
+                // machine has nothing to decide about it): straight out of the attempt.
+                let #wait = match (#output_check.into)(#outcome) {
+                    ::core::result::Result::Ok(#returned) => {
+                        return (#output_check.from)(::core::result::Result::Ok(#returned));
                     }
-                    #private::Next::Retry(#wait) => #wait,
+                    ::core::result::Result::Err(#error) => match #state.after_attempt(#site, ::core::result::Result::Err(#error), #classifier_ref, #hook_arg) {
+                        #private::Next::Return(#returned) => {
+                            #park
+                            return (#output_check.from)(#returned);
+                        }
+                        #private::Next::Retry(#wait) => #wait,
+                    },
                 };
                 if !#wait.is_zero() {
                     #private::pause(#wait).await;
                 }
+                #last = #state.start_attempt(#site);
             }
     };
     let retries = match &body.around {
