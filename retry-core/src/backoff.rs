@@ -25,7 +25,8 @@ pub fn exponential(base: Duration, cap: Duration, failed_attempt: u32) -> Durati
 
 /// [`exponential`] in whole nanoseconds: the backoff computes in `u64` and makes one `Duration`
 /// per wait.
-fn exponential_nanos(base: u64, cap: u64, failed_attempt: u32) -> u64 {
+#[inline]
+pub(crate) fn exponential_nanos(base: u64, cap: u64, failed_attempt: u32) -> u64 {
     if base == 0 {
         return 0;
     }
@@ -36,8 +37,13 @@ fn exponential_nanos(base: u64, cap: u64, failed_attempt: u32) -> u64 {
 }
 
 /// `d` in whole nanoseconds, saturating at ~584 years.
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+#[inline]
+pub(crate) fn nanos(d: Duration) -> u64 {
+    // In `u64`, not through `as_nanos`'s `u128`: a multiply and an add, each checked.
+    d.as_secs()
+        .checked_mul(1_000_000_000)
+        .and_then(|n| n.checked_add(u64::from(d.subsec_nanos())))
+        .unwrap_or(u64::MAX)
 }
 
 /// The sequence of waits a policy produces, one per failed attempt, jitter included.
@@ -102,20 +108,16 @@ impl Backoff {
         let wait = if self.full {
             self.uniform(0, d)
         } else {
-            match self.jitter {
-                Jitter::None | Jitter::Full => d,
-                Jitter::Equal => self.uniform(d / 2, d),
-                Jitter::Decorrelated => {
-                    // Sampled below the cap, `U[base, min(cap, 3·prev)]`, never clamped after:
-                    // `min(cap, U[base, 3·prev])` puts about two thirds of the draws exactly at
-                    // the cap once `prev` nears it, which synchronises the clients again.
-                    let lo = self.base.min(self.cap);
-                    let hi = self.prev.saturating_mul(3).clamp(lo, self.cap);
-                    let wait = self.uniform(lo, hi);
-                    self.prev = wait;
-                    wait
-                }
+            let (jitter, base, cap, prev, seed) =
+                (self.jitter, self.base, self.cap, self.prev, self.seed);
+            let rng = &mut self.rng;
+            let wait = jittered(jitter, base, cap, d, prev, |lo, hi| {
+                draw(rng.get_or_insert_with(|| fresh_rng(seed)), lo, hi)
+            });
+            if let Jitter::Decorrelated = jitter {
+                self.prev = wait;
             }
+            wait
         };
         Duration::from_nanos(wait)
     }
@@ -128,15 +130,44 @@ impl Backoff {
             return lo;
         }
         let seed = self.seed;
-        inclusive(self.rng.get_or_insert_with(|| fresh_rng(seed)), lo, hi)
+        draw(self.rng.get_or_insert_with(|| fresh_rng(seed)), lo, hi)
     }
 }
 
-/// The generator of a [`Backoff`]: from [`Policy::seed`], or seeded from the thread's
-/// generator. Both ways from one `u64` in a register, expanded inline: a generator returned
-/// through memory (`rand::make_rng`) would keep the `Backoff`'s in memory in every step.
+/// The wait of `jitter` for the exponential wait `d` (before jitter; `prev`: the last
+/// decorrelated wait, `base` before the first): what [`Backoff`] and a retrying call's state
+/// both compute. `draw(lo, hi)` is asked only for a range with more than one value, so a zero
+/// wait never needs a generator.
+#[inline(always)]
+pub(crate) fn jittered(
+    jitter: Jitter,
+    base: u64,
+    cap: u64,
+    d: u64,
+    prev: u64,
+    draw: impl FnOnce(u64, u64) -> u64,
+) -> u64 {
+    let (lo, hi) = match jitter {
+        Jitter::None => return d,
+        Jitter::Full => (0, d),
+        Jitter::Equal => (d / 2, d),
+        // Sampled below the cap, `U[base, min(cap, 3·prev)]`, never clamped after:
+        // `min(cap, U[base, 3·prev])` puts about two thirds of the draws exactly at the cap once
+        // `prev` nears it, which synchronises the clients again.
+        Jitter::Decorrelated => {
+            let lo = base.min(cap);
+            (lo, prev.saturating_mul(3).clamp(lo, cap))
+        }
+    };
+    if lo >= hi { lo } else { draw(lo, hi) }
+}
+
+/// The generator of a [`Backoff`] (and of a retrying call): from [`Policy::seed`], or seeded
+/// from the thread's generator. Both ways from one `u64` in a register, expanded inline: a
+/// generator returned through memory (`rand::make_rng`) would keep the `Backoff`'s in memory in
+/// every step.
 #[inline]
-fn fresh_rng(seed: Option<u64>) -> SmallRng {
+pub(crate) fn fresh_rng(seed: Option<u64>) -> SmallRng {
     SmallRng::seed_from_u64(seed.unwrap_or_else(thread_seed))
 }
 
@@ -152,7 +183,7 @@ fn thread_seed() -> u64 {
 /// lands in the biased zone), written out so that it is inlined into the backoff step: rand's
 /// generic function is left out of line by fat LTO, a call per wait.
 #[inline(always)]
-fn inclusive(rng: &mut SmallRng, lo: u64, hi: u64) -> u64 {
+pub(crate) fn draw(rng: &mut SmallRng, lo: u64, hi: u64) -> u64 {
     let range = hi.wrapping_sub(lo).wrapping_add(1);
     if range == 0 {
         // The whole of `u64`.
@@ -226,7 +257,7 @@ mod tests {
         ] {
             let (mut ours, mut rands) = (SmallRng::seed_from_u64(9), SmallRng::seed_from_u64(9));
             for _ in 0..1000 {
-                assert_eq!(inclusive(&mut ours, lo, hi), rands.random_range(lo..=hi));
+                assert_eq!(draw(&mut ours, lo, hi), rands.random_range(lo..=hi));
             }
         }
     }

@@ -179,6 +179,7 @@ pub(crate) fn call_started(site: &'static Site) {
     increment(&site.calls);
 }
 
+#[inline]
 pub(crate) fn retried(site: &'static Site) {
     increment(&site.retries);
 }

@@ -8,11 +8,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::attempt::{Bounded, OnTimeout};
-use crate::backoff::Backoff;
+use crate::backoff;
 use crate::budget::RetryBudget;
 use crate::classify::{Classifier, Decision};
 use crate::metrics::{self, Site};
-use crate::policy::Policy;
+use crate::policy::{Jitter, Policy};
 use crate::retrying::{Warning, first_time_at};
 use crate::scope;
 
@@ -244,9 +244,11 @@ pub enum Next<T, E> {
 /// Bookkeeping of one retrying call. The function it retries (its [`Site`]) is passed to the
 /// methods that count or log, not kept: the caller has it anyway, in a `static`.
 ///
-/// Cheap on the success path: what only a failure needs — the backoff and its RNG, failure
-/// times, the give-up reason — sits behind one `Box` made at the first failure. The clock is
-/// read before a failure only for a policy with a deadline, whose start it keeps here.
+/// Cheap on the success path, and on a failure that is simply retried: the waits are computed
+/// from the attempt number and the policy. What only some failures need — the jitter's
+/// generator (a wait with a random part), the last decorrelated wait, failure times for a dead
+/// letter, the give-up reason — sits behind one `Box` made when first needed. The clock is read
+/// before a failure only for a policy with a deadline, whose start it keeps here.
 #[derive(Debug)]
 pub struct State<'p> {
     policy: &'p Policy,
@@ -263,12 +265,16 @@ pub struct State<'p> {
     record_failures: bool,
 }
 
-/// What a call needs once an attempt has failed.
+/// What some failures need; see [`State`].
 #[derive(Debug)]
 struct Failing {
-    backoff: Backoff,
+    /// The jitter's generator, made at the first wait with a random part.
+    rng: Option<rand::rngs::SmallRng>,
+    /// The last wait, for decorrelated jitter (the policy's `base` before the first).
+    prev: u64,
     gave_up: Option<GiveUp>,
-    /// How the last error was classified: a collapsed call hands it to its outer layer.
+    /// How the error the call gave up on was classified: a collapsed call hands it to its
+    /// outer layer.
     decision: Option<Decision>,
     failures: Option<Failures>,
 }
@@ -314,15 +320,47 @@ impl<'p> State<'p> {
 
     /// The failure state, made now if the call has none yet.
     fn failing(&mut self) -> &mut Failing {
-        let policy = self.policy;
+        let base = backoff::nanos(self.policy.knobs().base);
         self.failing.get_or_insert_with(|| {
             Box::new(Failing {
-                backoff: Backoff::new(policy),
+                rng: None,
+                prev: base,
                 gave_up: None,
                 decision: None,
                 failures: None,
             })
         })
+    }
+
+    /// The backoff after the attempt that just failed, in nanoseconds: the waits of a
+    /// [`Backoff`](crate::backoff::Backoff) of the policy (the same functions compute both).
+    #[inline(always)]
+    fn backoff(&mut self) -> u64 {
+        let knobs = self.policy.knobs();
+        let base = backoff::nanos(knobs.base);
+        if base == 0 {
+            // Every jitter of a zero base waits zero (decorrelated's `prev` stays zero too).
+            return 0;
+        }
+        let cap = backoff::nanos(knobs.cap);
+        let d = backoff::exponential_nanos(base, cap, self.attempt);
+        let decorrelated = matches!(knobs.jitter, Jitter::Decorrelated);
+        let prev = if decorrelated {
+            self.failing().prev
+        } else {
+            base
+        };
+        let wait = backoff::jittered(knobs.jitter, base, cap, d, prev, |lo, hi| {
+            let failing = self.failing();
+            let rng = failing
+                .rng
+                .get_or_insert_with(|| backoff::fresh_rng(knobs.seed));
+            backoff::draw(rng, lo, hi)
+        });
+        if decorrelated {
+            self.failing().prev = wait;
+        }
+        wait
     }
 
     /// Counts the attempt about to start; `true` when no other may follow it (the policy's
@@ -449,7 +487,7 @@ impl<'p> State<'p> {
         self.failing.as_ref().and_then(|f| f.gave_up)
     }
 
-    /// How the last failed attempt's error was classified, once one has failed.
+    /// How the error the call gave up on was classified, once it has.
     pub fn last_decision(&self) -> Option<Decision> {
         self.failing.as_ref().and_then(|f| f.decision)
     }
@@ -472,63 +510,69 @@ impl<'p> State<'p> {
     ) -> Next<T, E> {
         match outcome {
             Ok(value) => Next::Return(Ok(value)),
-            Err(error) => self.failed(site, classifier, on_retry, error),
+            Err(error) => {
+                // Classified here, where the caller's classifier is known (a function the
+                // compiler can call directly, or inline), not behind the reference `failed` gets.
+                let decision = classifier.decide(&error);
+                match self.failed(site, decision, classifier, on_retry, &error) {
+                    Some(wait) => Next::Retry(wait),
+                    None => Next::Return(Err(error)),
+                }
+            }
         }
     }
 
+    /// The wait before the next attempt, or `None` on give-up. The error stays with the
+    /// caller, who drops it or returns it, and the answer comes back in registers.
     #[cold]
     #[inline(never)]
-    fn failed<T, E>(
+    fn failed<E>(
         &mut self,
         site: &'static Site,
+        decision: Decision,
         classifier: &mut impl Classifier<E>,
         on_retry: &mut impl RetryHook<E>,
-        error: E,
-    ) -> Next<T, E> {
+        error: &E,
+    ) -> Option<Duration> {
         if self.attempt == 1 {
             self.collapse_if_single();
         }
-        let record = self.record_failures;
-        let failing = self.failing();
-        if record {
-            let now = std::time::SystemTime::now();
-            let failures = failing.failures.get_or_insert_with(|| Failures {
-                first: now,
-                last: now,
-                reason: String::new(),
-            });
-            failures.last = now;
+        if self.record_failures {
+            self.record_failure();
         }
-        let decision = classifier.decide(&error);
-        failing.decision = Some(decision);
         match self.judge(site, decision) {
             Ok(wait) => {
                 // At INFO, with the error: a retry is what an operator looks for first when a
                 // dependency is struggling. Only failures pay for the words.
                 if tracing::enabled!(tracing::Level::INFO) {
-                    retrying_event(
-                        site,
-                        self.attempt,
-                        decision,
-                        classifier.reason(&error),
-                        wait,
-                    );
+                    retrying_event(site, self.attempt, decision, classifier.reason(error), wait);
                 }
                 metrics::retried(site);
                 on_retry.before_wait(&RetryContext {
                     site,
                     attempt: self.attempt,
-                    error: &error,
+                    error,
                     wait,
                 });
-                Next::Retry(wait)
+                Some(wait)
             }
             Err(give_up) => {
                 // "not retryable: 404 Not Found", "gave up after 5 attempts: 503 Service Unavailable"
-                self.give_up(site, decision, give_up, classifier.reason(&error));
-                Next::Return(Err(error))
+                self.give_up(site, decision, give_up, classifier.reason(error));
+                None
             }
         }
+    }
+
+    /// Keeps when this failure happened (for a dead letter).
+    fn record_failure(&mut self) {
+        let now = std::time::SystemTime::now();
+        let failures = self.failing().failures.get_or_insert_with(|| Failures {
+            first: now,
+            last: now,
+            reason: String::new(),
+        });
+        failures.last = now;
     }
 
     /// Records and reports the give-up. Not generic, so every error type shares it.
@@ -572,6 +616,7 @@ impl<'p> State<'p> {
         metrics::gave_up(site, give_up.label());
         let failing = self.failing();
         failing.gave_up = Some(give_up);
+        failing.decision = Some(decision);
         if let Some(failures) = &mut failing.failures {
             failures.reason = reason;
         }
@@ -597,14 +642,15 @@ impl<'p> State<'p> {
                     limit: knobs.max_retry_after,
                 });
             }
-            Decision::RetryAfter(asked) => asked,
-            Decision::Retry => Duration::ZERO,
+            Decision::RetryAfter(asked) => Some(asked),
+            Decision::Retry => None,
         };
         // `Retry-After` is a floor, and the clients are still spread above it: the server's
         // wait plus our jittered backoff. `max(floor, backoff)` would make the wait the same
         // fixed point for every client the server answered alike (an HTTP-date sends them all
         // to one instant), exactly the herd the jitter is there to break up.
-        let wait = floor.saturating_add(self.failing().backoff.next_delay());
+        let backoff = Duration::from_nanos(self.backoff());
+        let wait = floor.map_or(backoff, |floor| floor.saturating_add(backoff));
         if let (Some(deadline), Some(started)) = (knobs.deadline, self.started) {
             let spent = started.elapsed();
             // `>=`: no attempt starts at or after the deadline, where it would have no time.
@@ -684,6 +730,32 @@ mod tests {
                 state.after_attempt(&SITE, outcome, &mut ByClassify, &mut NoHook)
             {
                 return state;
+            }
+        }
+    }
+
+    #[test]
+    fn a_failing_call_waits_what_a_backoff_of_its_policy_gives() {
+        for jitter in [Jitter::None, Jitter::Full, Jitter::Equal, Jitter::Decorrelated] {
+            for base in [Duration::ZERO, Duration::from_millis(7)] {
+                let policy = Policy::new()
+                    .max_attempts(40)
+                    .base(base)
+                    .cap(Duration::from_secs(2))
+                    .jitter(jitter)
+                    .seed(11);
+                let mut state = State::new(&policy);
+                let mut waits = Vec::new();
+                loop {
+                    state.start_attempt(&SITE);
+                    let failed: io::Result<()> = Err(io::ErrorKind::TimedOut.into());
+                    match state.after_attempt(&SITE, failed, &mut ByClassify, &mut NoHook) {
+                        Next::Retry(wait) => waits.push(wait),
+                        Next::Return(_) => break,
+                    }
+                }
+                let expected: Vec<_> = crate::backoff::Backoff::new(&policy).take(39).collect();
+                assert_eq!(waits, expected, "{jitter:?}, base {base:?}");
             }
         }
     }
