@@ -202,24 +202,39 @@ where
 {
     type Output = Result<T, E>;
 
+    // Inlined into the loop that polls it: an unbounded attempt is then polled directly.
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T, E>> {
         match self.project().run.project() {
             RunProj::Unbounded { attempt } => attempt.poll(cx),
             RunProj::Timed {
-                mut attempt,
+                attempt,
                 sleep,
                 limit,
                 elapsed,
-            } => {
-                // The attempt first: one that is ready when its time is up still counts.
-                if let Poll::Ready(outcome) = attempt.as_mut().poll(cx) {
-                    return Poll::Ready(outcome);
-                }
-                std::task::ready!(sleep.as_mut().poll(cx));
-                Poll::Ready(Err(elapsed(attempt.elapsed(*limit))))
-            }
+            } => poll_timed(attempt, sleep, *limit, *elapsed, cx),
         }
     }
+}
+
+/// A timed attempt's poll: out of line, so that the unbounded one stays small enough to inline.
+#[inline(never)]
+fn poll_timed<F, T, E>(
+    mut attempt: Pin<&mut Watched<F>>,
+    sleep: &mut Pin<Box<tokio::time::Sleep>>,
+    limit: Duration,
+    elapsed: fn(Elapsed) -> E,
+    cx: &mut Context<'_>,
+) -> Poll<Result<T, E>>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    // The attempt first: one that is ready when its time is up still counts.
+    if let Poll::Ready(outcome) = attempt.as_mut().poll(cx) {
+        return Poll::Ready(outcome);
+    }
+    std::task::ready!(sleep.as_mut().poll(cx));
+    Poll::Ready(Err(elapsed(attempt.elapsed(limit))))
 }
 
 #[cfg(test)]

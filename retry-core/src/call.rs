@@ -452,33 +452,47 @@ where
 {
     type Output = Result<T, E>;
 
+    // Inlined into `Retrying`'s poll, its only caller: one frame per poll, not two.
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
             match this.phase.as_mut().project() {
+                // First: where every call finishes, and the only phase of a first attempt that
+                // is still running.
+                PhaseProj::Running { attempt } => {
+                    let result = match ready!(attempt.poll(cx)) {
+                        // A success is returned as it is: nothing to decide.
+                        Ok(value) => Ok(value),
+                        Err(error) => match this.state.after_attempt(
+                            this.site,
+                            Err(error),
+                            this.classify,
+                            this.on_retry,
+                        ) {
+                            Next::Return(result) => result,
+                            // A zero wait arms no timer.
+                            Next::Retry(wait) if wait.is_zero() => {
+                                this.phase.set(Phase::Idle);
+                                continue;
+                            }
+                            Next::Retry(wait) => {
+                                this.phase.set(Phase::Waiting {
+                                    sleep: crate::__private::pause(wait),
+                                });
+                                continue;
+                            }
+                        },
+                    };
+                    this.phase.set(Phase::Done);
+                    return Poll::Ready(result);
+                }
                 PhaseProj::Idle => {
                     this.state.start_attempt(this.site);
                     let attempt =
                         this.state
                             .bound(this.site, this.caller, *this.on_timeout, (this.op)());
                     this.phase.set(Phase::Running { attempt });
-                }
-                PhaseProj::Running { attempt } => {
-                    let outcome = ready!(attempt.poll(cx));
-                    let next =
-                        this.state
-                            .after_attempt(this.site, outcome, this.classify, this.on_retry);
-                    match next {
-                        Next::Return(result) => {
-                            this.phase.set(Phase::Done);
-                            return Poll::Ready(result);
-                        }
-                        // A zero wait arms no timer.
-                        Next::Retry(wait) if wait.is_zero() => this.phase.set(Phase::Idle),
-                        Next::Retry(wait) => this.phase.set(Phase::Waiting {
-                            sleep: crate::__private::pause(wait),
-                        }),
-                    }
                 }
                 PhaseProj::Waiting { sleep } => {
                     ready!(sleep.poll(cx));

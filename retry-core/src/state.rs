@@ -736,7 +736,12 @@ mod tests {
 
     #[test]
     fn a_failing_call_waits_what_a_backoff_of_its_policy_gives() {
-        for jitter in [Jitter::None, Jitter::Full, Jitter::Equal, Jitter::Decorrelated] {
+        for jitter in [
+            Jitter::None,
+            Jitter::Full,
+            Jitter::Equal,
+            Jitter::Decorrelated,
+        ] {
             for base in [Duration::ZERO, Duration::from_millis(7)] {
                 let policy = Policy::new()
                     .max_attempts(40)
