@@ -177,6 +177,7 @@ impl<F: Future> Future for SingleAttempt<F> {
 impl<F: Future> Future for Retrying<F> {
     type Output = F::Output;
 
+    #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.as_mut().project();
         let previous = scope::current();
