@@ -4,9 +4,10 @@
 //! - `instructions IMPL CASE CALLS`: checks that `IMPL` does the work of `CASE`, then makes `CALLS`
 //!   calls of it. Run with `N` and `2N` calls, `(I(2N) - I(N)) / N` is the cost of one call: the
 //!   start-up, the runtime and the check cancel out. `CASE` is `a_success` or `b_three_failures`
-//!   (`IMPL`: plain, hand_loop, retryable, policy_retry, backon, tokio_retry2), or
-//!   `c_1000_delays` (`IMPL`: hand_smallrng, retry_core, backon, tokio_retry2; one call computes
-//!   1,000 jittered delays).
+//!   (`IMPL`: plain, hand_loop, hand_fastrand, retryable, policy_retry, backon, backon_nosleep,
+//!   tokio_retry2), or
+//!   `c_1000_delays` (`IMPL`: hand_smallrng, hand_fastrand, retry_core, backon, tokio_retry2; one
+//!   call computes 1,000 jittered delays).
 //! - `instructions` alone: checks every implementation on every case and prints the sizes of the
 //!   futures as `size FUNCTION<TAB>UN-ANNOTATED<TAB>RETRYABLE` lines.
 
@@ -17,12 +18,14 @@ use std::hint::black_box;
 use std::io;
 use std::process::ExitCode;
 
-use support::{Case, Flaky, Impl, Visit, check, check_delays, delays, drive, runtime, with_call};
+use support::{
+    Case, Flaky, Impl, Visit, check, check_delays, drive, repeat_delays, runtime, with_call,
+};
 use tokio::runtime::Runtime;
 
 const USAGE: &str = "usage: instructions [IMPL CASE CALLS]
-  CASE a_success | b_three_failures: IMPL plain | hand_loop | retryable | policy_retry | backon | tokio_retry2
-  CASE c_1000_delays:                IMPL hand_smallrng | retry_core | backon | tokio_retry2
+  CASE a_success | b_three_failures: IMPL plain | hand_loop | hand_fastrand | retryable | policy_retry | backon | backon_nosleep | tokio_retry2
+  CASE c_1000_delays:                IMPL hand_smallrng | hand_fastrand | retry_core | backon | tokio_retry2
   no arguments: check every implementation and print the future sizes";
 
 fn main() -> ExitCode {
@@ -47,9 +50,7 @@ fn main() -> ExitCode {
             };
             if case == "c_1000_delays" && Impl::DELAYS.contains(&imp) {
                 check_delays(imp);
-                for _ in 0..calls {
-                    black_box(delays(black_box(imp)));
-                }
+                repeat_delays(imp, calls);
                 return ExitCode::SUCCESS;
             }
             let Some(case) = Case::ALL.into_iter().find(|c| c.name() == case) else {

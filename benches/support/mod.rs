@@ -87,13 +87,13 @@ pub fn is_retryable(error: &io::Error) -> bool {
     error.classify() == Decision::Retry
 }
 
-// ---- the six implementations ----
+// ---- the implementations ----
 
 /// What a careful person writes: 4 attempts, the same classification, capped exponential backoff
-/// with full jitter from a `SmallRng` seeded at the first wait that needs one, no timer for a zero
-/// wait.
-pub async fn hand_loop(flaky: &Flaky, base: Duration) -> io::Result<u32> {
-    let mut rng: Option<SmallRng> = None;
+/// with full jitter from a generator `R` seeded at the first wait that needs one, no timer for a
+/// zero wait. Measured with a `SmallRng` (`hand_loop`) and with fastrand's (`hand_fastrand`).
+pub async fn hand_loop<R: HandRng>(flaky: &Flaky, base: Duration) -> io::Result<u32> {
+    let mut rng: Option<R> = None;
     let mut attempt = 1;
     loop {
         match op(flaky).await {
@@ -101,8 +101,7 @@ pub async fn hand_loop(flaky: &Flaky, base: Duration) -> io::Result<u32> {
             Err(e) if attempt < ATTEMPTS && is_retryable(&e) => {
                 let ceiling = exponential_nanos(base, attempt);
                 if ceiling > 0 {
-                    let rng = rng.get_or_insert_with(rand::make_rng);
-                    let wait = rng.random_range(0..=ceiling);
+                    let wait = rng.get_or_insert_with(R::seeded).upto(ceiling);
                     if wait > 0 {
                         tokio::time::sleep(Duration::from_nanos(wait)).await;
                     }
@@ -114,27 +113,34 @@ pub async fn hand_loop(flaky: &Flaky, base: Duration) -> io::Result<u32> {
     }
 }
 
-/// [`hand_loop`] with `fastrand`'s generator (wyrand, seeded from fastrand's thread-local one)
-/// instead of a `SmallRng`.
-pub async fn hand_fastrand(flaky: &Flaky, base: Duration) -> io::Result<u32> {
-    let mut rng: Option<fastrand::Rng> = None;
-    let mut attempt = 1;
-    loop {
-        match op(flaky).await {
-            Ok(value) => return Ok(value),
-            Err(e) if attempt < ATTEMPTS && is_retryable(&e) => {
-                let ceiling = exponential_nanos(base, attempt);
-                if ceiling > 0 {
-                    let rng = rng.get_or_insert_with(fastrand::Rng::new);
-                    let wait = rng.u64(0..=ceiling);
-                    if wait > 0 {
-                        tokio::time::sleep(Duration::from_nanos(wait)).await;
-                    }
-                }
-                attempt += 1;
-            }
-            Err(e) => return Err(e),
-        }
+/// The generators of the hand-written floors: rand's `SmallRng`, as retry-core uses, and
+/// fastrand's (wyrand), as backon uses.
+pub trait HandRng {
+    /// A generator seeded from the thread's.
+    fn seeded() -> Self;
+    /// Uniform in `[0, max]`.
+    fn upto(&mut self, max: u64) -> u64;
+}
+
+impl HandRng for SmallRng {
+    #[inline]
+    fn seeded() -> Self {
+        rand::make_rng()
+    }
+    #[inline]
+    fn upto(&mut self, max: u64) -> u64 {
+        self.random_range(0..=max)
+    }
+}
+
+impl HandRng for fastrand::Rng {
+    #[inline]
+    fn seeded() -> Self {
+        fastrand::Rng::new()
+    }
+    #[inline]
+    fn upto(&mut self, max: u64) -> u64 {
+        self.u64(0..=max)
     }
 }
 
@@ -317,8 +323,8 @@ pub fn with_call<V: Visit>(imp: Impl, case: Case, flaky: &Flaky, visitor: V) -> 
     let base = case.base();
     match (imp, case) {
         (Impl::Plain, _) => visitor.visit(move || op(flaky)),
-        (Impl::HandLoop, _) => visitor.visit(move || hand_loop(flaky, base)),
-        (Impl::HandFastrand, _) => visitor.visit(move || hand_fastrand(flaky, base)),
+        (Impl::HandLoop, _) => visitor.visit(move || hand_loop::<SmallRng>(flaky, base)),
+        (Impl::HandFastrand, _) => visitor.visit(move || hand_loop::<fastrand::Rng>(flaky, base)),
         (Impl::Retryable, Case::Success) => visitor.visit(move || retryable_success(flaky)),
         (Impl::Retryable, Case::ThreeFailures) => visitor.visit(move || retryable_zero(flaky)),
         (Impl::PolicyRetry, Case::Success) => {
@@ -429,40 +435,63 @@ pub fn check(rt: &Runtime, imp: Impl, case: Case) {
 #[inline(always)]
 pub fn delays(imp: Impl) -> (usize, Duration) {
     match imp {
-        Impl::HandSmallRng => sum(hand_delays()),
-        Impl::HandFastrand => sum(hand_fastrand_delays()),
-        Impl::RetryCore => sum(Backoff::new(&POLICY_DELAYS).take(DELAYS)),
-        Impl::Backon => sum(ExponentialBuilder::new()
-            .with_min_delay(BASE_DELAYS)
-            .with_max_delay(CAP)
-            .with_max_times(DELAYS)
-            .with_jitter()
-            .build()),
-        Impl::TokioRetry2 => sum(ExponentialFactorBackoff::from_millis(
-            BASE_DELAYS.as_millis() as u64,
-            2.0,
-        )
-        .max_delay(CAP)
-        .map(jitter)
-        .take(DELAYS)),
+        Impl::HandSmallRng => sum(hand_delays::<SmallRng>()),
+        Impl::HandFastrand => sum(hand_delays::<fastrand::Rng>()),
+        Impl::RetryCore => sum(retry_core_delays()),
+        Impl::Backon => sum(backon_delays()),
+        Impl::TokioRetry2 => sum(tokio_retry2_delays()),
         _ => panic!("{} is not an implementation of case (c)", imp.name()),
     }
 }
 
-/// The floor of case (c): the capped exponential and full jitter from one `SmallRng`.
-fn hand_delays() -> impl Iterator<Item = Duration> {
-    let mut rng: SmallRng = rand::make_rng();
-    (1..=DELAYS as u32).map(move |failed| {
-        Duration::from_nanos(rng.random_range(0..=exponential_nanos(BASE_DELAYS, failed)))
-    })
+/// Computes `calls` times [`DELAYS`] delays with `imp`'s iterator, each implementation's loop in a
+/// function of its own (as each call implementation's is): in one function with every other
+/// implementation's loop, what the compiler makes of one would depend on the others.
+pub fn repeat_delays(imp: Impl, calls: u64) {
+    match imp {
+        Impl::HandSmallRng => repeat(calls, hand_delays::<SmallRng>),
+        Impl::HandFastrand => repeat(calls, hand_delays::<fastrand::Rng>),
+        Impl::RetryCore => repeat(calls, retry_core_delays),
+        Impl::Backon => repeat(calls, backon_delays),
+        Impl::TokioRetry2 => repeat(calls, tokio_retry2_delays),
+        _ => panic!("{} is not an implementation of case (c)", imp.name()),
+    }
 }
 
-/// The floor of case (c) on `fastrand`'s generator: the same formula, `Rng::u64` for the draw.
-fn hand_fastrand_delays() -> impl Iterator<Item = Duration> {
-    let mut rng = fastrand::Rng::new();
-    (1..=DELAYS as u32).map(move |failed| {
-        Duration::from_nanos(rng.u64(0..=exponential_nanos(BASE_DELAYS, failed)))
-    })
+#[inline(never)]
+fn repeat<I: Iterator<Item = Duration>>(calls: u64, make: fn() -> I) {
+    for _ in 0..calls {
+        std::hint::black_box(sum(make()));
+    }
+}
+
+/// retry-core's waits: `backoff::Backoff`, the sequence a call's state computes after each
+/// failed attempt (with the same functions).
+fn retry_core_delays() -> impl Iterator<Item = Duration> {
+    Backoff::new(&POLICY_DELAYS).take(DELAYS)
+}
+
+fn backon_delays() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::new()
+        .with_min_delay(BASE_DELAYS)
+        .with_max_delay(CAP)
+        .with_max_times(DELAYS)
+        .with_jitter()
+        .build()
+}
+
+fn tokio_retry2_delays() -> impl Iterator<Item = Duration> {
+    ExponentialFactorBackoff::from_millis(BASE_DELAYS.as_millis() as u64, 2.0)
+        .max_delay(CAP)
+        .map(jitter)
+        .take(DELAYS)
+}
+
+/// The floor of case (c): the capped exponential and full jitter from one generator `R`.
+fn hand_delays<R: HandRng>() -> impl Iterator<Item = Duration> {
+    let mut rng = R::seeded();
+    (1..=DELAYS as u32)
+        .map(move |failed| Duration::from_nanos(rng.upto(exponential_nanos(BASE_DELAYS, failed))))
 }
 
 fn sum(delays: impl Iterator<Item = Duration>) -> (usize, Duration) {
