@@ -106,7 +106,7 @@ impl Frame {
 }
 
 /// The attempt a retry is on (1 for the first; `0` before it, or outside any retry), kept in
-/// its frame (and, between polls, in its `Retrying`) so that code running inside the attempt
+/// its frame (which its `Retrying` keeps between polls) so that code running inside the attempt
 /// can read it: `send_checked` records `http.request.resend_count` from it. Kept only with the
 /// `opentelemetry` and `reqwest` features, its one reader: without them this holds nothing, and
 /// keeping it costs nothing on the retry path.
