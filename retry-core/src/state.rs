@@ -591,28 +591,27 @@ impl<'p> State<'p> {
             None => give_up.to_string(),
         };
         let (function, cause) = (site.function(), cause.unwrap_or_default());
+        // One event at the level given: a `tracing` level is part of its call site, so the two
+        // levels are two call sites.
+        macro_rules! giving_up {
+            ($level:ident) => {
+                tracing::$level!(
+                    function,
+                    module = site.module(),
+                    attempt = self.attempt,
+                    ?decision,
+                    error = cause,
+                    reason,
+                    "giving up"
+                )
+            };
+        }
         // Giving up after retrying is news; a first attempt that was never going to be
         // retried (a 404, a nested single attempt) is the caller's business.
         if self.attempt > 1 {
-            tracing::warn!(
-                function,
-                module = site.module(),
-                attempt = self.attempt,
-                ?decision,
-                error = cause,
-                reason,
-                "giving up"
-            );
+            giving_up!(warn);
         } else {
-            tracing::debug!(
-                function,
-                module = site.module(),
-                attempt = self.attempt,
-                ?decision,
-                error = cause,
-                reason,
-                "giving up"
-            );
+            giving_up!(debug);
         }
         metrics::gave_up(site, give_up.label());
         let failing = self.failing();
