@@ -13,8 +13,7 @@ async fn memory_store_conforms() {
 }
 
 #[cfg(feature = "sqlite")]
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::tempdir;
 
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -32,8 +31,7 @@ async fn sqlite_store_conforms() {
 }
 
 #[cfg(feature = "postgres")]
-#[path = "common/pg.rs"]
-mod pg;
+use crate::pg;
 
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

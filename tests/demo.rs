@@ -2,8 +2,7 @@
 //! on loopback and its summary holds: every logical operation had exactly one side effect,
 //! duplicates were absorbed, the parked letter was redriven and the dead-letter queue is empty.
 
-#[path = "common/example.rs"]
-mod example;
+use crate::example;
 
 #[test]
 fn the_demo_books_every_payment_once_and_empties_its_dead_letter_queue() {

@@ -3,8 +3,7 @@
 
 use retry_core::dlq::{JsonlSink, MemoryDeadLetters, conformance};
 
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::tempdir;
 
 #[tokio::test]
 async fn memory_dead_letters_conform() {
@@ -35,8 +34,7 @@ async fn sqlite_dead_letters_conform() {
 }
 
 #[cfg(feature = "postgres")]
-#[path = "common/pg.rs"]
-mod pg;
+use crate::pg;
 
 /// Each check on a store in a schema of its own, on the server of `DATABASE_URL` (a loud
 /// failure without one); the schemas are dropped after a pass and kept after a failure.

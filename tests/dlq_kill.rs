@@ -16,8 +16,7 @@ use std::sync::Arc;
 
 #[path = "common/burst.rs"]
 mod burst;
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::tempdir;
 
 use burst::{SendError, Sink, send, transfer};
 use retry_core::dlq::{DeadLetterStore, JsonlSink, Page, SqliteDeadLetters};

@@ -21,8 +21,7 @@ use retry_core::dlq::{
 };
 use retry_core::idempotency::PgStore;
 
-#[path = "common/pg.rs"]
-mod pg;
+use crate::pg;
 
 use pg::{Schema, database_url, raw_client};
 
@@ -1209,8 +1208,8 @@ async fn a_store_whose_server_went_away_fails_each_call_with_io_then_reconnects(
 // ---- throughput ----
 
 /// Letters per second when 64 tasks park 50 letters each (~200-byte originals) on a 2-worker
-/// runtime. A measurement, not a check: `cargo test --release --features postgres --test dlq_pg
-/// -- --ignored --nocapture parks_per_second`.
+/// runtime. A measurement, not a check: `cargo test --release --features postgres --test suite
+/// -- --ignored --nocapture dlq_pg::parks_per_second`.
 #[test]
 #[ignore = "a measurement; run by hand"]
 fn parks_per_second() {

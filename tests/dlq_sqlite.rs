@@ -17,13 +17,12 @@ use retry_core::dlq::{
 };
 use retry_core::{Classify, Decision, retryable};
 
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::tempdir;
 
 use tempdir::TempDir;
 
 impl TempDir {
-    fn db(&self) -> PathBuf {
+    fn dlq_db(&self) -> PathBuf {
         self.file("dlq.sqlite3")
     }
 }
@@ -82,7 +81,7 @@ fn corrupt_message<T: std::fmt::Debug>(result: Result<T, DlqError>) -> String {
 }
 
 fn raw(dir: &TempDir) -> rusqlite::Connection {
-    rusqlite::Connection::open(dir.db()).unwrap()
+    rusqlite::Connection::open(dir.dlq_db()).unwrap()
 }
 
 // ---- the round trip ----
@@ -90,7 +89,7 @@ fn raw(dir: &TempDir) -> rusqlite::Connection {
 #[tokio::test]
 async fn park_page_resolve_reopen_lease_and_put_back() {
     let dir = TempDir::new("round-trip");
-    let letters = SqliteDeadLetters::open(dir.db()).unwrap();
+    let letters = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     let stats = letters.stats().await.unwrap();
     assert_eq!((stats.pending, stats.resolved), (0, 0));
     assert_eq!(stats.oldest_first_failed_at, None);
@@ -162,7 +161,7 @@ async fn park_page_resolve_reopen_lease_and_put_back() {
     drop(letters);
 
     // Reopened: still resolved (and readable), the rest still pending, the audit row kept.
-    let letters = SqliteDeadLetters::open(dir.db()).unwrap();
+    let letters = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     assert_eq!(letters.stats().await.unwrap().pending, 2);
     let resolved = letters.get("M-a").await.unwrap().unwrap();
     assert_eq!(
@@ -203,7 +202,7 @@ async fn park_page_resolve_reopen_lease_and_put_back() {
 #[tokio::test]
 async fn ordering_is_by_instant_across_offsets_then_msg_id() {
     let dir = TempDir::new("order");
-    let letters = SqliteDeadLetters::open(dir.db()).unwrap();
+    let letters = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     // Written so that text order (t4, t2, t3, t1) is nearly the reverse of time order.
     let cases = [
         ("t4", "2026-08-18T17:00:00-07:00"), // 00:00Z on the 19th
@@ -261,7 +260,7 @@ async fn ordering_is_by_instant_across_offsets_then_msg_id() {
 #[tokio::test]
 async fn a_message_that_gives_up_again_is_merged_never_overwritten() {
     let dir = TempDir::new("repark");
-    let letters = SqliteDeadLetters::open(dir.db()).unwrap();
+    let letters = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     let first = DeadLetter {
         last_failed_at: "2026-08-19T10:05:00Z".into(),
         source: Some("payments::deposit".into()),
@@ -328,7 +327,7 @@ async fn a_message_that_gives_up_again_is_merged_never_overwritten() {
 #[tokio::test]
 async fn the_history_keeps_the_latest_failures_up_to_its_limit() {
     let dir = TempDir::new("history");
-    let letters = SqliteDeadLetters::open(dir.db()).unwrap();
+    let letters = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     let mut expected = letter("M-1", "2026-08-19T00:00:00Z");
     letters.park(&expected).await.unwrap();
     for minute in 1..=(retry_core::dlq::HISTORY_LIMIT as u32 + 5) {
@@ -350,7 +349,7 @@ async fn the_history_keeps_the_latest_failures_up_to_its_limit() {
 #[tokio::test]
 async fn letters_and_times_that_do_not_parse_are_refused() {
     let dir = TempDir::new("bad-times");
-    let letters = SqliteDeadLetters::open(dir.db()).unwrap();
+    let letters = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     let no_offset = letter("M-1", "2026-08-19T02:11:03");
     let message = corrupt_message(letters.park(&no_offset).await);
     assert!(
@@ -409,7 +408,7 @@ async fn letters_and_times_that_do_not_parse_are_refused() {
 #[tokio::test]
 async fn unreadable_rows_are_corrupt_and_name_their_msg_id() {
     let dir = TempDir::new("corrupt");
-    let letters = SqliteDeadLetters::open(dir.db()).unwrap();
+    let letters = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     letters
         .park(&letter("good", "2026-08-19T00:00:00Z"))
         .await
@@ -506,8 +505,8 @@ async fn unreadable_rows_are_corrupt_and_name_their_msg_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_parks_from_many_tasks_and_two_stores_all_land() {
     let dir = TempDir::new("concurrent");
-    let one = Arc::new(SqliteDeadLetters::open(dir.db()).unwrap());
-    let two = Arc::new(SqliteDeadLetters::open(dir.db()).unwrap());
+    let one = Arc::new(SqliteDeadLetters::open(dir.dlq_db()).unwrap());
+    let two = Arc::new(SqliteDeadLetters::open(dir.dlq_db()).unwrap());
     let tasks: Vec<_> = (0..40)
         .map(|i| {
             let store = if i % 2 == 0 {
@@ -544,8 +543,8 @@ async fn concurrent_parks_from_many_tasks_and_two_stores_all_land() {
 async fn two_stores_on_one_file_never_both_hold_a_letter() {
     let dir = TempDir::new("two-leases");
     let stores = [
-        Arc::new(SqliteDeadLetters::open(dir.db()).unwrap()),
-        Arc::new(SqliteDeadLetters::open(dir.db()).unwrap()),
+        Arc::new(SqliteDeadLetters::open(dir.dlq_db()).unwrap()),
+        Arc::new(SqliteDeadLetters::open(dir.dlq_db()).unwrap()),
     ];
     let ids: Vec<String> = (0..20).map(|i| format!("M-{i:02}")).collect();
     for id in &ids {
@@ -601,8 +600,8 @@ async fn two_stores_on_one_file_never_both_hold_a_letter() {
 #[tokio::test]
 async fn a_lease_taken_on_one_store_runs_out_for_the_other() {
     let dir = TempDir::new("lease-runs-out");
-    let a = SqliteDeadLetters::open(dir.db()).unwrap();
-    let b = SqliteDeadLetters::open(dir.db()).unwrap();
+    let a = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
+    let b = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     a.park(&letter("M-1", "2026-08-19T00:00:00Z"))
         .await
         .unwrap();
@@ -640,7 +639,7 @@ async fn a_lease_taken_on_one_store_runs_out_for_the_other() {
 #[tokio::test]
 async fn purging_goes_by_the_instant_of_resolution_whatever_its_offset() {
     let dir = TempDir::new("purge");
-    let letters = SqliteDeadLetters::open(dir.db()).unwrap();
+    let letters = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     for id in ["tokyo", "utc", "pending"] {
         letters
             .park(&letter(id, "2026-08-19T00:00:00Z"))
@@ -703,7 +702,7 @@ async fn a_failed_group_fails_each_of_its_letters_and_the_writer_goes_on() {
     let dir = TempDir::new("group-fails");
     let busy = Duration::from_millis(300);
     let letters = Arc::new(
-        SqliteDeadLetters::open(dir.db())
+        SqliteDeadLetters::open(dir.dlq_db())
             .unwrap()
             .with_busy_timeout(busy),
     );
@@ -733,7 +732,7 @@ async fn a_failed_group_fails_each_of_its_letters_and_the_writer_goes_on() {
     let waited = started.elapsed();
     let expected = format!(
         "dead-letter store failed: database file {} is locked by another process (busy for 300ms)",
-        dir.db().display()
+        dir.dlq_db().display()
     );
     for message in &messages {
         assert!(message.starts_with(&expected), "{message}");
@@ -757,11 +756,11 @@ async fn a_failed_group_fails_each_of_its_letters_and_the_writer_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_letter_is_committed_before_park_returns() {
     let dir = TempDir::new("committed");
-    let letters = Arc::new(SqliteDeadLetters::open(dir.db()).unwrap());
+    let letters = Arc::new(SqliteDeadLetters::open(dir.dlq_db()).unwrap());
     let tasks: Vec<_> = (0..32)
         .map(|i| {
             let letters = Arc::clone(&letters);
-            let path = dir.db();
+            let path = dir.dlq_db();
             tokio::spawn(async move {
                 let reader = rusqlite::Connection::open(path).unwrap();
                 for j in 0..5 {
@@ -896,7 +895,7 @@ async fn a_version_1_file_is_upgraded_and_keeps_its_pending_letters() {
         }
     }
 
-    let letters = SqliteDeadLetters::open(dir.db()).unwrap();
+    let letters = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     let early = DeadLetter {
         original: serde_json::json!({"amount": 20}),
         reason: "not retryable: 400".into(),
@@ -976,7 +975,7 @@ async fn a_version_1_file_is_upgraded_and_keeps_its_pending_letters() {
 
     // The version is 2, the old index gave way to the new ones, and opening again (as a
     // second process would) changes nothing.
-    let again = SqliteDeadLetters::open(dir.db()).unwrap();
+    let again = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     assert_eq!(again.stats().await.unwrap().resolved, 1);
     let raw = raw(&dir);
     let version: i64 = raw
@@ -1004,15 +1003,15 @@ fn indexes(raw: &rusqlite::Connection) -> Vec<String> {
 
 fn indexes_of_a_new_file() -> Vec<String> {
     let dir = TempDir::new("new-file");
-    drop(SqliteDeadLetters::open(dir.db()).unwrap());
+    drop(SqliteDeadLetters::open(dir.dlq_db()).unwrap());
     indexes(&raw(&dir))
 }
 
 #[tokio::test]
 async fn the_schema_is_created_once_checks_the_class_and_refuses_a_newer_version() {
     let dir = TempDir::new("schema");
-    let first = SqliteDeadLetters::open(dir.db()).unwrap();
-    let second = SqliteDeadLetters::open(dir.db()).unwrap();
+    let first = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
+    let second = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     first
         .park(&letter("M-1", "2026-08-19T00:00:00Z"))
         .await
@@ -1061,7 +1060,7 @@ async fn the_schema_is_created_once_checks_the_class_and_refuses_a_newer_version
         [],
     )
     .unwrap();
-    let error = SqliteDeadLetters::open(dir.db()).unwrap_err();
+    let error = SqliteDeadLetters::open(dir.dlq_db()).unwrap_err();
     assert!(matches!(error, DlqError::Io(_)), "{error:?}");
     assert!(
         retry_core::error_chain(&error)
@@ -1074,16 +1073,16 @@ async fn the_schema_is_created_once_checks_the_class_and_refuses_a_newer_version
 #[tokio::test]
 async fn dead_letters_and_the_idempotency_log_share_a_file() {
     let dir = TempDir::new("shared");
-    let store = retry_core::idempotency::SqliteStore::open(dir.db()).unwrap();
-    let letters = SqliteDeadLetters::open(dir.db()).unwrap();
+    let store = retry_core::idempotency::SqliteStore::open(dir.dlq_db()).unwrap();
+    let letters = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     letters
         .park(&letter("M-1", "2026-08-19T00:00:00Z"))
         .await
         .unwrap();
     drop((store, letters));
     // Both open again, in either order, each with its own version row.
-    let letters = SqliteDeadLetters::open(dir.db()).unwrap();
-    let _store = retry_core::idempotency::SqliteStore::open(dir.db()).unwrap();
+    let letters = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
+    let _store = retry_core::idempotency::SqliteStore::open(dir.dlq_db()).unwrap();
     assert_eq!(letters.stats().await.unwrap().pending, 1);
     let versions: Vec<(String, i64)> = raw(&dir)
         .prepare("SELECT component, version FROM retry_core_schema ORDER BY component")
@@ -1124,7 +1123,7 @@ fn opening_in_a_missing_directory_is_an_io_error_naming_the_file() {
 #[tokio::test]
 async fn a_file_removed_from_under_the_store_fails_with_io_not_a_panic() {
     let dir = TempDir::new("removed");
-    let letters = SqliteDeadLetters::open(dir.db()).unwrap();
+    let letters = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     // A new connection into a directory that has gone cannot open the file.
     let letters = letters.with_busy_timeout(Duration::from_millis(100));
     std::fs::remove_dir_all(&dir.0).unwrap();
@@ -1136,14 +1135,14 @@ async fn a_file_removed_from_under_the_store_fails_with_io_not_a_panic() {
     assert!(
         retry_core::error_chain(&error)
             .to_string()
-            .contains(&dir.db().display().to_string()),
+            .contains(&dir.dlq_db().display().to_string()),
         "{error}"
     );
     let error = letters.stats().await.unwrap_err();
     assert!(
         retry_core::error_chain(&error)
             .to_string()
-            .contains(&dir.db().display().to_string()),
+            .contains(&dir.dlq_db().display().to_string()),
         "{error}"
     );
 }
@@ -1151,7 +1150,7 @@ async fn a_file_removed_from_under_the_store_fails_with_io_not_a_panic() {
 #[tokio::test]
 async fn a_locked_file_fails_after_the_busy_timeout_naming_the_file() {
     let dir = TempDir::new("locked");
-    let letters = SqliteDeadLetters::open(dir.db())
+    let letters = SqliteDeadLetters::open(dir.dlq_db())
         .unwrap()
         .with_busy_timeout(Duration::from_millis(100));
     let locker = raw(&dir);
@@ -1166,7 +1165,7 @@ async fn a_locked_file_fails_after_the_busy_timeout_naming_the_file() {
     assert!(matches!(error, DlqError::Io(_)), "{error:?}");
     let expected = format!(
         "database file {} is locked by another process (busy for 100ms)",
-        dir.db().display()
+        dir.dlq_db().display()
     );
     assert!(
         retry_core::error_chain(&error)
@@ -1191,7 +1190,7 @@ async fn a_locked_file_fails_after_the_busy_timeout_naming_the_file() {
 #[test]
 fn without_a_tokio_runtime_operations_still_complete() {
     let dir = TempDir::new("no-runtime");
-    let letters = SqliteDeadLetters::open(dir.db()).unwrap();
+    let letters = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     let parked = letter("M-1", "2026-08-19T00:00:00Z");
     // Any executor will do: this one parks the thread until woken.
     block_on(letters.park(&parked)).unwrap();
@@ -1218,7 +1217,7 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
     }
 }
 
-// ---- throughput (a figure, not a CI check: `cargo test --release --test dlq_sqlite -- --ignored`) ----
+// ---- throughput (a figure, not a CI check: `cargo test --release --test suite -- --ignored dlq_sqlite::`) ----
 
 #[derive(Debug)]
 enum SendError {
@@ -1271,7 +1270,7 @@ fn a_burst_of_give_ups_parks_at_least_10000_letters_a_second() {
         .build()
         .unwrap();
     let dir = TempDir::new("burst");
-    let letters = Arc::new(SqliteDeadLetters::open(dir.db()).unwrap());
+    let letters = Arc::new(SqliteDeadLetters::open(dir.dlq_db()).unwrap());
     let took = runtime.block_on(async {
         let started = Instant::now();
         let tasks: Vec<_> = (0..TASKS)

@@ -7,8 +7,7 @@
 //! Values made by real failures (a store that cannot open its file, a server that refuses the
 //! connection) cover the crate's inner error types too, which only ever show as sources.
 
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::tempdir;
 
 use std::error::Error;
 use std::time::{Duration, SystemTime};

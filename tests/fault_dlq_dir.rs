@@ -29,8 +29,7 @@ use retry_core::dlq::{
 use retry_core::{Classify, Decision, retryable};
 use serde::Serialize;
 
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::tempdir;
 
 use tempdir::TempDir;
 

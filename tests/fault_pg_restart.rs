@@ -11,8 +11,7 @@
 //! tests of one binary run at the same time.
 #![cfg(feature = "postgres")]
 
-#[path = "common/pg.rs"]
-mod pg;
+use crate::pg;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -15,8 +15,7 @@ use retry_core::dlq::{
 };
 use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, SqliteStore};
 
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::tempdir;
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path)

@@ -4,10 +4,8 @@
 //! the same picture; without `--out` the chart goes to a path the program prints, never over the
 //! README's; a bad flag value is refused with a clear message.
 
-#[path = "common/example.rs"]
-mod example;
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::example;
+use crate::tempdir;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -28,15 +28,11 @@ use retry_core::idempotency::SqliteStore;
 use retry_core::tower::{IdempotencyLayer, RequestTransaction};
 use tower_service::Service as _;
 
-#[path = "common/curl.rs"]
-mod curl;
-#[path = "common/example.rs"]
-mod example;
+use crate::curl;
+use crate::example;
 #[cfg(feature = "postgres")]
-#[path = "common/pg.rs"]
-mod pg;
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::pg;
+use crate::tempdir;
 
 use curl::curl;
 use tempdir::TempDir;

@@ -18,8 +18,7 @@ use axum::{Extension, Router};
 use retry_core::idempotency::MemoryStore;
 use retry_core::tower::{IdempotencyLayer, NotApplied};
 
-#[path = "common/curl.rs"]
-mod curl;
+use crate::curl;
 use curl::curl;
 
 /// What the handlers share with the test.

@@ -19,13 +19,11 @@ use retry_core::dlq::{
 use retry_core::time::parse_rfc3339;
 use serde_json::Value;
 
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::tempdir;
 
 use tempdir::TempDir;
 
-#[path = "common/runtime.rs"]
-mod runtime;
+use crate::runtime;
 
 use runtime::RUNTIME;
 

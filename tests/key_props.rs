@@ -12,13 +12,11 @@ use retry_core::idempotency::{
 };
 use retry_core::idempotent;
 
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::tempdir;
 
 use tempdir::TempDir;
 
-#[path = "common/runtime.rs"]
-mod runtime;
+use crate::runtime;
 
 use runtime::RUNTIME;
 

@@ -27,8 +27,7 @@ use retry_core::{Classify, Decision};
 use serde_json::Value;
 use tower_service::Service as _;
 
-#[path = "common/runtime.rs"]
-mod runtime;
+use crate::runtime;
 
 use runtime::RUNTIME;
 

@@ -17,10 +17,8 @@
 
 #[path = "common/no_tls_server.rs"]
 mod no_tls_server;
-#[path = "common/pg.rs"]
-mod pg;
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::pg;
+use crate::tempdir;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,8 +3,7 @@
 //! every balance still ends exactly right, and a batch rerun repeats no effect.
 #![cfg(feature = "postgres")]
 
-#[path = "common/pg.rs"]
-mod pg;
+use crate::pg;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

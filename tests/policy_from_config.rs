@@ -1,10 +1,8 @@
 //! `cargo run --example policy_from_config` reads the policy of examples/policy.toml and retries
 //! with it; a configuration file with a mistake stops it at start with the line and the reason.
 
-#[path = "common/example.rs"]
-mod example;
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::example;
+use crate::tempdir;
 
 #[test]
 fn the_example_retries_with_the_policy_of_its_configuration_file() {

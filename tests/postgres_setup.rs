@@ -4,10 +4,8 @@
 //! what to set and exits with status 2.
 #![cfg(feature = "postgres")]
 
-#[path = "common/example.rs"]
-mod example;
-#[path = "common/pg.rs"]
-mod pg;
+use crate::example;
+use crate::pg;
 
 #[tokio::test]
 async fn creates_the_tables_runs_one_idempotent_call_and_parks_one_letter() {

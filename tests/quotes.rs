@@ -1,8 +1,7 @@
 //! `cargo run --example quotes` runs end to end and its summary reports what the retry policy did:
 //! which scenarios were retried, how many attempts each made, and why it stopped.
 
-#[path = "common/example.rs"]
-mod example;
+use crate::example;
 
 #[test]
 fn the_demo_retries_transient_failures_and_stops_on_permanent_ones() {

@@ -21,8 +21,7 @@ use retry_core::time::{Clock, ManualClock, format_rfc3339};
 use retry_core::{Classify, Decision, idempotent, retryable};
 use serde::{Deserialize, Serialize};
 
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::tempdir;
 
 use tempdir::TempDir;
 
@@ -267,8 +266,7 @@ async fn a_small_batch_is_sent_recorded_and_a_second_run_repeats_nothing_in_sqli
 }
 
 #[cfg(feature = "postgres")]
-#[path = "common/pg.rs"]
-mod pg;
+use crate::pg;
 
 #[cfg(feature = "postgres")]
 #[tokio::test]

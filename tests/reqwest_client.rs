@@ -4,8 +4,7 @@
 //! refuses (`422`, not retried) are parked in the JSONL file under their keys.
 #![cfg(all(feature = "reqwest", feature = "tower"))]
 
-#[path = "common/example.rs"]
-mod example;
+use crate::example;
 
 use std::collections::HashMap;
 

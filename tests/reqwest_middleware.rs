@@ -2,11 +2,9 @@
 //! clock: the same rules as `RetryLayer`.
 
 #[allow(dead_code)]
-#[path = "../examples/common/scripted.rs"]
-mod scripted;
+use crate::scripted;
 
-#[path = "common/example.rs"]
-mod example;
+use crate::example;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

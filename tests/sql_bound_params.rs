@@ -17,13 +17,11 @@ use retry_core::dlq::{
 use retry_core::idempotency::{Begun, Settings, SqliteStore, begin_call};
 use serde_json::Value;
 
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::tempdir;
 
 use tempdir::TempDir;
 
-#[path = "common/runtime.rs"]
-mod runtime;
+use crate::runtime;
 
 use runtime::RUNTIME;
 
@@ -304,8 +302,7 @@ fn dead_letters_and_redrive_records_are_bound_not_spliced() {
 // ---- PostgreSQL (feature `postgres`, the server of DATABASE_URL) ----
 
 #[cfg(feature = "postgres")]
-#[path = "common/pg.rs"]
-mod pg;
+use crate::pg;
 
 /// A redrive record of hostile texts (its JSON escapes NUL, so any text goes).
 #[cfg(feature = "postgres")]

@@ -24,8 +24,7 @@ use retry_core::time::ManualClock;
 const CHILD_ENV: &str = "RETRY_CORE_SQLITE_CHILD";
 const DAY: Duration = Duration::from_secs(86_400);
 
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::tempdir;
 
 use tempdir::TempDir;
 

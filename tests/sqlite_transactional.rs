@@ -19,19 +19,18 @@ use retry_core::time::ManualClock;
 
 const DAY: Duration = Duration::from_secs(86_400);
 
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::tempdir;
 
 use tempdir::TempDir;
 
 impl TempDir {
-    fn db(&self) -> PathBuf {
+    fn inbox_db(&self) -> PathBuf {
         self.file("inbox.sqlite3")
     }
 
     /// A plain connection for setting up and checking the application's tables.
     fn raw(&self) -> rusqlite::Connection {
-        let conn = rusqlite::Connection::open(self.db()).unwrap();
+        let conn = rusqlite::Connection::open(self.inbox_db()).unwrap();
         conn.busy_timeout(Duration::from_secs(5)).unwrap();
         conn
     }
@@ -62,7 +61,7 @@ fn manual_clock() -> Arc<ManualClock> {
 
 /// Opens the store (creating `inbox_log`) and the application's tables in the same file.
 fn open_with_balances(dir: &TempDir, accounts: usize) -> SqliteStore {
-    let store = SqliteStore::open(dir.db()).unwrap();
+    let store = SqliteStore::open(dir.inbox_db()).unwrap();
     let raw = dir.raw();
     raw.execute_batch(
         "CREATE TABLE balances (account TEXT PRIMARY KEY, amount INTEGER NOT NULL);
@@ -457,7 +456,7 @@ async fn a_transaction_of_another_file_cannot_commit_here() {
     let dir = TempDir::new("other-file");
     let other = TempDir::new("other-file-2");
     let store = open_with_balances(&dir, 1);
-    let elsewhere = SqliteStore::open(other.db()).unwrap();
+    let elsewhere = SqliteStore::open(other.inbox_db()).unwrap();
     let claim = claimed(store.claim(&request("dep-12")).await);
     let tx = elsewhere.begin().await.unwrap();
     let error = store.commit_done(tx, &claim, "null").await.unwrap_err();
@@ -468,7 +467,7 @@ async fn a_transaction_of_another_file_cannot_commit_here() {
         "{error}"
     );
     // The same file through another handle (other settings) is fine.
-    let same = SqliteStore::open(dir.db())
+    let same = SqliteStore::open(dir.inbox_db())
         .unwrap()
         .with_busy_timeout(Duration::from_secs(1));
     let tx = same.begin().await.unwrap();
@@ -486,7 +485,7 @@ async fn an_open_transaction_keeps_its_claim_past_the_lease() {
     let clock = manual_clock();
     let store = open_with_balances(&dir, 1).with_clock(clock.clone());
     assert!(store.transaction_holds_claim());
-    let other = SqliteStore::open(dir.db())
+    let other = SqliteStore::open(dir.inbox_db())
         .unwrap()
         .with_clock(clock.clone())
         .with_busy_timeout(Duration::from_millis(100));
@@ -574,7 +573,7 @@ async fn a_transaction_that_ended_without_its_commit_frees_the_key_at_once() {
 
     // Reopened, as a restarted process would.
     drop(store);
-    let store = SqliteStore::open(dir.db()).unwrap();
+    let store = SqliteStore::open(dir.inbox_db()).unwrap();
     let second = claimed(store.claim(&long_lease).await);
     assert_eq!(second.token, first.token + 1);
     let mut tx = store.begin_for(&second).await.unwrap();
@@ -600,7 +599,7 @@ async fn a_claim_waits_out_its_lease_until_its_transaction_holds_it() {
         ClaimOutcome::InProgress,
         "no transaction yet: the lease holds the key"
     );
-    let other = SqliteStore::open(dir.db())
+    let other = SqliteStore::open(dir.inbox_db())
         .unwrap()
         .with_clock(clock.clone())
         .with_busy_timeout(Duration::from_millis(100));
@@ -943,7 +942,7 @@ async fn a_batch_rerun_after_a_crash_half_way_repeats_no_side_effect() {
     let clock = manual_clock();
     // NORMAL: 15,000 transactions with an `fsync` each take a shared CI machine most of a
     // minute, and surviving a power cut is not what this test checks.
-    let store = SqliteStore::open(dir.db())
+    let store = SqliteStore::open(dir.inbox_db())
         .unwrap()
         .with_synchronous_full(false)
         .with_clock(clock.clone());

@@ -5,8 +5,7 @@
 #[path = "../examples/tonic_client.rs"]
 mod example;
 
-#[path = "common/example.rs"]
-mod run_example;
+use crate::example as run_example;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -2,11 +2,9 @@
 //! clock: what it retries, what it refuses to send twice, and the one-layer rule.
 
 #[allow(dead_code)]
-#[path = "../examples/common/scripted.rs"]
-mod scripted;
+use crate::scripted;
 
-#[path = "common/example.rs"]
-mod example;
+use crate::example;
 
 use std::sync::Arc;
 use std::time::Duration;

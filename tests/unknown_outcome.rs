@@ -10,8 +10,7 @@ use std::time::Duration;
 use retry_core::idempotency::{IdempotencyError, IdempotencyStore, MemoryStore, SqliteStore};
 use retry_core::{Classify, Decision, Elapsed, idempotent, retryable};
 
-#[path = "common/tempdir.rs"]
-mod tempdir;
+use crate::tempdir;
 use tempdir::TempDir;
 
 #[derive(Debug)]
