@@ -210,19 +210,19 @@ impl<F: Future> Future for Retrying<F> {
         let poll = unsafe { inner.as_mut().map_unchecked_mut(|inner| &mut **inner) }.poll(cx);
         let finished = poll.is_ready();
         if finished {
+            // `Done` before the drop: should the inner future's drop panic, this call's own drop
+            // (during the unwinding) must not drop it a second time.
+            *this.stage = Stage::Done;
             // SAFETY: dropped in place, not moved (what a pinned value needs), and never touched
-            // again: the stage is `Done` below, before anything else can reach it. Dropped
+            // again: the stage is `Done`, which neither the poll nor the drop gets past. Dropped
             // right after its last poll, inside its scope: a finished future holds little or
             // nothing, which the compiler can then see.
             unsafe { ManuallyDrop::drop(inner.get_unchecked_mut()) };
         }
         drop(entered);
         drop(span);
-        if finished {
-            *this.stage = Stage::Done;
-            if !fast {
-                drop_span(this.span);
-            }
+        if finished && !fast {
+            drop_span(this.span);
         }
         poll
     }
