@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 #[path = "common/burst.rs"]
 mod burst;
-use crate::tempdir;
+#[path = "common/tempdir.rs"]
+mod tempdir;
 
 use burst::{SendError, Sink, send, transfer};
 use retry_core::dlq::{DeadLetterStore, JsonlSink, Page, SqliteDeadLetters};

@@ -29,7 +29,8 @@ use retry_core::dlq::{
 use retry_core::{Classify, Decision, retryable};
 use serde::Serialize;
 
-use crate::tempdir;
+#[path = "common/tempdir.rs"]
+mod tempdir;
 
 use tempdir::TempDir;
 

@@ -24,7 +24,8 @@ use retry_core::time::ManualClock;
 const CHILD_ENV: &str = "RETRY_CORE_SQLITE_CHILD";
 const DAY: Duration = Duration::from_secs(86_400);
 
-use crate::tempdir;
+#[path = "common/tempdir.rs"]
+mod tempdir;
 
 use tempdir::TempDir;
 

@@ -6,7 +6,7 @@
 //! A file stays a binary of its own (a `[[test]]` in Cargo.toml) when it cannot share a process:
 //! it installs a global `tracing` subscriber or captures events (a subscriber changes what every
 //! other test's call sites are interested in), runs itself again as a child process by test name,
-//! or is the trybuild or soak run.
+//! checks metric labels that name its own module path, or is the trybuild or soak run.
 
 // The helpers several files use, once for the whole binary (each file says `use crate::NAME`).
 #[path = "common/curl.rs"]
@@ -31,12 +31,10 @@ mod demo;
 mod derive_classify;
 mod dlq;
 mod dlq_conformance;
-mod dlq_kill;
 mod dlq_pg;
 mod dlq_sqlite;
 mod duration_grammar;
 mod error_sources;
-mod fault_dlq_dir;
 mod fault_pg_restart;
 mod fault_store_hangs;
 mod file_permissions;
@@ -53,7 +51,6 @@ mod key_props;
 mod layer_props;
 mod layers;
 mod lint_clean;
-mod metrics;
 mod nested;
 mod on_retry_context;
 mod opentelemetry;
@@ -71,7 +68,6 @@ mod reqwest_middleware;
 mod retryable;
 mod sql_bound_params;
 mod sqlite_idempotent;
-mod sqlite_store;
 mod sqlite_transactional;
 mod tonic;
 mod tower_retry;
