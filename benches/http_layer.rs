@@ -1,75 +1,169 @@
-//! `IdempotencyLayer` over HTTP on loopback (BENCHMARKS.md, "HTTP layer"): an axum service
-//! that books one payment per `POST` in a SQLite table, measured three ways on the same work:
+//! `IdempotencyLayer` over HTTP on loopback (BENCHMARKS.md, "`IdempotencyLayer`"): an axum
+//! service that books one payment per `POST` (one `INSERT`), measured four ways on the same work,
+//! on SQLite and, with the `postgres` feature, on PostgreSQL:
 //!
-//! - **handler alone**: no layer; the handler books on its own connection (the floor);
-//! - **layer, non-transactional**: `IdempotencyLayer` on a `SqliteStore` in the same file; the
-//!   handler books on its own connection, the layer claims before and stores the response after
-//!   (three commits per request);
+//! - **handler alone**: no dedup at all; the handler books on its own connection;
+//! - **hand-written dedup (the floor)**: no layer; the handler reads the `Idempotency-Key` header
+//!   itself and, in one transaction on its own connection, inserts the key
+//!   (`INSERT INTO seen .. ON CONFLICT DO NOTHING`; a key already there answers its stored
+//!   response), books, stores the response and commits: one commit per request, what a careful
+//!   service author writes without this library (DESIGN.md, "HTTP servers and clients");
+//! - **layer, non-transactional**: `IdempotencyLayer` on the store; the handler books on its own
+//!   connection, the layer claims before and stores the response after;
 //! - **layer, transactional**: `IdempotencyLayer::transactional()`; the handler books in the
-//!   layer's transaction (`RequestTransaction`), committed with the response (two commits: the
-//!   claim, then the booking with the response).
+//!   layer's transaction (`RequestTransaction`), committed with the response.
+//!
+//! SQLite: one file per side; the handler's own connection is one writer behind a mutex (as
+//! SQLite allows), the store is a `SqliteStore` on the same file. PostgreSQL (`DATABASE_URL`):
+//! one schema per side (`retry_core_bench_http_<pid>_<side>`, dropped at the end), a `PgStore`
+//! and, for the handler's own work, a deadpool-postgres pool of the same size and settings as the
+//! store's (as benches/pg_store.rs does), statements prepared once per connection; the server's
+//! own durability settings are used as they are (the bench's figures assume `fsync` and
+//! `synchronous_commit` on, PostgreSQL's defaults).
 //!
 //! 1, 8 and 64 concurrent clients, each on a keep-alive connection of its own (reqwest), every
 //! request a new `Idempotency-Key`. The server runs on a 2-worker Tokio runtime, the clients on
-//! another. Prints requests per second and the p50 / p99 latency a client saw, medians over the
-//! rounds, as a markdown table.
+//! another. Before measuring, each dedup side gets one key twice and must answer the same body.
+//! Prints requests per second and the p50 / p99 latency a client saw, medians over the rounds, as
+//! one markdown table per store, with each layer mode's throughput divided by the floor's.
 //!
-//! `cargo bench --bench http_layer`; `HTTP_BENCH_OPS` (requests per measurement, default 2,000),
-//! `HTTP_BENCH_ROUNDS` (default 3) and `HTTP_BENCH_SYNC_FULL=1` (the store's default
-//! `synchronous=FULL` on every connection; the default here is `NORMAL`, as in the store
-//! benches) change it. Without `--bench` (`cargo test --benches`) one small round only shows
-//! that every side works.
+//! `cargo bench --bench http_layer [--features postgres]`; `HTTP_BENCH_OPS` (requests per
+//! measurement, default 2,000), `HTTP_BENCH_ROUNDS` (default 3) and `HTTP_BENCH_SYNC_FULL=1`
+//! (SQLite's `synchronous=FULL`, the store's default, on every connection, the floor's included;
+//! the default here is `NORMAL`, as in the store benches) change it. With the `postgres` feature
+//! `DATABASE_URL` must be set: the bench fails rather than leave PostgreSQL out. Without `--bench`
+//! (`cargo test --benches`) one small round only shows that every side works.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Extension, Router};
 use retry_core::idempotency::SqliteStore;
 use retry_core::tower::{IdempotencyLayer, RequestTransaction};
-use rusqlite::Connection;
+use rusqlite::{Connection, TransactionBehavior};
 use tokio::runtime::Runtime;
 
 const CLIENTS: [usize; 3] = [1, 8, 64];
 const TABLE: &str =
-    "CREATE TABLE IF NOT EXISTS payments (id INTEGER PRIMARY KEY, body TEXT NOT NULL)";
+    "CREATE TABLE IF NOT EXISTS payments (id INTEGER PRIMARY KEY, body TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, response TEXT)";
 const INSERT: &str = "INSERT INTO payments (body) VALUES (?1)";
+// The floor's statements: the key first (a duplicate finds it and stops there), the response
+// once the booking gave it its id.
+const CLAIM_SEEN: &str = "INSERT INTO seen (key) VALUES (?1) ON CONFLICT DO NOTHING";
+const READ_SEEN: &str = "SELECT response FROM seen WHERE key = ?1";
+const STORE_SEEN: &str = "UPDATE seen SET response = ?1 WHERE key = ?2";
 const ORDER: &str = r#"{"order":"order-1","cents":1250}"#;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Side {
     Alone,
+    Floor,
     Plain,
     Transactional,
 }
 
 impl Side {
-    const ALL: [Side; 3] = [Side::Alone, Side::Plain, Side::Transactional];
+    const ALL: [Side; 4] = [Side::Alone, Side::Floor, Side::Plain, Side::Transactional];
 
     fn name(self) -> &'static str {
         match self {
             Side::Alone => "handler alone",
+            Side::Floor => "hand-written dedup (floor)",
             Side::Plain => "layer, non-transactional",
             Side::Transactional => "layer, transactional",
         }
     }
+
+    fn slug(self) -> &'static str {
+        match self {
+            Side::Alone => "alone",
+            Side::Floor => "floor",
+            Side::Plain => "plain",
+            Side::Transactional => "transactional",
+        }
+    }
 }
 
-/// The handler's own connection (non-transactional sides): one writer, as SQLite allows.
+fn payment(id: i64) -> String {
+    format!("{{\"payment\":{id}}}")
+}
+
+/// The floor's key: the header as it came (the layer parses it as a structured-field string;
+/// a service deduplicating by hand only needs the bytes to be the same on a resend).
+fn key(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+fn no_key() -> (StatusCode, String) {
+    (
+        StatusCode::BAD_REQUEST,
+        "an Idempotency-Key header is required".to_owned(),
+    )
+}
+
+/// The handler's own connection (every side but the transactional one): one writer, as SQLite
+/// allows.
 type Own = Arc<Mutex<Connection>>;
 
 async fn book_on_own_connection(State(db): State<Own>, body: String) -> (StatusCode, String) {
     let id = tokio::task::spawn_blocking(move || {
         let db = db.lock().expect("the connection's lock");
-        db.execute(INSERT, [body]).expect("the booking");
+        let mut insert = db.prepare_cached(INSERT).expect("prepare");
+        insert.execute([body]).expect("the booking");
         db.last_insert_rowid()
     })
     .await
     .expect("the blocking task");
-    (StatusCode::CREATED, format!("{{\"payment\":{id}}}"))
+    (StatusCode::CREATED, payment(id))
+}
+
+/// The floor on SQLite: key, booking and response in one `BEGIN IMMEDIATE` transaction.
+async fn dedup_by_hand(
+    State(db): State<Own>,
+    headers: HeaderMap,
+    body: String,
+) -> (StatusCode, String) {
+    let Some(key) = key(&headers) else {
+        return no_key();
+    };
+    tokio::task::spawn_blocking(move || {
+        let mut db = db.lock().expect("the connection's lock");
+        let tx = db
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .expect("BEGIN");
+        let new = tx
+            .prepare_cached(CLAIM_SEEN)
+            .and_then(|mut s| s.execute([&key]))
+            .expect("the key")
+            == 1;
+        if !new {
+            let stored: String = tx
+                .prepare_cached(READ_SEEN)
+                .and_then(|mut s| s.query_row([&key], |row| row.get(0)))
+                .expect("the stored response");
+            tx.rollback().expect("ROLLBACK");
+            return (StatusCode::CREATED, stored);
+        }
+        tx.prepare_cached(INSERT)
+            .and_then(|mut s| s.execute([body]))
+            .expect("the booking");
+        let response = payment(tx.last_insert_rowid());
+        tx.prepare_cached(STORE_SEEN)
+            .and_then(|mut s| s.execute([&response, &key]))
+            .expect("the response");
+        tx.commit().expect("COMMIT");
+        (StatusCode::CREATED, response)
+    })
+    .await
+    .expect("the blocking task")
 }
 
 async fn book_in_transaction(
@@ -79,13 +173,13 @@ async fn book_in_transaction(
     let mut tx = tx.get().await.expect("the transaction");
     let id = tx
         .run(move |c| {
-            c.execute(INSERT, [body])?;
+            c.prepare_cached(INSERT)?.execute([body])?;
             Ok(c.last_insert_rowid())
         })
         .await
         .expect("the booking");
     drop(tx);
-    (StatusCode::CREATED, format!("{{\"payment\":{id}}}"))
+    (StatusCode::CREATED, payment(id))
 }
 
 fn pragmas(full: bool) -> String {
@@ -94,12 +188,12 @@ fn pragmas(full: bool) -> String {
 }
 
 /// Serves `side` on its own SQLite file in `dir`; returns the `/payments` URL.
-async fn serve(side: Side, dir: &Path, full: bool) -> String {
-    let path = dir.join(format!("{}.sqlite3", side.name().replace([' ', ','], "-")));
+async fn serve_sqlite(side: Side, dir: &Path, full: bool) -> String {
+    let path = dir.join(format!("{}.sqlite3", side.slug()));
     let own = || -> Own {
         let db = Connection::open(&path).expect("open the service's file");
-        db.execute_batch(&(pragmas(full) + TABLE))
-            .expect("the table");
+        db.execute_batch(&format!("{}{TABLE}", pragmas(full)))
+            .expect("the tables");
         Arc::new(Mutex::new(db))
     };
     let store = || {
@@ -110,6 +204,9 @@ async fn serve(side: Side, dir: &Path, full: bool) -> String {
     let router = match side {
         Side::Alone => Router::new()
             .route("/payments", post(book_on_own_connection))
+            .with_state(own()),
+        Side::Floor => Router::new()
+            .route("/payments", post(dedup_by_hand))
             .with_state(own()),
         Side::Plain => {
             let layer = IdempotencyLayer::unauthenticated(store());
@@ -126,6 +223,11 @@ async fn serve(side: Side, dir: &Path, full: bool) -> String {
                 .layer(layer)
         }
     };
+    listen(router).await
+}
+
+/// Serves `router` on a loopback port; returns its `/payments` URL.
+async fn listen(router: Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a port");
@@ -137,6 +239,203 @@ async fn serve(side: Side, dir: &Path, full: bool) -> String {
     url
 }
 
+#[cfg(feature = "postgres")]
+mod pg {
+    //! The same four sides on PostgreSQL.
+
+    use std::time::Duration;
+
+    use axum::extract::State;
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::routing::post;
+    use axum::{Extension, Router};
+    use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+    use retry_core::idempotency::PgStore;
+    use retry_core::tower::{IdempotencyLayer, RequestTransaction};
+    use tokio_postgres::NoTls;
+
+    use super::{Side, key, listen, no_key, payment};
+
+    const TABLES: &str = "CREATE TABLE payments (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL);
+        CREATE TABLE seen (key TEXT PRIMARY KEY, response TEXT)";
+    const INSERT: &str = "INSERT INTO payments (body) VALUES ($1) RETURNING id";
+    // Under READ COMMITTED a duplicate's insert waits for the first request's transaction, then
+    // finds its committed row (or, if it rolled back, takes the key).
+    const CLAIM_SEEN: &str = "INSERT INTO seen (key) VALUES ($1) ON CONFLICT DO NOTHING";
+    const READ_SEEN: &str = "SELECT response FROM seen WHERE key = $1";
+    const STORE_SEEN: &str = "UPDATE seen SET response = $1 WHERE key = $2";
+
+    async fn store(url: &str) -> PgStore {
+        PgStore::connect(url)
+            .await
+            .unwrap_or_else(|e| panic!("PgStore::connect({url}): {e}"))
+            .with_pool_size(POOL_SIZE)
+    }
+
+    /// The handler's own pool, set up as `PgStore`'s (fast recycling, no TLS, 5 s timeouts).
+    fn pool(url: &str) -> Pool {
+        let config: tokio_postgres::Config = url.parse().expect("DATABASE_URL");
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(Duration::from_secs(5)))
+            .create_timeout(Some(Duration::from_secs(5)))
+            .recycle_timeout(Some(Duration::from_secs(5)))
+            .build()
+            .expect("the handler's pool")
+    }
+
+    async fn book_on_own_connection(
+        State(pool): State<Pool>,
+        body: String,
+    ) -> (StatusCode, String) {
+        let client = pool.get().await.expect("a connection");
+        let insert = client.prepare_cached(INSERT).await.expect("prepare");
+        let row = client
+            .query_one(&insert, &[&body])
+            .await
+            .expect("the booking");
+        (StatusCode::CREATED, payment(row.get(0)))
+    }
+
+    /// The floor on PostgreSQL: key, booking and response in one transaction.
+    async fn dedup_by_hand(
+        State(pool): State<Pool>,
+        headers: HeaderMap,
+        body: String,
+    ) -> (StatusCode, String) {
+        let Some(key) = key(&headers) else {
+            return no_key();
+        };
+        let mut client = pool.get().await.expect("a connection");
+        let tx = client.transaction().await.expect("BEGIN");
+        let claim = tx.prepare_cached(CLAIM_SEEN).await.expect("prepare");
+        if tx.execute(&claim, &[&key]).await.expect("the key") == 0 {
+            let read = tx.prepare_cached(READ_SEEN).await.expect("prepare");
+            let row = tx
+                .query_one(&read, &[&key])
+                .await
+                .expect("the stored response");
+            tx.rollback().await.expect("ROLLBACK");
+            return (StatusCode::CREATED, row.get(0));
+        }
+        let insert = tx.prepare_cached(INSERT).await.expect("prepare");
+        let row = tx.query_one(&insert, &[&body]).await.expect("the booking");
+        let response = payment(row.get(0));
+        let store = tx.prepare_cached(STORE_SEEN).await.expect("prepare");
+        tx.execute(&store, &[&response, &key])
+            .await
+            .expect("the response");
+        tx.commit().await.expect("COMMIT");
+        (StatusCode::CREATED, response)
+    }
+
+    async fn book_in_transaction(
+        Extension(tx): Extension<RequestTransaction<PgStore>>,
+        body: String,
+    ) -> (StatusCode, String) {
+        let tx = tx.get().await.expect("the transaction");
+        let insert = tx.prepare_cached(INSERT).await.expect("prepare");
+        let row = tx
+            .client()
+            .query_one(&insert, &[&body])
+            .await
+            .expect("the booking");
+        drop(tx);
+        (StatusCode::CREATED, payment(row.get(0)))
+    }
+
+    /// Connections in each pool, the store's and the handler's alike.
+    pub const POOL_SIZE: usize = 16;
+
+    /// The bench's schemas on the server, dropped by [`Cluster::drop_schemas`].
+    pub struct Cluster {
+        admin: tokio_postgres::Client,
+        url: String,
+        schemas: Vec<String>,
+    }
+
+    impl Cluster {
+        pub async fn connect(url: String) -> Cluster {
+            let (admin, connection) = tokio_postgres::connect(&url, NoTls)
+                .await
+                .unwrap_or_else(|e| panic!("connect to DATABASE_URL ({url}): {e}"));
+            tokio::spawn(connection);
+            Cluster {
+                admin,
+                url,
+                schemas: Vec::new(),
+            }
+        }
+
+        /// The server's durability settings, for the table's caption.
+        pub async fn settings(&self) -> String {
+            let mut shown = Vec::new();
+            for name in ["fsync", "synchronous_commit"] {
+                let row = self
+                    .admin
+                    .query_one(&format!("SHOW {name}"), &[])
+                    .await
+                    .expect("SHOW");
+                shown.push(format!("`{name}={}`", row.get::<_, String>(0)));
+            }
+            shown.join(", ")
+        }
+
+        /// Serves `side` in a new schema of its own; returns the `/payments` URL.
+        pub async fn serve(&mut self, side: Side) -> String {
+            let schema = format!(
+                "retry_core_bench_http_{}_{}",
+                std::process::id(),
+                side.slug()
+            );
+            self.admin
+                .batch_execute(&format!(
+                    "CREATE SCHEMA {schema}; SET search_path TO {schema}; {TABLES}; RESET search_path"
+                ))
+                .await
+                .expect("the side's schema and tables");
+            self.schemas.push(schema.clone());
+            // Every connection of the side, the store's too (which creates its `inbox_log`
+            // there), sees the side's schema first.
+            let separator = if self.url.contains('?') { '&' } else { '?' };
+            let url = format!("{}{separator}options=-c%20search_path%3D{schema}", self.url);
+            let router = match side {
+                Side::Alone => Router::new()
+                    .route("/payments", post(book_on_own_connection))
+                    .with_state(pool(&url)),
+                Side::Floor => Router::new()
+                    .route("/payments", post(dedup_by_hand))
+                    .with_state(pool(&url)),
+                Side::Plain => Router::new()
+                    .route("/payments", post(book_on_own_connection))
+                    .layer(IdempotencyLayer::unauthenticated(store(&url).await))
+                    .with_state(pool(&url)),
+                Side::Transactional => Router::new()
+                    .route("/payments", post(book_in_transaction))
+                    .layer(IdempotencyLayer::unauthenticated(store(&url).await).transactional()),
+            };
+            listen(router).await
+        }
+
+        pub async fn drop_schemas(self) {
+            for schema in &self.schemas {
+                self.admin
+                    .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+                    .await
+                    .expect("drop the bench's schema");
+            }
+        }
+    }
+}
+
 /// One measurement: requests per second, and p50 / p99 of one request's latency.
 #[derive(Clone, Copy)]
 struct Stats {
@@ -145,22 +444,15 @@ struct Stats {
     p99: Duration,
 }
 
-/// `ops` requests (rounded down to a multiple of `clients`), each with the key `{run}-{n}`,
-/// from `clients` clients on connections of their own.
-async fn measure(url: &str, clients: usize, ops: usize, run: &str) -> Stats {
+/// `ops` requests (rounded down to a multiple of the clients), each with the key
+/// `{run}-{client}-{n}`, from each client in `connections` on a connection of its own.
+async fn measure(url: &str, connections: &[reqwest::Client], ops: usize, run: &str) -> Stats {
+    let clients = connections.len();
     let per_client = (ops / clients).max(1);
-    // Built before the clock starts: building a client loads the system's TLS roots.
-    let connections: Vec<_> = (0..clients)
-        .map(|_| {
-            reqwest::Client::builder()
-                .pool_max_idle_per_host(1)
-                .build()
-                .expect("a client")
-        })
-        .collect();
     let start = Instant::now();
     let tasks: Vec<_> = connections
-        .into_iter()
+        .iter()
+        .cloned()
         .enumerate()
         .map(|(client_no, client)| {
             let (url, run) = (url.to_owned(), run.to_owned());
@@ -241,6 +533,139 @@ impl Drop for TempDir {
     }
 }
 
+/// One key sent twice to a side that deduplicates: the resend must get the first answer (the
+/// booking ran once), or the side would be measured doing less than it claims.
+async fn check_dedup(side: Side, url: &str) {
+    let client = reqwest::Client::new();
+    let key = format!("\"check-{}\"", std::process::id());
+    let mut bodies = Vec::new();
+    for _ in 0..2 {
+        let response = client
+            .post(url)
+            .header("idempotency-key", &key)
+            .body(ORDER)
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), 201, "{}", side.name());
+        bodies.push(response.text().await.expect("the body"));
+    }
+    assert_eq!(
+        bodies[0],
+        bodies[1],
+        "{}: the resend was booked again",
+        side.name()
+    );
+}
+
+/// Every side at every client count, `rounds` times; the medians, by client count then side.
+fn run_sides(
+    clients: &Runtime,
+    connections: &[reqwest::Client],
+    urls: &[(Side, String)],
+    ops: usize,
+    rounds: usize,
+    store: &str,
+) -> Vec<(Side, usize, Stats)> {
+    for (side, url) in urls {
+        if *side != Side::Alone {
+            clients.block_on(check_dedup(*side, url));
+        }
+    }
+    let mut table = Vec::new();
+    let mut run = 0;
+    for callers in CLIENTS {
+        let mut results: Vec<Vec<Stats>> = vec![Vec::new(); urls.len()];
+        for round in 0..rounds {
+            // Each round starts with another side, so no side always meets a warm (or a
+            // checkpointing) database.
+            for offset in 0..urls.len() {
+                let index = (round + offset) % urls.len();
+                run += 1;
+                let stats = clients.block_on(measure(
+                    &urls[index].1,
+                    &connections[..callers],
+                    ops,
+                    &format!("r{run}"),
+                ));
+                results[index].push(stats);
+            }
+        }
+        for ((side, _), stats) in urls.iter().zip(results) {
+            let stats = median(stats);
+            eprintln!(
+                "{store}, {} x{callers}: {:.0} req/s, p50 {:?}, p99 {:?}",
+                side.name(),
+                stats.per_sec,
+                stats.p50,
+                stats.p99
+            );
+            table.push((*side, callers, stats));
+        }
+    }
+    table
+}
+
+/// `1234.5` as `1,235`.
+fn grouped(n: f64) -> String {
+    let digits = format!("{n:.0}");
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn millis(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1e3;
+    if ms < 10.0 {
+        format!("{ms:.2}")
+    } else {
+        format!("{ms:.0}")
+    }
+}
+
+/// One row per client count: each side's requests/s (p50 / p99), then each layer mode's
+/// requests/s divided by the floor's.
+fn print_table(caption: &str, table: &[(Side, usize, Stats)]) {
+    println!("\n{caption}\n");
+    print!("| clients |");
+    for side in Side::ALL {
+        print!(" {}: req/s (p50 / p99) |", side.name());
+    }
+    println!(" non-transactional ÷ floor | transactional ÷ floor |");
+    println!("|---:|---|---|---|---|---:|---:|");
+    for callers in CLIENTS {
+        let of = |side: Side| {
+            table
+                .iter()
+                .find(|(s, c, _)| *s == side && *c == callers)
+                .map(|(_, _, stats)| *stats)
+        };
+        print!("| {callers} |");
+        for side in Side::ALL {
+            match of(side) {
+                Some(s) => print!(
+                    " {} ({} / {} ms) |",
+                    grouped(s.per_sec),
+                    millis(s.p50),
+                    millis(s.p99)
+                ),
+                None => print!(" – |"),
+            }
+        }
+        let floor = of(Side::Floor).map_or(f64::NAN, |s| s.per_sec);
+        for side in [Side::Plain, Side::Transactional] {
+            let ratio = of(side).map_or(f64::NAN, |s| s.per_sec / floor);
+            print!(" {ratio:.2}× |");
+        }
+        println!();
+    }
+}
+
 fn main() {
     let bench = std::env::args().any(|arg| arg == "--bench");
     let (ops, rounds) = if bench {
@@ -252,62 +677,63 @@ fn main() {
         (64, 1)
     };
     let full = std::env::var("HTTP_BENCH_SYNC_FULL").is_ok_and(|v| v == "1");
+    // Checked first, so a missing server fails the run before minutes of SQLite.
+    #[cfg(feature = "postgres")]
+    let Ok(database_url) = std::env::var("DATABASE_URL") else {
+        eprintln!(
+            "http_layer bench: built with the `postgres` feature, so it measures PostgreSQL too, \
+             but DATABASE_URL is not set. Point it at a throwaway PostgreSQL database \
+             (postgres://user@host:port/db); the bench creates and drops schemas of its own \
+             there (retry_core_bench_http_<pid>_<side>). Build without `--features postgres` \
+             to measure SQLite only."
+        );
+        std::process::exit(2);
+    };
     let dir =
         TempDir(std::env::temp_dir().join(format!("retry-core-bench-http-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).expect("a temp dir");
 
     let server = runtime();
     let clients = runtime();
+    // Built once, before any clock starts (each loads the system's TLS roots); each keeps one
+    // keep-alive connection per server, its own.
+    let connections: Vec<_> = (0..CLIENTS[CLIENTS.len() - 1])
+        .map(|_| {
+            reqwest::Client::builder()
+                .pool_max_idle_per_host(1)
+                .build()
+                .expect("a client")
+        })
+        .collect();
     let urls: Vec<(Side, String)> = Side::ALL
         .into_iter()
-        .map(|side| (side, server.block_on(serve(side, &dir.0, full))))
+        .map(|side| (side, server.block_on(serve_sqlite(side, &dir.0, full))))
         .collect();
-
-    let mut table = Vec::new();
-    let mut run = 0;
-    for callers in CLIENTS {
-        let mut results: Vec<Vec<Stats>> = vec![Vec::new(); urls.len()];
-        for round in 0..rounds {
-            // Each round starts with another side, so no side always meets a warm (or a
-            // checkpointing) file.
-            for offset in 0..urls.len() {
-                let index = (round + offset) % urls.len();
-                run += 1;
-                let stats =
-                    clients.block_on(measure(&urls[index].1, callers, ops, &format!("r{run}")));
-                results[index].push(stats);
-            }
-        }
-        for ((side, _), stats) in urls.iter().zip(results) {
-            let stats = median(stats);
-            eprintln!(
-                "{} x{callers}: {:.0} req/s, p50 {:?}, p99 {:?}",
-                side.name(),
-                stats.per_sec,
-                stats.p50,
-                stats.p99
-            );
-            table.push((*side, callers, stats));
-        }
-    }
-
+    let sqlite = run_sides(&clients, &connections, &urls, ops, rounds, "SQLite");
     let sync = if full { "FULL" } else { "NORMAL" };
-    println!(
-        "\nSQLite `synchronous={sync}`, {ops} requests per measurement, median of {rounds} rounds\n"
+    print_table(
+        &format!(
+            "SQLite `synchronous={sync}`, {ops} requests per measurement, median of {rounds} rounds"
+        ),
+        &sqlite,
     );
-    println!("| clients | side | requests/s | p50 | p99 | ÷ non-transactional |");
-    println!("|--------:|------|-----------:|----:|----:|--------------------:|");
-    for (side, callers, stats) in &table {
-        let plain = table
-            .iter()
-            .find(|(s, c, _)| *s == Side::Plain && c == callers)
-            .map_or(f64::NAN, |(_, _, plain)| stats.per_sec / plain.per_sec);
-        println!(
-            "| {callers} | {} | {:.0} | {:.2} ms | {:.2} ms | {plain:.2}x |",
-            side.name(),
-            stats.per_sec,
-            stats.p50.as_secs_f64() * 1e3,
-            stats.p99.as_secs_f64() * 1e3,
+
+    #[cfg(feature = "postgres")]
+    {
+        let mut cluster = server.block_on(pg::Cluster::connect(database_url));
+        let settings = server.block_on(cluster.settings());
+        let urls: Vec<(Side, String)> = Side::ALL
+            .into_iter()
+            .map(|side| (side, server.block_on(cluster.serve(side))))
+            .collect();
+        let postgres = run_sides(&clients, &connections, &urls, ops, rounds, "PostgreSQL");
+        server.block_on(cluster.drop_schemas());
+        print_table(
+            &format!(
+                "PostgreSQL ({settings}; pools of {} connections), {ops} requests per measurement, median of {rounds} rounds",
+                pg::POOL_SIZE
+            ),
+            &postgres,
         );
     }
 }
