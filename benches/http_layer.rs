@@ -47,6 +47,9 @@ use retry_core::tower::{IdempotencyLayer, RequestTransaction};
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::runtime::Runtime;
 
+// The harness the benches share: its table formatting (`store::thousands`).
+mod support;
+
 const CLIENTS: [usize; 3] = [1, 8, 64];
 const TABLE: &str =
     "CREATE TABLE IF NOT EXISTS payments (id INTEGER PRIMARY KEY, body TEXT NOT NULL);
@@ -606,19 +609,6 @@ fn run_sides(
     table
 }
 
-/// `1234.5` as `1,235`.
-fn grouped(n: f64) -> String {
-    let digits = format!("{n:.0}");
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 fn millis(d: Duration) -> String {
     let ms = d.as_secs_f64() * 1e3;
     if ms < 10.0 {
@@ -650,7 +640,7 @@ fn print_table(caption: &str, table: &[(Side, usize, Stats)]) {
             match of(side) {
                 Some(s) => print!(
                     " {} ({} / {} ms) |",
-                    grouped(s.per_sec),
+                    support::store::thousands(s.per_sec),
                     millis(s.p50),
                     millis(s.p99)
                 ),

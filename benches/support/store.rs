@@ -218,7 +218,8 @@ pub fn print_table(store: &str, rows: &[Row]) {
     }
 }
 
-fn thousands(value: f64) -> String {
+/// `1234.5` as `1,235`.
+pub fn thousands(value: f64) -> String {
     let digits = format!("{:.0}", value);
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
