@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use super::held::HeldClaim;
 use super::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, StoreError,
-    TransactionalStore,
+    TransactionClaim, TransactionalStore,
 };
 use crate::metrics;
 
@@ -280,20 +280,7 @@ pub async fn begin_call<'s, S: IdempotencyStore + ?Sized>(
     store: &'s S,
     call: &Settings,
 ) -> Result<Begun<'s, S>, IdempotencyError> {
-    let limits = store.limits();
-    if call.key.len() > limits.max_key_bytes {
-        return Err(IdempotencyError::KeyTooLong {
-            len: call.key.len(),
-            max: limits.max_key_bytes,
-        });
-    }
-    let request = ClaimRequest {
-        key: &call.key,
-        biz_key: call.biz_key.as_deref().unwrap_or(&call.key),
-        fingerprint: call.fingerprint.as_deref(),
-        lease: call.lease,
-        retention: call.retention,
-    };
+    let request = claim_request(store, call)?;
     match bounded(store, "claim", store.claim(&request)).await {
         Ok(ClaimOutcome::Claimed(claim)) => Ok(Begun::Claimed(HeldClaim::new(
             store,
@@ -301,17 +288,85 @@ pub async fn begin_call<'s, S: IdempotencyStore + ?Sized>(
             call.function,
             call.lease,
         ))),
-        Ok(ClaimOutcome::Done(stored)) => {
+        Ok(refused) => refused_with(refused, call).map(Begun::Stored),
+        // Fail closed: without a claim the body must not run.
+        Err(e) => Err(IdempotencyError::Store(e)),
+    }
+}
+
+/// What `call` asks of the store, once its key is known to fit.
+fn claim_request<'c, S: IdempotencyStore + ?Sized>(
+    store: &S,
+    call: &'c Settings,
+) -> Result<ClaimRequest<'c>, IdempotencyError> {
+    let limits = store.limits();
+    if call.key.len() > limits.max_key_bytes {
+        return Err(IdempotencyError::KeyTooLong {
+            len: call.key.len(),
+            max: limits.max_key_bytes,
+        });
+    }
+    Ok(ClaimRequest {
+        key: &call.key,
+        biz_key: call.biz_key.as_deref().unwrap_or(&call.key),
+        fingerprint: call.fingerprint.as_deref(),
+        lease: call.lease,
+        retention: call.retention,
+    })
+}
+
+/// A claim that did not get the key: the stored response to answer with, or why not.
+fn refused_with(outcome: ClaimOutcome, call: &Settings) -> Result<String, IdempotencyError> {
+    match outcome {
+        ClaimOutcome::Done(stored) => {
             metrics::duplicate_answered(call.function);
-            Ok(Begun::Stored(stored))
+            Ok(stored)
         }
-        Ok(ClaimOutcome::InProgress) => Err(IdempotencyError::InProgress),
-        Ok(ClaimOutcome::Failed(failure)) => {
+        ClaimOutcome::InProgress => Err(IdempotencyError::InProgress),
+        ClaimOutcome::Failed(failure) => {
             metrics::duplicate_answered(call.function);
             Err(IdempotencyError::PreviouslyFailed(failure))
         }
-        Ok(ClaimOutcome::KeyReused) => Err(IdempotencyError::KeyReused),
-        // Fail closed: without a claim the body must not run.
+        ClaimOutcome::KeyReused => Err(IdempotencyError::KeyReused),
+        // Only `claim_in_transaction` can say this, and only by mistake: its claim (if any was
+        // committed) is left to its lease.
+        ClaimOutcome::Claimed(_) => Err(IdempotencyError::Store(StoreError::Corrupt(
+            "the store refused a claim with a claim".to_owned(),
+        ))),
+    }
+}
+
+/// What claiming a transactional call's key found.
+pub(crate) enum BegunTransaction<'s, S: TransactionalStore + ?Sized> {
+    /// The key is ours, held by the handler's transaction: run the body in it.
+    Claimed(HeldClaim<'s, S>, S::Transaction),
+    /// A call with this key already succeeded: its stored response (JSON).
+    Stored(String),
+}
+
+/// Claims the call's key inside the handler's transaction
+/// ([`TransactionalStore::claim_in_transaction`]): the transactional counterpart of
+/// [`begin_call`], shared by `#[idempotent(transaction = ..)]` and the transactional HTTP layer.
+pub(crate) async fn begin_transactional<'s, S: TransactionalStore + ?Sized>(
+    store: &'s S,
+    call: &Settings,
+) -> Result<BegunTransaction<'s, S>, IdempotencyError> {
+    let request = claim_request(store, call)?;
+    match bounded(store, "claim", store.claim_in_transaction(&request)).await {
+        Ok(TransactionClaim::Claimed(claimed)) => {
+            let mut held = HeldClaim::new(store, claimed.claim, call.function, call.lease);
+            held.transactional = true;
+            held.in_transaction = claimed.in_transaction;
+            // A claim only the transaction has is invisible to every other connection: there
+            // is no row to renew, and its rollback frees the key.
+            held.renews = !claimed.in_transaction && !store.transaction_holds_claim();
+            Ok(BegunTransaction::Claimed(held, claimed.transaction))
+        }
+        Ok(TransactionClaim::Refused(refused)) => {
+            refused_with(refused, call).map(BegunTransaction::Stored)
+        }
+        // Fail closed: a timeout is an unknown, never a second run; whatever the store opened
+        // is dropped with the future, and rolls back.
         Err(e) => Err(IdempotencyError::Store(e)),
     }
 }
@@ -448,8 +503,9 @@ async fn give_up<S: IdempotencyStore + ?Sized>(
     }
 }
 
-/// The transactional flow, for `#[idempotent(transaction = tx)]`: the claim, then the body with
-/// the store's transaction, then the response and `done` committed in that same transaction.
+/// The transactional flow, for `#[idempotent(transaction = tx)]`: the claim inside the store's
+/// transaction, then the body with that transaction, then the response and `done` committed in
+/// it: one commit (see [`TransactionalStore::claim_in_transaction`]).
 pub(crate) async fn claim_transactional<'s, S, T, E>(
     store: &'s S,
     call: &Settings,
@@ -459,31 +515,10 @@ where
     T: DeserializeOwned,
     E: From<IdempotencyError>,
 {
-    let held = match begin_call(store, call).await {
-        Ok(Begun::Claimed(held)) => held,
-        Ok(Begun::Stored(stored)) => return Err(decode(call, &stored)),
-        Err(e) => return Err(Err(e.into())),
-    };
-    // The transaction holds the claim from here on: a crash before its commit frees the key at
-    // once (`begin_for`). A claim is always there right after `begin_call`.
-    let begun = match held.claim() {
-        Some(claim) => bounded(store, "begin", store.begin_for(claim)).await,
-        None => bounded(store, "begin", store.begin()).await,
-    };
-    match begun {
-        Ok(transaction) => {
-            let mut held = held;
-            held.transactional = true;
-            held.renews = !store.transaction_holds_claim();
-            Ok((held, transaction))
-        }
-        Err(e) => {
-            // Nothing ran: the key is free for the resend.
-            if let Err(release) = held.fail(OnErr::Release, "").await {
-                tracing::warn!(function = call.function, key = %call.key, error = %crate::error_chain(&release), "could not release a claim after failing to begin");
-            }
-            Err(Err(IdempotencyError::Store(e).into()))
-        }
+    match begin_transactional(store, call).await {
+        Ok(BegunTransaction::Claimed(held, transaction)) => Ok((held, transaction)),
+        Ok(BegunTransaction::Stored(stored)) => Err(decode(call, &stored)),
+        Err(e) => Err(Err(e.into())),
     }
 }
 
@@ -523,6 +558,7 @@ where
     E: From<IdempotencyError>,
 {
     let store = held.store;
+    let in_transaction = held.in_transaction;
     let Some(claim) = held.take() else {
         return outcome;
     };
@@ -532,8 +568,11 @@ where
             if let Err(e) = bounded(store, "rollback", store.rollback(transaction)).await {
                 tracing::warn!(function = call.function, key = %call.key, error = %crate::error_chain(&e), "rollback failed; the store rolls back when the connection closes");
             }
-            // Rolled back: nothing of the body's writes happened, so the key is free again.
-            give_up(store, &claim, call, OnErr::Release, "").await;
+            // Rolled back: nothing of the body's writes happened, so the key is free again
+            // (by the rollback itself when the claim was written in the transaction).
+            if !in_transaction {
+                give_up(store, &claim, call, OnErr::Release, "").await;
+            }
             return Err(error);
         }
     };
@@ -545,7 +584,7 @@ where
             return abort(
                 store,
                 transaction,
-                &claim,
+                (!in_transaction).then_some(&claim),
                 call,
                 IdempotencyError::ResponseTooLarge {
                     len: json.len(),
@@ -558,7 +597,7 @@ where
             return abort(
                 store,
                 transaction,
-                &claim,
+                (!in_transaction).then_some(&claim),
                 call,
                 IdempotencyError::Serde(e.to_string()),
             )
@@ -584,10 +623,12 @@ where
     }
 }
 
+/// Rolls back a call whose response cannot be stored, and releases its `claim` if it committed
+/// on its own (`None`: the claim lived in the transaction, and the rollback freed the key).
 async fn abort<S, T, E>(
     store: &S,
     transaction: S::Transaction,
-    claim: &Claim,
+    claim: Option<&Claim>,
     call: &Settings,
     error: IdempotencyError,
 ) -> Result<T, E>
@@ -597,7 +638,9 @@ where
 {
     tracing::error!(function = call.function, key = %call.key, error = %crate::error_chain(&error), "response cannot be stored: the body's writes were rolled back");
     let _ = bounded(store, "rollback", store.rollback(transaction)).await;
-    let _ = bounded(store, "release", store.release(claim)).await;
+    if let Some(claim) = claim {
+        let _ = bounded(store, "release", store.release(claim)).await;
+    }
     Err(error.into())
 }
 

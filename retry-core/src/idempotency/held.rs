@@ -63,6 +63,10 @@ pub struct HeldClaim<'s, S: IdempotencyStore + ?Sized> {
     pub(super) renews: bool,
     /// Transactional mode: a drop means a rollback, so the claim is released.
     pub(super) transactional: bool,
+    /// The claim was written in the handler's transaction and exists nowhere else
+    /// ([`ClaimedTransaction::in_transaction`](super::ClaimedTransaction::in_transaction)): its
+    /// rollback frees the key, so there is nothing to renew or release.
+    pub(crate) in_transaction: bool,
 }
 
 impl<'s, S: IdempotencyStore + ?Sized> HeldClaim<'s, S> {
@@ -74,6 +78,7 @@ impl<'s, S: IdempotencyStore + ?Sized> HeldClaim<'s, S> {
             lease,
             renews: true,
             transactional: false,
+            in_transaction: false,
         }
     }
 
@@ -147,8 +152,12 @@ impl<'s, S: IdempotencyStore + ?Sized> HeldClaim<'s, S> {
     /// key failed and keeps `failure` for duplicates; [`OnErr::Release`](super::OnErr::Release)
     /// frees the key for a resend (only when the body's effect is known not to have happened).
     /// Waits at most the store's [`operation_timeout`](IdempotencyStore::operation_timeout).
+    ///
+    /// A claim written in the handler's transaction is released by that transaction's rollback:
+    /// releasing it here is then a no-op.
     pub async fn fail(mut self, on_err: super::OnErr, failure: &str) -> Result<(), StoreError> {
         match self.take() {
+            Some(_) if self.in_transaction && on_err == super::OnErr::Release => Ok(()),
             Some(claim) => undo(self.store, &claim, on_err, failure).await,
             None => Ok(()),
         }
@@ -186,7 +195,9 @@ impl<S: IdempotencyStore + ?Sized> Drop for HeldClaim<'_, S> {
         let Some(claim) = self.claim.take() else {
             return;
         };
-        let released = self.transactional && self.store.abandon(claim.clone());
+        // A claim written in the transaction went with its rollback: the key is free already.
+        let released = self.in_transaction
+            || (self.transactional && self.store.abandon(claim.clone()));
         if !self.transactional {
             tracing::warn!(function = self.function, key = %claim.key, lease = ?self.lease, "call dropped while its body ran: its effect is unknown, so the key stays in progress until its lease runs out");
         } else if !released {

@@ -161,6 +161,38 @@ pub enum ClaimOutcome {
     KeyReused,
 }
 
+/// What [`TransactionalStore::claim_in_transaction`] found: the key with the handler's open
+/// transaction, or what the key already holds.
+#[derive(Debug)]
+pub enum TransactionClaim<T> {
+    /// The key is ours: run the handler in the transaction, then
+    /// [`commit_done`](TransactionalStore::commit_done) or
+    /// [`rollback`](TransactionalStore::rollback).
+    Claimed(ClaimedTransaction<T>),
+    /// The key is not ours, for the reason [`IdempotencyStore::claim`] would give:
+    /// [`ClaimOutcome::Done`], [`InProgress`](ClaimOutcome::InProgress),
+    /// [`Failed`](ClaimOutcome::Failed) or [`KeyReused`](ClaimOutcome::KeyReused) (never
+    /// `Claimed`). No transaction is left open.
+    Refused(ClaimOutcome),
+}
+
+/// A claim and the handler's transaction that holds it (see
+/// [`TransactionalStore::claim_in_transaction`]).
+#[derive(Debug)]
+pub struct ClaimedTransaction<T> {
+    /// The claim, with its fencing token, for [`commit_done`](TransactionalStore::commit_done).
+    pub claim: Claim,
+    /// The handler's transaction.
+    pub transaction: T,
+    /// `true` when the claim was written in `transaction` and exists nowhere else: it commits
+    /// with the handler's writes and `done` (one commit), or, rolled back, leaves the key as it
+    /// was before the claim, free for the next call at once. Nothing is left to release, and
+    /// no lease to renew (no other connection sees the row). `false` when the claim committed
+    /// on its own before the transaction began (the default implementation): a rollback must
+    /// then be followed by a [`release`](IdempotencyStore::release).
+    pub in_transaction: bool,
+}
+
 /// Size limits on keys and stored responses, checked before the store is touched.
 ///
 /// ```
@@ -331,13 +363,19 @@ pub trait IdempotencyStore: Send + Sync {
 /// A store that can write the `done` row inside the handler's own database transaction, so the
 /// handler's writes and the stored response commit together or not at all (transactional mode).
 ///
-/// The claim commits first, in its own short transaction, so a concurrent duplicate gets
-/// `InProgress` at once instead of waiting on an uncommitted row. The handler then gets
-/// `&mut Self::Transaction` for its writes; [`commit_done`](Self::commit_done) writes the
-/// response and `done` in that same transaction, guarded by the claim's token
-/// (`UPDATE ... WHERE msg_id = ? AND token = ?`): zero rows means the claim was taken over, so the
-/// whole transaction rolls back and the call fails with [`StoreError::Fenced`]. A transaction
-/// dropped before it commits (a crash, a dropped future) rolls back.
+/// The `#[idempotent(transaction = ..)]` flow and the transactional `IdempotencyLayer` claim
+/// with [`claim_in_transaction`](Self::claim_in_transaction): the built-in stores write the
+/// claim inside the handler's transaction, so a call commits once, its claim, its writes and
+/// its response together, and a call that never commits leaves the key free at once. A store
+/// without that override claims first, in its own short transaction, and then begins the
+/// handler's transaction with [`begin_for`](Self::begin_for).
+///
+/// Either way the handler gets the transaction for its writes;
+/// [`commit_done`](Self::commit_done) writes the response and `done` in that same
+/// transaction, guarded by the claim's token (`UPDATE ... WHERE msg_id = ? AND token = ?`):
+/// zero rows means the claim was taken over, so the whole transaction rolls back and the call
+/// fails with [`StoreError::Fenced`]. A transaction dropped before it commits (a crash, a
+/// dropped future) rolls back.
 ///
 /// A claim's transaction begun with [`begin_for`](Self::begin_for) also frees the key as soon
 /// as it ends without committing: what it wrote is gone, so the library knows the call's effect
@@ -402,6 +440,108 @@ pub trait TransactionalStore: IdempotencyStore {
     ) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send {
         let _ = claim;
         self.begin()
+    }
+
+    /// Claims `request.key` inside a new transaction for the handler, so the claim, the
+    /// handler's writes and the stored response commit together: **one commit per call**, as a
+    /// handler that dedups by hand with `INSERT .. ON CONFLICT` in its own transaction. The
+    /// `#[idempotent(transaction = ..)]` flow and the transactional
+    /// [`IdempotencyLayer`](crate::tower::IdempotencyLayer) claim through it.
+    ///
+    /// Answers [`TransactionClaim::Claimed`] with the open transaction, or
+    /// [`TransactionClaim::Refused`] with what the key holds (a stored response, a fingerprint
+    /// that does not match, a call in progress, a kept failure), exactly as
+    /// [`claim`](IdempotencyStore::claim) would. A claim taken in the transaction
+    /// ([`ClaimedTransaction::in_transaction`]) exists only there: rolled back, dropped, its
+    /// connection lost or its process killed, nothing of the call happened and the key is free
+    /// at once (the library knows the effect did not happen, so a second run is allowed).
+    ///
+    /// The built-in stores override it:
+    /// - `SqliteStore`: `BEGIN IMMEDIATE`, then the claim's `INSERT` (or the decision about the
+    ///   key's row, with the rules of `claim`) in that transaction. A duplicate arriving
+    ///   meanwhile waits for the file's write lock (at most the busy timeout, then
+    ///   [`StoreError::Unavailable`], never a second run) and then replays the committed
+    ///   response. A key that is done is answered from a read, without the lock.
+    /// - `PgStore`: `BEGIN`, then `pg_try_advisory_xact_lock` on the key: not granted means a
+    ///   live transaction holds the key right now, so [`ClaimOutcome::InProgress`] at once,
+    ///   without waiting (unless the key is already done: its response). Granted, the claim is
+    ///   inserted (or the row decided with the rules of `claim`) in the transaction; the lock
+    ///   goes with its commit or rollback.
+    ///
+    /// The default is what a store without an override can do: [`claim`](IdempotencyStore::claim)
+    /// (which commits on its own), then [`begin_for`](Self::begin_for) on a claimed key, with
+    /// `in_transaction: false`; a `begin_for` that fails releases the claim again.
+    ///
+    #[cfg_attr(feature = "sqlite", doc = "```")]
+    #[cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
+    /// use retry_core::idempotency::{
+    ///     ClaimOutcome, ClaimRequest, SqliteStore, TransactionClaim, TransactionalStore,
+    /// };
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-claim-in-tx-{}.sqlite3", std::process::id()));
+    /// let store = SqliteStore::open(&path)?;
+    /// rusqlite::Connection::open(&path)?.execute_batch("CREATE TABLE deposits (cents INTEGER NOT NULL)")?;
+    /// let request = ClaimRequest {
+    ///     key: "deposit-7",
+    ///     biz_key: "7",
+    ///     fingerprint: None,
+    ///     lease: Duration::from_secs(30),
+    ///     retention: Duration::from_secs(86_400),
+    /// };
+    ///
+    /// // The process dies after the claim: nothing of it was committed, the key is free.
+    /// let TransactionClaim::Claimed(first) = store.claim_in_transaction(&request).await? else { panic!() };
+    /// assert!(first.in_transaction);
+    /// drop(first);
+    ///
+    /// // The resend claims, books and stores its response in one commit.
+    /// let TransactionClaim::Claimed(mut call) = store.claim_in_transaction(&request).await? else { panic!() };
+    /// call.transaction.run(|c| c.execute("INSERT INTO deposits VALUES (10)", [])).await?;
+    /// store.commit_done(call.transaction, &call.claim, "\"booked\"").await?;
+    ///
+    /// // A duplicate gets the stored response; the deposit is there once.
+    /// let again = store.claim_in_transaction(&request).await?;
+    /// assert!(matches!(again, TransactionClaim::Refused(ClaimOutcome::Done(r)) if r == "\"booked\""));
+    /// let deposits: i64 = rusqlite::Connection::open(&path)?
+    ///     .query_row("SELECT count(*) FROM deposits", [], |row| row.get(0))?;
+    /// assert_eq!(deposits, 1);
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn claim_in_transaction(
+        &self,
+        request: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<TransactionClaim<Self::Transaction>, StoreError>> + Send {
+        async move {
+            let claim = match self.claim(request).await? {
+                ClaimOutcome::Claimed(claim) => claim,
+                refused => return Ok(TransactionClaim::Refused(refused)),
+            };
+            match self.begin_for(&claim).await {
+                Ok(transaction) => Ok(TransactionClaim::Claimed(ClaimedTransaction {
+                    claim,
+                    transaction,
+                    in_transaction: false,
+                })),
+                Err(e) => {
+                    // Nothing ran: the key is free for the resend (its lease frees it if
+                    // this release fails too).
+                    if let Err(release) = self.release(&claim).await {
+                        tracing::warn!(key = %claim.key, error = %crate::error_chain(&release), "could not release a claim after failing to begin its transaction");
+                    }
+                    Err(e)
+                }
+            }
+        }
     }
 
     /// Writes `response` and `done` for `claim` in `transaction` and commits it, if the claim's
@@ -535,6 +675,12 @@ impl<S: TransactionalStore + ?Sized> TransactionalStore for &S {
     ) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send {
         (**self).begin_for(claim)
     }
+    fn claim_in_transaction(
+        &self,
+        request: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<TransactionClaim<Self::Transaction>, StoreError>> + Send {
+        (**self).claim_in_transaction(request)
+    }
     fn commit_done(
         &self,
         transaction: Self::Transaction,
@@ -564,6 +710,12 @@ impl<S: TransactionalStore + ?Sized> TransactionalStore for std::sync::Arc<S> {
         claim: &Claim,
     ) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send {
         (**self).begin_for(claim)
+    }
+    fn claim_in_transaction(
+        &self,
+        request: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<TransactionClaim<Self::Transaction>, StoreError>> + Send {
+        (**self).claim_in_transaction(request)
     }
     fn commit_done(
         &self,

@@ -47,7 +47,8 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, StoreError, TransactionalStore,
+    Claim, ClaimOutcome, ClaimRequest, ClaimedTransaction, IdempotencyStore, Limits, StoreError,
+    TransactionClaim, TransactionalStore,
 };
 use crate::sql::sqlite::{
     self as sql, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, PooledConnection, Schema, Settings,
@@ -519,6 +520,40 @@ impl SqliteStore {
     }
 }
 
+/// The claim inside the handler's transaction (`claim_in_transaction`), on `conn`: a key that
+/// is over is answered from a plain read (no lock, no transaction); any other key gets
+/// `BEGIN IMMEDIATE` and then exactly `claim_in`'s insert-or-decide, whose writes stay in the
+/// open transaction. `Ok(Err(outcome))`: the key is not ours, and `conn` is back in autocommit.
+fn claim_in_transaction_on(
+    conn: &TxConnection,
+    clock: &dyn Clock,
+    request: &OwnedRequest,
+) -> Result<Result<Claim, ClaimOutcome>, Fail> {
+    let c = conn.connection()?;
+    if let Some(row) = read_row(c, &request.key)?
+        && let Some(outcome) = settled(&row, request)?
+    {
+        return Ok(Err(outcome));
+    }
+    // Waits for the write lock (a duplicate's transaction, any other writer) at most the busy
+    // timeout; the decision below is taken under it, with the time read after it was granted.
+    c.execute_batch("BEGIN IMMEDIATE")?;
+    let now = clock.now();
+    let outcome = if insert_claim(c, request, now)? == 1 {
+        ClaimOutcome::Claimed(Claim::first(&request.key))
+    } else {
+        decide(c, request, &now, &format_utc(now))?
+    };
+    match outcome {
+        ClaimOutcome::Claimed(claim) => Ok(Ok(claim)),
+        // Nothing of this transaction is kept: end it now, so the connection is pooled.
+        refused => {
+            c.execute_batch("ROLLBACK")?;
+            Ok(Err(refused))
+        }
+    }
+}
+
 impl IdempotencyStore for SqliteStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let request = OwnedRequest::from(request);
@@ -979,6 +1014,86 @@ impl TransactionalStore for SqliteStore {
             return Err(StoreError::Fenced);
         };
         self.begin_holding(Some((claim.key.clone(), token))).await
+    }
+
+    /// `BEGIN IMMEDIATE` on a pooled connection, then the claim's `INSERT` (or the decision
+    /// about the key's row: a released key claimed again, a lease that ran out or a
+    /// transaction of the old [`begin_for`](TransactionalStore::begin_for) path that ended
+    /// without its commit taken over, by the rules of [`claim`](IdempotencyStore::claim)) in
+    /// that transaction, which is handed over with the claim: the claim, the handler's writes
+    /// and the response commit together in [`commit_done`](TransactionalStore::commit_done),
+    /// one `COMMIT` (one `fsync` with `synchronous=FULL`). Dropped or rolled back, the
+    /// transaction leaves the key as it was: free at once.
+    ///
+    /// A key that is done (or kept failed) is answered from a plain read first, which in WAL
+    /// mode neither takes nor waits for the write lock. A duplicate of a key whose transaction
+    /// is open waits for the write lock in `BEGIN IMMEDIATE` (at most the busy timeout, then
+    /// [`StoreError::Unavailable`]) and then finds the committed `done` row: a replay, never a
+    /// second run. Runs on a blocking thread (in place outside a Tokio runtime).
+    ///
+    /// ```
+    /// use retry_core::idempotency::{
+    ///     ClaimOutcome, ClaimRequest, IdempotencyStore, SqliteStore, TransactionClaim,
+    ///     TransactionalStore,
+    /// };
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-sqlite-claim-in-tx-{}.sqlite3", std::process::id()));
+    /// let store = SqliteStore::open(&path)?;
+    /// let request = ClaimRequest {
+    ///     key: "m-1",
+    ///     biz_key: "m-1",
+    ///     fingerprint: None,
+    ///     lease: Duration::from_secs(30),
+    ///     retention: Duration::from_secs(86_400),
+    /// };
+    /// let TransactionClaim::Claimed(call) = store.claim_in_transaction(&request).await? else { panic!() };
+    /// // The claim is not committed: another connection does not see it.
+    /// let rows: i64 = rusqlite::Connection::open(&path)?
+    ///     .query_row("SELECT count(*) FROM inbox_log", [], |row| row.get(0))?;
+    /// assert_eq!(rows, 0);
+    /// store.commit_done(call.transaction, &call.claim, "\"ok\"").await?;
+    /// assert_eq!(store.claim(&request).await?, ClaimOutcome::Done("\"ok\"".into()));
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn claim_in_transaction(
+        &self,
+        request: &ClaimRequest<'_>,
+    ) -> Result<TransactionClaim<SqliteTransaction>, StoreError> {
+        let request = OwnedRequest::from(request);
+        let pool = Arc::clone(&self.pool);
+        let clock = Arc::clone(&self.clock);
+        let reservation = pool.reserve().await.map_err(StoreError::from_sqlite)?;
+        blocking(&self.pool.path, move || {
+            let pooled = pool
+                .checkout(reservation)
+                .map_err(StoreError::from_sqlite)?;
+            let conn = TxConnection(pooled);
+            // On an error `conn` is dropped, which rolls back whatever was begun.
+            let claimed = claim_in_transaction_on(&conn, &*clock, &request)
+                .map_err(|e| pool.fail(e))?;
+            Ok(match claimed {
+                Ok(claim) => TransactionClaim::Claimed(ClaimedTransaction {
+                    claim,
+                    transaction: SqliteTransaction {
+                        conn: Some(conn),
+                        pool,
+                    },
+                    in_transaction: true,
+                }),
+                Err(refused) => TransactionClaim::Refused(refused),
+            })
+        })
+        .await
     }
 
     /// In `transaction`: `UPDATE inbox_log SET status = 'done', response = ?` for the claim's

@@ -528,7 +528,7 @@ fn settled(row: &Stored, request: &ClaimRequest<'_>) -> Result<Option<ClaimOutco
 /// What the locked row found at `request.key` means at `now_text` (the time the lock was
 /// granted), taking it over if its lease has ended.
 async fn decide(
-    tx: &deadpool_postgres::Transaction<'_>,
+    tx: &impl GenericClient,
     clock: Option<&dyn Clock>,
     request: &ClaimRequest<'_>,
     row: &Stored,
@@ -619,6 +619,102 @@ async fn decide(
         }
         other => Err(corrupt(key, format_args!("unknown status {other:?}"))),
     }
+}
+
+// ---- the claim inside the handler's transaction ----
+
+/// `claim_in_transaction`'s one statement, in the handler's open transaction: the key's
+/// transaction-level advisory lock tried (never waited for), the claim inserted if it was
+/// granted, and the key's committed row as the statement found it (the `READ_ROW` columns, NULL
+/// when there is none), then whether the lock was granted and whether the insert happened.
+/// `$1` key, `$2` biz_key, `$3` fingerprint, `$4` injected now, `$5` lease, `$6` retention. The
+/// lock's CTE is read twice, so it runs once; the outer select does not see the CTE's insert
+/// (one snapshot), so a row it returns was there before.
+const LOCK_AND_INSERT: &str = concat!(
+    "WITH l AS (SELECT pg_try_advisory_xact_lock(",
+    key_lock!(),
+    ") AS got), i AS (INSERT INTO inbox_log      (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at)      SELECT $1, $2, 'in_progress', NULL, ",
+    utc_text!("t.ts"),
+    ", $3, 1, ",
+    later_text!("t.ts", "5"),
+    ", ",
+    later_text!("t.ts", "6"),
+    " FROM l, (SELECT ",
+    now!("4"),
+    " AS ts) t WHERE l.got ON CONFLICT (msg_id) DO NOTHING RETURNING 1)      SELECT r.status, r.response, r.fingerprint, r.token, r.lease_until, r.expires_at,      r.in_transaction, ",
+    utc_text!(now!("4")),
+    ", l.got, EXISTS (SELECT 1 FROM i) FROM l LEFT JOIN inbox_log r ON r.msg_id = $1"
+);
+
+/// The claim inside the handler's transaction, open on `client` (`BEGIN` already run): the
+/// claim, or what the key holds (the caller then rolls back).
+///
+/// - The lock not granted: a live transaction holds the key right now (another call's claim
+///   in its transaction, or a transaction of the old `begin_for` path, whose connection holds
+///   the same lock at session level): `InProgress` at once, unless the key is already over.
+/// - Granted and inserted: the claim, token 1, visible to nobody until the commit.
+/// - Granted, the key has a row: a row that is over answers at once; any other row is locked
+///   (`FOR UPDATE`) and decided as `claim` decides, its takeover or reclaim written in this
+///   transaction. A row marked by `begin_for` is taken over: this transaction holds its lock,
+///   so its holder is gone.
+pub(super) async fn claim_in_transaction(
+    client: &impl GenericClient,
+    clock: Option<&dyn Clock>,
+    request: &ClaimRequest<'_>,
+) -> Result<ClaimOutcome, Fail> {
+    let key = request.key;
+    let statement = client.prepare_cached(LOCK_AND_INSERT).await?;
+    let row = client
+        .query_one(
+            &statement,
+            &[
+                &request.key,
+                &request.biz_key,
+                &request.fingerprint,
+                &injected_now(clock),
+                &span_micros(request.lease),
+                &span_micros(request.retention),
+            ],
+        )
+        .await?;
+    let got: bool = row.try_get(8)?;
+    let inserted: bool = row.try_get(9)?;
+    if inserted {
+        return Ok(ClaimOutcome::Claimed(Claim::first(key)));
+    }
+    if row.try_get::<_, Option<String>>(0)?.is_some() {
+        let (found, now) = Stored::decode(key, &row)?;
+        if found.retained(&now)
+            && let Some(outcome) = settled(&found, request)?
+        {
+            return Ok(outcome);
+        }
+    }
+    if !got {
+        return Ok(ClaimOutcome::InProgress);
+    }
+    let select = client.prepare_cached(LOCK_ROW).await?;
+    let insert = client.prepare_cached(INSERT_CLAIM).await?;
+    for _ in 0..CLAIM_ATTEMPTS {
+        // Locked until this transaction ends: no other instance decides about this key.
+        if let Some(row) = client
+            .query_opt(&select, &[&key, &injected_now(clock)])
+            .await?
+        {
+            let (row, now) = Stored::decode(key, &row)?;
+            return decide(client, clock, request, &row, &now).await;
+        }
+        // Purged since the statement above: insert again.
+        if insert_claim(client, &insert, clock, request).await? == 1 {
+            return Ok(ClaimOutcome::Claimed(Claim::first(key)));
+        }
+    }
+    Err(Fail::Store(StoreError::Unavailable(
+        format!(
+            "inbox_log row `{key}` refused the claim's insert and vanished before it could be read, {CLAIM_ATTEMPTS} times in a row"
+        )
+        .into(),
+    )))
 }
 
 // ---- the purge ----

@@ -6,8 +6,11 @@ use std::sync::Arc;
 
 use deadpool_postgres::Object;
 
-use super::PgStore;
-use crate::idempotency::{Claim, StoreError, TransactionalStore};
+use super::{PgStore, claim};
+use crate::idempotency::{
+    Claim, ClaimOutcome, ClaimRequest, ClaimedTransaction, StoreError, TransactionClaim,
+    TransactionalStore,
+};
 
 // Transactional mode. `BEGIN` and the transaction's id in one round trip; the `done` update is
 // guarded by that id as well, so it can only ever commit inside the transaction `begin` opened
@@ -170,7 +173,7 @@ impl PgTransaction {
         self.pooled().prepare_cached(sql).await
     }
 
-    fn pooled(&self) -> &deadpool_postgres::ClientWrapper {
+    fn pooled(&self) -> &Object {
         // Only `commit_done` and `rollback` take the connection out, and they consume `self`.
         self.conn
             .as_ref()
@@ -300,6 +303,77 @@ impl TransactionalStore for PgStore {
             return Err(StoreError::Fenced);
         }
         self.begin_on(tx).await
+    }
+
+    /// `BEGIN ISOLATION LEVEL READ COMMITTED` on a pooled connection, then one statement that
+    /// tries the key's advisory lock (`pg_try_advisory_xact_lock`, the lock `begin_for` takes
+    /// at session level) and, if it was granted, inserts the claim in the transaction. The
+    /// transaction is handed over with the claim: the claim, the handler's writes and the
+    /// response commit together in [`commit_done`](TransactionalStore::commit_done), one
+    /// `COMMIT`; the lock goes with the commit or the rollback.
+    ///
+    /// - Lock not granted: a live transaction holds the key right now, so
+    ///   [`ClaimOutcome::InProgress`] at once, without waiting (unless the key is already done
+    ///   or kept failed: that answer).
+    /// - Lock granted and the key has a row: decided by the rules of
+    ///   [`claim`](IdempotencyStore::claim) under `SELECT .. FOR UPDATE`: a committed `done`
+    ///   row replays, an in-progress row of the non-transactional mode whose lease is live is
+    ///   `InProgress`, a released row, an expired lease, or a `begin_for` mark whose holder is
+    ///   gone is taken over (in this transaction).
+    /// - Dropped, rolled back, its connection lost or its process killed: the server rolls the
+    ///   transaction back, so nothing of the call happened and the key is free at once.
+    ///
+    /// A claim in an open transaction has no row anyone else can see, so nobody renews it and
+    /// nobody can take it over: a duplicate gets `InProgress` for as long as it is open.
+    ///
+    /// ```no_run
+    /// use retry_core::idempotency::{ClaimRequest, PgStore, TransactionClaim, TransactionalStore};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = PgStore::connect("postgres://app@localhost/payments").await?;
+    /// let request = ClaimRequest {
+    ///     key: "deposit:7",
+    ///     biz_key: "7",
+    ///     fingerprint: None,
+    ///     lease: Duration::from_secs(30),
+    ///     retention: Duration::from_secs(86_400),
+    /// };
+    /// let TransactionClaim::Claimed(call) = store.claim_in_transaction(&request).await? else {
+    ///     return Ok(()); // a duplicate: replay what the key holds
+    /// };
+    /// call.transaction
+    ///     .client()
+    ///     .execute("UPDATE balances SET amount = amount + $1 WHERE account = $2", &[&10_i64, &"a"])
+    ///     .await?;
+    /// // One commit: the claim, the deposit and the response.
+    /// store.commit_done(call.transaction, &call.claim, "{\"receipt\":7}").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn claim_in_transaction(
+        &self,
+        request: &ClaimRequest<'_>,
+    ) -> Result<TransactionClaim<PgTransaction>, StoreError> {
+        let conn = self.db.get().await.map_err(StoreError::Unavailable)?;
+        let tx = self.begin_on(self.wrap(conn, None)).await?;
+        let clock = self.clock.as_deref();
+        // On an error `tx` is dropped: its connection closes and the server rolls back.
+        let outcome = claim::claim_in_transaction(tx.pooled(), clock, request)
+            .await
+            .map_err(|e| self.db.fail(e, StoreError::Unavailable))?;
+        match outcome {
+            ClaimOutcome::Claimed(claim) => Ok(TransactionClaim::Claimed(ClaimedTransaction {
+                claim,
+                transaction: tx,
+                in_transaction: true,
+            })),
+            refused => {
+                self.rollback(tx).await?;
+                Ok(TransactionClaim::Refused(refused))
+            }
+        }
     }
 
     /// In `transaction`: `UPDATE inbox_log SET status = 'done', response = $1` for the claim's
