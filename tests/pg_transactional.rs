@@ -476,3 +476,197 @@ async fn a_version_1_table_is_upgraded_and_keeps_its_claims() {
     drop((client, store));
     schema.drop_all().await;
 }
+
+// ---- the claim inside the handler's transaction (`claim_in_transaction`): one commit ----
+
+use retry_core::idempotency::{ClaimedTransaction, TransactionClaim};
+
+fn claimed_in(
+    outcome: Result<TransactionClaim<PgTransaction>, StoreError>,
+) -> ClaimedTransaction<PgTransaction> {
+    match outcome {
+        Ok(TransactionClaim::Claimed(claimed)) => claimed,
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+/// Records the transaction id of every write to `inbox_log` and `effects`: the commits a
+/// request made are the distinct ids it left.
+async fn record_writers(client: &tokio_postgres::Client) {
+    client
+        .batch_execute(
+            "CREATE TABLE writers (txid BIGINT NOT NULL, what TEXT NOT NULL);
+             CREATE FUNCTION record_writer() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN INSERT INTO writers VALUES (txid_current(), TG_TABLE_NAME); RETURN NULL; END $$;
+             CREATE TRIGGER inbox_writer AFTER INSERT OR UPDATE ON inbox_log
+                 FOR EACH ROW EXECUTE FUNCTION record_writer();
+             CREATE TRIGGER effect_writer AFTER INSERT ON effects
+                 FOR EACH ROW EXECUTE FUNCTION record_writer();",
+        )
+        .await
+        .unwrap();
+}
+
+async fn writer_transactions(client: &tokio_postgres::Client) -> i64 {
+    let n = client
+        .query_one("SELECT count(DISTINCT txid) FROM writers", &[])
+        .await
+        .unwrap()
+        .get(0);
+    client.execute("DELETE FROM writers", &[]).await.unwrap();
+    n
+}
+
+/// The claim, the handler's write and the stored response are written by one transaction (one
+/// commit); the old path (`claim`, then `begin_for`) wrote them in three.
+#[tokio::test]
+async fn a_request_claimed_in_its_transaction_commits_once() {
+    let (schema, store, client) = setup("in_tx_once", 1).await;
+    record_writers(&client).await;
+    let hour = Duration::from_secs(3_600);
+    for i in 0..5 {
+        let key = format!("once-{i}");
+        let call = claimed_in(store.claim_in_transaction(&request(&key, hour)).await);
+        assert!(call.in_transaction);
+        call.transaction
+            .client()
+            .execute(
+                "INSERT INTO effects (deposit_no) VALUES ($1)",
+                &[&i64::from(i)],
+            )
+            .await
+            .unwrap();
+        store
+            .commit_done(call.transaction, &call.claim, "1")
+            .await
+            .unwrap();
+        assert_eq!(writer_transactions(&client).await, 1, "request {i}");
+    }
+    let old = claimed(store.claim(&request("old", hour)).await);
+    let tx = store.begin_for(&old).await.unwrap();
+    store.commit_done(tx, &old, "1").await.unwrap();
+    assert_eq!(writer_transactions(&client).await, 3, "the old path");
+    drop(client);
+    schema.drop_all().await;
+}
+
+/// Rolled back, the key is free at once (a first claim again); dropped (the connection closed,
+/// as when the process dies) it is free as soon as the server has rolled back; committed, a
+/// duplicate replays and the write is there once.
+#[tokio::test]
+async fn a_claim_in_a_transaction_that_did_not_commit_leaves_the_key_free() {
+    let (schema, store, client) = setup("in_tx_rollback", 1).await;
+    let hour = Duration::from_secs(3_600);
+    let insert = "INSERT INTO effects (deposit_no) VALUES (1)";
+    let first = claimed_in(store.claim_in_transaction(&request("dep", hour)).await);
+    first
+        .transaction
+        .client()
+        .execute(insert, &[])
+        .await
+        .unwrap();
+    store.rollback(first.transaction).await.unwrap();
+    let second = claimed_in(store.claim_in_transaction(&request("dep", hour)).await);
+    assert_eq!(second.claim.token, 1, "no row was ever committed");
+    second
+        .transaction
+        .client()
+        .execute(insert, &[])
+        .await
+        .unwrap();
+    drop(second);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let third = loop {
+        match store
+            .claim_in_transaction(&request("dep", hour))
+            .await
+            .unwrap()
+        {
+            TransactionClaim::Refused(ClaimOutcome::InProgress)
+                if std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            other => break claimed_in(Ok(other)),
+        }
+    };
+    assert_eq!(third.claim.token, 1);
+    assert_eq!(effects(&client).await, 0, "rolled back");
+    third
+        .transaction
+        .client()
+        .execute(insert, &[])
+        .await
+        .unwrap();
+    store
+        .commit_done(third.transaction, &third.claim, "\"done\"")
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim_in_transaction(&request("dep", hour)).await,
+        Ok(TransactionClaim::Refused(ClaimOutcome::Done(r))) if r == "\"done\""
+    ));
+    assert_eq!(
+        store.claim(&request("dep", hour)).await.unwrap(),
+        ClaimOutcome::Done("\"done\"".into())
+    );
+    assert_eq!(effects(&client).await, 1, "the write once");
+    drop(client);
+    schema.drop_all().await;
+}
+
+/// A duplicate while the first call's transaction is open is told `InProgress` at once (the
+/// key's lock is not waited for), whatever the lease; after the commit it replays.
+#[tokio::test]
+async fn a_duplicate_during_the_transaction_is_in_progress_without_waiting() {
+    let (schema, store, client) = setup("in_tx_duplicate", 1).await;
+    let lease = Duration::from_millis(100);
+    let first = claimed_in(store.claim_in_transaction(&request("dup", lease)).await);
+    tokio::time::sleep(Duration::from_millis(200)).await; // past the lease
+    let started = std::time::Instant::now();
+    assert!(matches!(
+        store.claim_in_transaction(&request("dup", lease)).await,
+        Ok(TransactionClaim::Refused(ClaimOutcome::InProgress))
+    ));
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "waited {:?}",
+        started.elapsed()
+    );
+    store
+        .commit_done(first.transaction, &first.claim, "7")
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim_in_transaction(&request("dup", lease)).await,
+        Ok(TransactionClaim::Refused(ClaimOutcome::Done(r))) if r == "7"
+    ));
+    drop(client);
+    schema.drop_all().await;
+}
+
+/// The rules of `claim` hold inside the transaction: a live lease of the non-transactional mode
+/// is `InProgress`; a `begin_for` mark whose transaction is gone is taken over at once.
+#[tokio::test]
+async fn the_claim_rules_hold_inside_the_transaction() {
+    let (schema, store, client) = setup("in_tx_rules", 1).await;
+    let hour = Duration::from_secs(3_600);
+    let leased = claimed(store.claim(&request("leased", hour)).await);
+    assert!(matches!(
+        store.claim_in_transaction(&request("leased", hour)).await,
+        Ok(TransactionClaim::Refused(ClaimOutcome::InProgress))
+    ));
+    store.complete(&leased, "1").await.unwrap();
+
+    let marked = claimed(store.claim(&request("marked", hour)).await);
+    let tx = store.begin_for(&marked).await.unwrap();
+    store.rollback(tx).await.unwrap();
+    let taken = claimed_in(store.claim_in_transaction(&request("marked", hour)).await);
+    assert_eq!(taken.claim.token, marked.token + 1);
+    store
+        .commit_done(taken.transaction, &taken.claim, "2")
+        .await
+        .unwrap();
+    drop(client);
+    schema.drop_all().await;
+}

@@ -999,3 +999,180 @@ async fn a_batch_rerun_after_a_crash_half_way_repeats_no_side_effect() {
     );
     eprintln!("batch: first run (5,000 transactional) {first_run:?}, rerun of 10,000 {rerun:?}");
 }
+
+// ---- the claim inside the handler's transaction (`claim_in_transaction`): one commit ----
+
+use retry_core::idempotency::{ClaimedTransaction, TransactionClaim};
+
+/// The commits in the file's write-ahead log since it was last reset: frames whose header
+/// carries the database size after a commit (non-zero) and the log's current salts. A commit
+/// of any connection, of this process or another, shows there.
+fn wal_commits(dir: &TempDir) -> usize {
+    let mut wal = dir.inbox_db().into_os_string();
+    wal.push("-wal");
+    let Ok(bytes) = std::fs::read(&wal) else {
+        return 0;
+    };
+    if bytes.len() < 32 {
+        return 0;
+    }
+    let word = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+    let page_size = word(8) as usize;
+    let salts = &bytes[16..24];
+    let mut commits = 0;
+    let mut at = 32;
+    while at + 24 + page_size <= bytes.len() {
+        if &bytes[at + 8..at + 16] != salts {
+            break;
+        }
+        if word(at + 4) != 0 {
+            commits += 1;
+        }
+        at += 24 + page_size;
+    }
+    commits
+}
+
+fn claimed_in(
+    outcome: Result<TransactionClaim<SqliteTransaction>, StoreError>,
+) -> ClaimedTransaction<SqliteTransaction> {
+    match outcome {
+        Ok(TransactionClaim::Claimed(claimed)) => claimed,
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+fn ledger_rows(dir: &TempDir) -> i64 {
+    dir.raw()
+        .query_row("SELECT count(*) FROM ledger", [], |row| row.get(0))
+        .unwrap()
+}
+
+/// The claim, the handler's write and the stored response commit once: one commit frame in
+/// the log per request (the claim committed on its own, then `begin_for`'s mark, made three).
+#[tokio::test]
+async fn a_request_claimed_in_its_transaction_commits_once() {
+    let dir = TempDir::new("one-commit");
+    let store = open_with_balances(&dir, 1);
+    for i in 0..5 {
+        let key = format!("k{i}");
+        let before = wal_commits(&dir);
+        let mut call = claimed_in(store.claim_in_transaction(&request(&key)).await);
+        assert!(call.in_transaction);
+        call.transaction
+            .run(|c| c.execute("INSERT INTO ledger VALUES (1, 'a', 10)", []))
+            .await
+            .unwrap();
+        store
+            .commit_done(call.transaction, &call.claim, "\"ok\"")
+            .await
+            .unwrap();
+        assert_eq!(wal_commits(&dir) - before, 1, "request {i}");
+    }
+    // The helper counts what it should: the old path commits three times.
+    let before = wal_commits(&dir);
+    let claim = claimed(store.claim(&request("old")).await);
+    let tx = store.begin_for(&claim).await.unwrap();
+    store.commit_done(tx, &claim, "\"ok\"").await.unwrap();
+    assert_eq!(wal_commits(&dir) - before, 3);
+}
+
+/// Rolled back or dropped (a crash), the transaction leaves nothing: the next claim gets the
+/// key at once, as a first claim (token 1), and nothing of the first call's writes is there.
+#[tokio::test]
+async fn a_claim_whose_transaction_rolled_back_leaves_the_key_free_at_once() {
+    let dir = TempDir::new("claim-in-tx-rollback");
+    let store = open_with_balances(&dir, 1);
+    let hour = ClaimRequest {
+        lease: Duration::from_secs(3_600),
+        ..request("k")
+    };
+    let mut first = claimed_in(store.claim_in_transaction(&hour).await);
+    first
+        .transaction
+        .run(|c| c.execute("INSERT INTO ledger VALUES (1, 'a', 10)", []))
+        .await
+        .unwrap();
+    store.rollback(first.transaction).await.unwrap();
+    let mut second = claimed_in(store.claim_in_transaction(&hour).await);
+    assert_eq!(second.claim.token, 1, "no row was ever committed");
+    second
+        .transaction
+        .run(|c| c.execute("INSERT INTO ledger VALUES (1, 'a', 10)", []))
+        .await
+        .unwrap();
+    drop(second); // the process dies before its commit
+    let third = claimed_in(store.claim_in_transaction(&hour).await);
+    assert_eq!(third.claim.token, 1);
+    store
+        .commit_done(third.transaction, &third.claim, "3")
+        .await
+        .unwrap();
+    assert_eq!(ledger_rows(&dir), 0);
+    assert_eq!(
+        store.claim(&hour).await.unwrap(),
+        ClaimOutcome::Done("3".into())
+    );
+}
+
+/// A duplicate arriving while the first call's transaction is open waits for the file's write
+/// lock and then replays the committed response; the write happened once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_during_the_transaction_waits_then_replays() {
+    let dir = TempDir::new("claim-in-tx-duplicate");
+    let store = Arc::new(open_with_balances(&dir, 1));
+    let mut first = claimed_in(store.claim_in_transaction(&request("k")).await);
+    first
+        .transaction
+        .run(|c| c.execute("INSERT INTO ledger VALUES (1, 'a', 10)", []))
+        .await
+        .unwrap();
+    let duplicate = tokio::spawn({
+        let store = Arc::clone(&store);
+        async move {
+            let started = Instant::now();
+            let outcome = store.claim_in_transaction(&request("k")).await;
+            (outcome, started.elapsed())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!duplicate.is_finished(), "the duplicate waits for the lock");
+    store
+        .commit_done(first.transaction, &first.claim, "\"first\"")
+        .await
+        .unwrap();
+    let (outcome, waited) = duplicate.await.unwrap();
+    assert!(
+        matches!(&outcome, Ok(TransactionClaim::Refused(ClaimOutcome::Done(r))) if r == "\"first\""),
+        "{outcome:?}"
+    );
+    assert!(waited >= Duration::from_millis(150), "{waited:?}");
+    assert_eq!(ledger_rows(&dir), 1, "the write once");
+}
+
+/// A key the old `begin_for` path marked, whose transaction ended without its commit, is taken
+/// over at once, inside the new transaction.
+#[tokio::test]
+async fn a_begin_for_mark_whose_transaction_ended_is_taken_over_in_the_transaction() {
+    let dir = TempDir::new("claim-in-tx-mark");
+    let store = open_with_balances(&dir, 1);
+    let hour = ClaimRequest {
+        lease: Duration::from_secs(3_600),
+        ..request("k")
+    };
+    let old = claimed(store.claim(&hour).await);
+    drop(store.begin_for(&old).await.unwrap());
+    let taken = claimed_in(store.claim_in_transaction(&hour).await);
+    assert_eq!(taken.claim.token, old.token + 1);
+    store
+        .commit_done(taken.transaction, &taken.claim, "1")
+        .await
+        .unwrap();
+    // A live lease of the non-transactional mode is still `InProgress`.
+    let held = claimed(store.claim(&ClaimRequest { ..request("m") }).await);
+    assert!(matches!(
+        store.claim_in_transaction(&request("m")).await,
+        Ok(TransactionClaim::Refused(ClaimOutcome::InProgress))
+    ));
+    store.complete(&held, "2").await.unwrap();
+}

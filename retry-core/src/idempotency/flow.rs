@@ -701,3 +701,120 @@ async fn keep_unstorable<S: IdempotencyStore + ?Sized>(
 pub(crate) fn wrap<F: Future, K>(key: String, flow: F) -> Idempotent<F, K> {
     Idempotent::new(key, flow)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::idempotency::MemoryStore;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A third-party transactional store without `claim_in_transaction` of its own: the
+    /// default (`claim`, then `begin_for`) serves it.
+    #[derive(Default)]
+    struct ThirdParty {
+        inner: MemoryStore,
+        fail_begin: AtomicBool,
+    }
+
+    impl IdempotencyStore for ThirdParty {
+        async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+            self.inner.claim(request).await
+        }
+        async fn complete(&self, claim: &Claim, response: &str) -> Result<(), StoreError> {
+            self.inner.complete(claim, response).await
+        }
+        async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+            self.inner.release(claim).await
+        }
+        async fn mark_failed(&self, claim: &Claim, failure: &str) -> Result<(), StoreError> {
+            self.inner.mark_failed(claim, failure).await
+        }
+        async fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
+            self.inner.renew(claim, lease).await
+        }
+        async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {
+            self.inner.purge_older_than(age).await
+        }
+    }
+
+    impl TransactionalStore for ThirdParty {
+        type Transaction = ();
+        async fn begin(&self) -> Result<(), StoreError> {
+            if self.fail_begin.load(Ordering::SeqCst) {
+                return Err(StoreError::Unavailable("down".into()));
+            }
+            Ok(())
+        }
+        async fn commit_done(
+            &self,
+            (): (),
+            claim: &Claim,
+            response: &str,
+        ) -> Result<(), StoreError> {
+            self.inner.complete(claim, response).await
+        }
+        async fn rollback(&self, (): ()) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    fn request(key: &str) -> ClaimRequest<'_> {
+        ClaimRequest {
+            key,
+            biz_key: key,
+            fingerprint: None,
+            lease: Duration::from_secs(30),
+            retention: Duration::from_secs(86_400),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_default_claims_then_begins_and_releases_when_begin_fails() {
+        let store = ThirdParty::default();
+        let TransactionClaim::Claimed(first) =
+            store.claim_in_transaction(&request("k")).await.unwrap()
+        else {
+            panic!("claimed");
+        };
+        assert!(!first.in_transaction, "the claim committed on its own");
+        assert!(matches!(
+            store.claim_in_transaction(&request("k")).await.unwrap(),
+            TransactionClaim::Refused(ClaimOutcome::InProgress)
+        ));
+        store.commit_done((), &first.claim, "1").await.unwrap();
+        assert!(matches!(
+            store.claim_in_transaction(&request("k")).await.unwrap(),
+            TransactionClaim::Refused(ClaimOutcome::Done(r)) if r == "1"
+        ));
+
+        store.fail_begin.store(true, Ordering::SeqCst);
+        assert!(store.claim_in_transaction(&request("m")).await.is_err());
+        store.fail_begin.store(false, Ordering::SeqCst);
+        assert!(
+            matches!(
+                store.claim(&request("m")).await.unwrap(),
+                ClaimOutcome::Claimed(_)
+            ),
+            "released after the failed begin"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_transactional_body_releases_a_claim_that_committed_on_its_own() {
+        let store = ThirdParty::default();
+        let call = Settings::new("k", "deposit");
+        let Ok((held, transaction)) =
+            claim_transactional::<_, u32, IdempotencyError>(&store, &call).await
+        else {
+            panic!("claimed");
+        };
+        assert!(!held.in_transaction);
+        let failed: Result<u32, IdempotencyError> =
+            finish_transactional(held, transaction, &call, Err(IdempotencyError::InProgress)).await;
+        assert!(failed.is_err());
+        assert!(matches!(
+            store.claim(&request("k")).await.unwrap(),
+            ClaimOutcome::Claimed(_)
+        ));
+    }
+}

@@ -196,8 +196,8 @@ impl<S: IdempotencyStore + ?Sized> Drop for HeldClaim<'_, S> {
             return;
         };
         // A claim written in the transaction went with its rollback: the key is free already.
-        let released = self.in_transaction
-            || (self.transactional && self.store.abandon(claim.clone()));
+        let released =
+            self.in_transaction || (self.transactional && self.store.abandon(claim.clone()));
         if !self.transactional {
             tracing::warn!(function = self.function, key = %claim.key, lease = ?self.lease, "call dropped while its body ran: its effect is unknown, so the key stays in progress until its lease runs out");
         } else if !released {

@@ -739,9 +739,12 @@ impl IdempotencyStore for SqliteStore {
 ///   WAL transaction discards its pages and releases the lock, with no disk write and no wait.
 ///   If that `ROLLBACK` fails, the connection is closed instead (SQLite rolls back on close): a
 ///   connection with an open transaction never goes back to the pool. A dropped transaction
-///   does not release the claim; that is the claim's holder's business (the `#[idempotent]`
-///   flow [abandons](IdempotencyStore::abandon) it, which releases it in the background since
-///   nothing of the body's writes happened; otherwise its lease frees it).
+///   does not release a claim committed before it; that is the claim's holder's business (the
+///   `#[idempotent]` flow [abandons](IdempotencyStore::abandon) it, which releases it in the
+///   background since nothing of the body's writes happened; otherwise its lease frees it). A
+///   claim taken in the transaction itself
+///   ([`claim_in_transaction`](TransactionalStore::claim_in_transaction)) goes with the
+///   rollback: the key is free at once.
 /// - It holds one of the store's [connections](SqliteStore::with_max_connections) until it
 ///   ends.
 ///
@@ -1079,8 +1082,8 @@ impl TransactionalStore for SqliteStore {
                 .map_err(StoreError::from_sqlite)?;
             let conn = TxConnection(pooled);
             // On an error `conn` is dropped, which rolls back whatever was begun.
-            let claimed = claim_in_transaction_on(&conn, &*clock, &request)
-                .map_err(|e| pool.fail(e))?;
+            let claimed =
+                claim_in_transaction_on(&conn, &*clock, &request).map_err(|e| pool.fail(e))?;
             Ok(match claimed {
                 Ok(claim) => TransactionClaim::Claimed(ClaimedTransaction {
                     claim,

@@ -64,8 +64,11 @@ const HOLD: &str = "UPDATE inbox_log SET in_transaction = true \
 ///   ([`Object::take`](deadpool_postgres::Object::take)) and closed, and the server rolls the
 ///   transaction back when it sees the connection go; a connection with an open transaction
 ///   never goes back to the pool. The same happens when `commit_done` or `rollback` fails half
-///   way. A dropped transaction does not release the claim; that is the claim's holder's
-///   business (the `#[idempotent]` flow releases it, otherwise its lease frees it).
+///   way. A dropped transaction does not release a claim committed before it; that is the
+///   claim's holder's business (the `#[idempotent]` flow releases it, otherwise its lease frees
+///   it). A claim taken in the transaction itself
+///   ([`claim_in_transaction`](TransactionalStore::claim_in_transaction)) goes with the
+///   rollback: the key is free as soon as the server has rolled back.
 /// - It is READ COMMITTED, whatever the server's default: the claim's lease is renewed from
 ///   another connection while the handler runs, and under REPEATABLE READ or SERIALIZABLE the
 ///   `done` update would then fail to serialize. A handler that needs more for its own rows
