@@ -18,7 +18,10 @@
 //! Options: `--db PATH` (SQLite file, default `payments.sqlite3`), `--pg URL` (PostgreSQL
 //! instead, feature `postgres`), `--addr HOST:PORT` (default `127.0.0.1:3000`; port 0 picks
 //! one), `--lease-ms N` (the claim's lease, default 5000: how long resends get `409` after a
-//! crash; live handlers renew it).
+//! crash; live handlers renew it), `--one-commit` (the handler's effects are its writes in the
+//! transaction, so the layer claims in it too:
+//! [`effects_in_transaction`](retry_core::tower::IdempotencyLayer::effects_in_transaction); one
+//! commit per request, and after a crash the resend runs at once).
 //!
 //! Fault injection, for tests and demos:
 //! - `PAYMENTS_FAILPOINT=after_write`: the process exits (code 86) inside the handler, after
@@ -36,8 +39,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
-use retry_core::idempotency::{SqliteStore, StoreError};
-use retry_core::tower::{IdempotencyLayer, RequestTransaction};
+use retry_core::idempotency::{SqliteStore, StoreError, TransactionalStore};
+use retry_core::tower::{IdempotencyLayer, InTransaction, RequestTransaction};
 use serde::{Deserialize, Serialize};
 
 /// The exit code of the `after_write` failpoint.
@@ -204,6 +207,7 @@ struct Options {
     pg: Option<String>,
     addr: SocketAddr,
     lease: Duration,
+    one_commit: bool,
 }
 
 fn options() -> Result<Options, String> {
@@ -212,6 +216,7 @@ fn options() -> Result<Options, String> {
         pg: None,
         addr: SocketAddr::from(([127, 0, 0, 1], 3000)),
         lease: Duration::from_secs(5),
+        one_commit: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -224,16 +229,33 @@ fn options() -> Result<Options, String> {
                 let ms = value()?.parse().map_err(|e| format!("--lease-ms: {e}"))?;
                 options.lease = Duration::from_millis(ms);
             }
+            "--one-commit" => options.one_commit = true,
             other => return Err(format!("unknown option {other}")),
         }
     }
     Ok(options)
 }
 
+/// `layer` with the handler's promise (`--one-commit`): its effects are its writes in the
+/// transaction, so the claim is written there too.
+fn one_commit_if_asked<St>(
+    layer: IdempotencyLayer<St, InTransaction>,
+    options: &Options,
+) -> IdempotencyLayer<St, InTransaction>
+where
+    St: TransactionalStore + 'static,
+{
+    if options.one_commit {
+        layer.effects_in_transaction()
+    } else {
+        layer
+    }
+}
+
 /// The router for the store the options name.
 async fn app(options: &Options, faults: Faults) -> Result<Router, Box<dyn std::error::Error>> {
     if let Some(url) = &options.pg {
-        return pg_app(url, options.lease, faults).await;
+        return pg_app(url, options, faults).await;
     }
     let store = SqliteStore::open(&options.db)?;
     rusqlite::Connection::open(&options.db)?.execute_batch(SQLITE_TABLE)?;
@@ -243,6 +265,7 @@ async fn app(options: &Options, faults: Faults) -> Result<Router, Box<dyn std::e
         .name("create_payment")
         .lease(options.lease)
         .transactional();
+    let layer = one_commit_if_asked(layer, options);
     Ok(Router::new()
         .route("/payments", post(pay_sqlite))
         .layer(layer)
@@ -252,7 +275,7 @@ async fn app(options: &Options, faults: Faults) -> Result<Router, Box<dyn std::e
 #[cfg(feature = "postgres")]
 async fn pg_app(
     url: &str,
-    lease: Duration,
+    options: &Options,
     faults: Faults,
 ) -> Result<Router, Box<dyn std::error::Error>> {
     use retry_core::idempotency::PgStore;
@@ -273,8 +296,9 @@ async fn pg_app(
         .await?;
     let layer = IdempotencyLayer::unauthenticated(store)
         .name("create_payment")
-        .lease(lease)
+        .lease(options.lease)
         .transactional();
+    let layer = one_commit_if_asked(layer, options);
     Ok(Router::new()
         .route("/payments", post(pay_pg))
         .layer(layer)
@@ -282,7 +306,7 @@ async fn pg_app(
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn pg_app(_: &str, _: Duration, _: Faults) -> Result<Router, Box<dyn std::error::Error>> {
+async fn pg_app(_: &str, _: &Options, _: Faults) -> Result<Router, Box<dyn std::error::Error>> {
     Err("--pg needs the `postgres` feature: cargo run --features postgres --example payments_server".into())
 }
 

@@ -138,6 +138,17 @@ fn path_text(path: &Path) -> String {
     path.to_str().expect("temp paths are UTF-8").to_owned()
 }
 
+/// Where the layer writes the claim: the transactional layer's two ways.
+#[derive(Debug, Clone, Copy)]
+enum Claim {
+    /// On its own, before the handler runs (`transactional()`).
+    OnItsOwn,
+    /// In the handler's transaction (`transactional().effects_in_transaction()`).
+    WithTheWrites,
+}
+
+const BOTH: [Claim; 2] = [Claim::OnItsOwn, Claim::WithTheWrites];
+
 /// A running `payments_server`, killed when dropped.
 struct Server {
     child: Child,
@@ -148,10 +159,11 @@ struct Server {
 
 impl Server {
     /// Starts the server on `addr` (port 0: any) with `env`, and waits until it listens.
-    fn start(db: &Db, addr: &str, env: &[(&str, &str)]) -> Server {
+    fn start(db: &Db, claim: Claim, addr: &str, env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(server_binary())
             .args(db.args())
             .args(["--addr", addr, "--lease-ms", LEASE_MS])
+            .args(matches!(claim, Claim::WithTheWrites).then_some("--one-commit"))
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -203,9 +215,16 @@ impl Drop for Server {
 
 /// The failpoint kills the server after the booking was written and before the commit: the
 /// transaction rolled back, so nothing happened, and the restarted server books the resend at
-/// once (not after the minute-long lease), once, and replays it after that.
-async fn a_crash_before_the_commit_books_the_resend_once(db: &Db) {
-    let mut crashing = Server::start(db, "127.0.0.1:0", &[("PAYMENTS_FAILPOINT", "after_write")]);
+/// once (not after the minute-long lease), once, and replays it after that. A claim written on
+/// its own is left in progress (a transaction that ended without its commit lets the resend
+/// take it over); one written with the booking is gone with it.
+async fn a_crash_before_the_commit_books_the_resend_once(db: &Db, claim: Claim) {
+    let mut crashing = Server::start(
+        db,
+        claim,
+        "127.0.0.1:0",
+        &[("PAYMENTS_FAILPOINT", "after_write")],
+    );
     let lost = curl(crashing.payments(), "pay-77", ORDER, Some("10")).await;
     assert_eq!(
         lost.status, 0,
@@ -214,15 +233,15 @@ async fn a_crash_before_the_commit_books_the_resend_once(db: &Db) {
     assert_eq!(lost.exit, 52, "curl: empty reply from server: {lost:?}");
     assert_eq!(crashing.exit_status().code(), Some(FAILPOINT_EXIT));
     assert_eq!(db.payments().await, 0, "the booking was never committed");
-    assert_eq!(
-        db.keys().await,
-        ["in_progress"],
-        "the claim committed on its own"
-    );
+    let left: &[&str] = match claim {
+        Claim::OnItsOwn => &["in_progress"],
+        Claim::WithTheWrites => &[],
+    };
+    assert_eq!(db.keys().await, left, "{claim:?}");
 
     let addr = crashing.addr.clone();
     drop(crashing);
-    let server = Server::start(db, &addr, &[]);
+    let server = Server::start(db, claim, &addr, &[]);
     let started = Instant::now();
     let booked = curl(server.payments(), "pay-77", ORDER, Some("10")).await;
     assert_eq!(booked.status, 201, "the key was free at once: {booked:?}");
@@ -249,9 +268,15 @@ async fn a_crash_before_the_commit_books_the_resend_once(db: &Db) {
 
 /// 64 requests with one key over 8 connections (8 each, one after another), against a handler
 /// that holds its transaction 100 ms after its write: one booking, one stored response, every
-/// other answer a `409` or that response replayed.
-async fn duplicates_book_once(db: &Db) {
-    let server = Server::start(db, "127.0.0.1:0", &[("PAYMENTS_WRITE_DELAY_MS", "100")]);
+/// other answer a `409` or that response replayed (on SQLite a claim written with the writes
+/// makes duplicates wait for the transaction, then replay).
+async fn duplicates_book_once(db: &Db, claim: Claim) {
+    let server = Server::start(
+        db,
+        claim,
+        "127.0.0.1:0",
+        &[("PAYMENTS_WRITE_DELAY_MS", "100")],
+    );
     let url = server.payments();
     let mut connections = Vec::new();
     for _ in 0..8 {
@@ -299,7 +324,7 @@ async fn duplicates_book_once(db: &Db) {
         }
     }
     assert_eq!(conflicts + replays, 63);
-    println!("{conflicts} answers 409, {replays} replays");
+    println!("{claim:?}: {conflicts} answers 409, {replays} replays");
     let after = curl(url, "dup-1", ORDER, Some("10")).await;
     assert_eq!((after.status, &after.body), (201, receipt), "{after:?}");
     assert!(
@@ -312,30 +337,38 @@ async fn duplicates_book_once(db: &Db) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_crash_before_the_commit_books_the_resend_once() {
-    let db = Db::Sqlite(TempDir::new("http-tx-crash"));
-    a_crash_before_the_commit_books_the_resend_once(&db).await;
+    for claim in BOTH {
+        let db = Db::Sqlite(TempDir::new(&format!("http-tx-crash-{claim:?}")));
+        a_crash_before_the_commit_books_the_resend_once(&db, claim).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_64_duplicates_over_8_connections_book_once() {
-    let db = Db::Sqlite(TempDir::new("http-tx-dups"));
-    duplicates_book_once(&db).await;
+    for claim in BOTH {
+        let db = Db::Sqlite(TempDir::new(&format!("http-tx-dups-{claim:?}")));
+        duplicates_book_once(&db, claim).await;
+    }
 }
 
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_a_crash_before_the_commit_books_the_resend_once() {
-    let db = Db::Pg(pg::Schema::new("http_tx_crash").await);
-    a_crash_before_the_commit_books_the_resend_once(&db).await;
-    db.drop_all().await;
+    for claim in BOTH {
+        let db = Db::Pg(pg::Schema::new(&format!("http_tx_crash_{claim:?}")).await);
+        a_crash_before_the_commit_books_the_resend_once(&db, claim).await;
+        db.drop_all().await;
+    }
 }
 
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_64_duplicates_over_8_connections_book_once() {
-    let db = Db::Pg(pg::Schema::new("http_tx_dups").await);
-    duplicates_book_once(&db).await;
-    db.drop_all().await;
+    for claim in BOTH {
+        let db = Db::Pg(pg::Schema::new(&format!("http_tx_dups_{claim:?}")).await);
+        duplicates_book_once(&db, claim).await;
+        db.drop_all().await;
+    }
 }
 
 // ---- in process: which answers commit ----
@@ -405,139 +438,153 @@ async fn send(app: &mut Router, key: &str) -> (StatusCode, bool, String) {
 
 fn transactional(
     store: SqliteStore,
+    claim: Claim,
     runs: &Arc<AtomicU32>,
     handler: axum::routing::MethodRouter<Arc<AtomicU32>>,
 ) -> Router {
+    let layer = IdempotencyLayer::unauthenticated(store).transactional();
+    let layer = match claim {
+        Claim::OnItsOwn => layer,
+        Claim::WithTheWrites => layer.effects_in_transaction(),
+    };
     Router::new()
         .route("/pay", handler)
-        .layer(IdempotencyLayer::unauthenticated(store).transactional())
+        .layer(layer)
         .with_state(Arc::clone(runs))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_5xx_rolls_the_write_back_and_frees_the_key() {
-    let (bench, store) = Bench::new("http-tx-5xx");
-    let handler = post(
-        |State(runs): State<Arc<AtomicU32>>, Extension(tx): Tx| async move {
-            match book(&runs, &tx).await {
-                1 => (StatusCode::BAD_GATEWAY, "ledger did not confirm").into_response(),
-                run => (StatusCode::CREATED, format!("booked on run {run}")).into_response(),
-            }
-        },
-    );
-    let mut app = transactional(store, &bench.runs, handler);
+    for claim in BOTH {
+        let (bench, store) = Bench::new(&format!("http-tx-5xx-{claim:?}"));
+        let handler = post(
+            |State(runs): State<Arc<AtomicU32>>, Extension(tx): Tx| async move {
+                match book(&runs, &tx).await {
+                    1 => (StatusCode::BAD_GATEWAY, "ledger did not confirm").into_response(),
+                    run => (StatusCode::CREATED, format!("booked on run {run}")).into_response(),
+                }
+            },
+        );
+        let mut app = transactional(store, claim, &bench.runs, handler);
 
-    let failed = send(&mut app, "k-5xx").await;
-    assert_eq!(
-        failed,
-        (
-            StatusCode::BAD_GATEWAY,
-            false,
-            "ledger did not confirm".into()
-        )
-    );
-    assert_eq!(bench.bookings(), 0, "its write rolled back");
-    let resent = send(&mut app, "k-5xx").await;
-    assert_eq!(
-        resent,
-        (StatusCode::CREATED, false, "booked on run 2".into()),
-        "ran again"
-    );
-    let again = send(&mut app, "k-5xx").await;
-    assert_eq!(
-        again,
-        (StatusCode::CREATED, true, "booked on run 2".into()),
-        "replayed"
-    );
-    assert_eq!(bench.bookings(), 1);
+        let failed = send(&mut app, "k-5xx").await;
+        assert_eq!(
+            failed,
+            (
+                StatusCode::BAD_GATEWAY,
+                false,
+                "ledger did not confirm".into()
+            )
+        );
+        assert_eq!(bench.bookings(), 0, "its write rolled back");
+        let resent = send(&mut app, "k-5xx").await;
+        assert_eq!(
+            resent,
+            (StatusCode::CREATED, false, "booked on run 2".into()),
+            "ran again"
+        );
+        let again = send(&mut app, "k-5xx").await;
+        assert_eq!(
+            again,
+            (StatusCode::CREATED, true, "booked on run 2".into()),
+            "replayed"
+        );
+        assert_eq!(bench.bookings(), 1);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_4xx_commits_with_its_writes_and_is_replayed() {
-    let (bench, store) = Bench::new("http-tx-4xx");
-    let handler = post(
-        |State(runs): State<Arc<AtomicU32>>, Extension(tx): Tx| async move {
-            // A declined card: the attempt is booked, and the refusal stands for every resend.
-            let run = book(&runs, &tx).await;
+    for claim in BOTH {
+        let (bench, store) = Bench::new(&format!("http-tx-4xx-{claim:?}"));
+        let handler = post(
+            |State(runs): State<Arc<AtomicU32>>, Extension(tx): Tx| async move {
+                // A declined card: the attempt is booked, and the refusal stands for every resend.
+                let run = book(&runs, &tx).await;
+                (
+                    StatusCode::PAYMENT_REQUIRED,
+                    format!("declined on run {run}"),
+                )
+            },
+        );
+        let mut app = transactional(store, claim, &bench.runs, handler);
+        let first = send(&mut app, "k-402").await;
+        assert_eq!(
+            first,
             (
                 StatusCode::PAYMENT_REQUIRED,
-                format!("declined on run {run}"),
+                false,
+                "declined on run 1".into()
             )
-        },
-    );
-    let mut app = transactional(store, &bench.runs, handler);
-    let first = send(&mut app, "k-402").await;
-    assert_eq!(
-        first,
-        (
-            StatusCode::PAYMENT_REQUIRED,
-            false,
-            "declined on run 1".into()
-        )
-    );
-    let again = send(&mut app, "k-402").await;
-    assert_eq!(
-        again,
-        (
-            StatusCode::PAYMENT_REQUIRED,
-            true,
-            "declined on run 1".into()
-        )
-    );
-    assert_eq!(bench.bookings(), 1);
+        );
+        let again = send(&mut app, "k-402").await;
+        assert_eq!(
+            again,
+            (
+                StatusCode::PAYMENT_REQUIRED,
+                true,
+                "declined on run 1".into()
+            )
+        );
+        assert_eq!(bench.bookings(), 1);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_after_the_write_rolls_it_back_and_frees_the_key() {
-    let (bench, store) = Bench::new("http-tx-panic");
-    let handler = post(
-        |State(runs): State<Arc<AtomicU32>>, Extension(tx): Tx| async move {
-            let run = book(&runs, &tx).await;
-            assert!(run > 1, "the receipt printer broke on run {run}");
-            format!("booked on run {run}")
-        },
-    );
-    let mut app = transactional(store, &bench.runs, handler);
+    for claim in BOTH {
+        let (bench, store) = Bench::new(&format!("http-tx-panic-{claim:?}"));
+        let handler = post(
+            |State(runs): State<Arc<AtomicU32>>, Extension(tx): Tx| async move {
+                let run = book(&runs, &tx).await;
+                assert!(run > 1, "the receipt printer broke on run {run}");
+                format!("booked on run {run}")
+            },
+        );
+        let mut app = transactional(store, claim, &bench.runs, handler);
 
-    let (status, replayed, body) = send(&mut app, "k-panic").await;
-    assert_eq!(
-        (status, replayed),
-        (StatusCode::INTERNAL_SERVER_ERROR, false)
-    );
-    assert!(body.contains("nothing of it was committed"), "{body}");
-    assert_eq!(bench.bookings(), 0);
-    let resent = send(&mut app, "k-panic").await;
-    assert_eq!(resent, (StatusCode::OK, false, "booked on run 2".into()));
-    assert_eq!(bench.bookings(), 1);
+        let (status, replayed, body) = send(&mut app, "k-panic").await;
+        assert_eq!(
+            (status, replayed),
+            (StatusCode::INTERNAL_SERVER_ERROR, false)
+        );
+        assert!(body.contains("nothing of it was committed"), "{body}");
+        assert_eq!(bench.bookings(), 0);
+        let resent = send(&mut app, "k-panic").await;
+        assert_eq!(resent, (StatusCode::OK, false, "booked on run 2".into()));
+        assert_eq!(bench.bookings(), 1);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_kept_past_the_answer_is_never_committed() {
-    let (bench, store) = Bench::new("http-tx-kept");
-    let handler = post(
-        |State(runs): State<Arc<AtomicU32>>, Extension(tx): Tx| async move {
-            let run = book(&runs, &tx).await;
-            if run == 1 {
-                // A mistake: the guard goes to a task that outlives the answer.
-                let guard = tx.get().await.unwrap();
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    drop(guard);
-                });
-            }
-            format!("booked on run {run}")
-        },
-    );
-    let mut app = transactional(store, &bench.runs, handler);
+    for claim in BOTH {
+        let (bench, store) = Bench::new(&format!("http-tx-kept-{claim:?}"));
+        let handler = post(
+            |State(runs): State<Arc<AtomicU32>>, Extension(tx): Tx| async move {
+                let run = book(&runs, &tx).await;
+                if run == 1 {
+                    // A mistake: the guard goes to a task that outlives the answer.
+                    let guard = tx.get().await.unwrap();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        drop(guard);
+                    });
+                }
+                format!("booked on run {run}")
+            },
+        );
+        let mut app = transactional(store, claim, &bench.runs, handler);
 
-    let (status, _, body) = send(&mut app, "k-kept").await;
-    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
-    // The kept guard rolls back when its task drops it; only then is the write lock free.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(bench.bookings(), 0);
-    let resent = send(&mut app, "k-kept").await;
-    assert_eq!(resent, (StatusCode::OK, false, "booked on run 2".into()));
-    assert_eq!(bench.bookings(), 1);
+        let (status, _, body) = send(&mut app, "k-kept").await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+        // The kept guard rolls back when its task drops it; only then is the write lock free.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(bench.bookings(), 0);
+        let resent = send(&mut app, "k-kept").await;
+        assert_eq!(resent, (StatusCode::OK, false, "booked on run 2".into()));
+        assert_eq!(bench.bookings(), 1);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -548,7 +595,7 @@ async fn a_handler_that_never_asks_follows_the_non_transactional_rules() {
         let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
         (StatusCode::BAD_GATEWAY, format!("charged? run {run}"))
     });
-    let mut app = transactional(store, &bench.runs, handler);
+    let mut app = transactional(store, Claim::OnItsOwn, &bench.runs, handler);
     let first = send(&mut app, "k-plain").await;
     assert_eq!(
         first,
@@ -561,4 +608,33 @@ async fn a_handler_that_never_asks_follows_the_non_transactional_rules() {
         "kept and replayed, never run again"
     );
     assert_eq!(bench.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_promise_a_handler_that_never_asks_is_held_to_it() {
+    let (bench, store) = Bench::new("http-tx-promised");
+    let handler = post(|State(runs): State<Arc<AtomicU32>>| async move {
+        // Nothing outside the transaction, as the layer's promise says: a failure rolls back
+        // (there is nothing to roll back) and frees the key; an answer commits with the claim.
+        match runs.fetch_add(1, Ordering::SeqCst) + 1 {
+            1 => (StatusCode::BAD_GATEWAY, "run 1".to_owned()),
+            run => (StatusCode::OK, format!("run {run}")),
+        }
+    });
+    let mut app = transactional(store, Claim::WithTheWrites, &bench.runs, handler);
+    let first = send(&mut app, "k-promised").await;
+    assert_eq!(first, (StatusCode::BAD_GATEWAY, false, "run 1".into()));
+    let resent = send(&mut app, "k-promised").await;
+    assert_eq!(
+        resent,
+        (StatusCode::OK, false, "run 2".into()),
+        "freed, ran again"
+    );
+    let again = send(&mut app, "k-promised").await;
+    assert_eq!(
+        again,
+        (StatusCode::OK, true, "run 2".into()),
+        "stored, replayed"
+    );
+    assert_eq!(bench.runs.load(Ordering::SeqCst), 2);
 }

@@ -486,7 +486,10 @@ impl SqliteStore {
         hold: Option<(String, i64)>,
     ) -> Result<SqliteTransaction, StoreError> {
         let pool = Arc::clone(&self.pool);
-        let reservation = pool.reserve().await.map_err(StoreError::from_sqlite)?;
+        let reservation = pool
+            .reserve_writer()
+            .await
+            .map_err(StoreError::from_sqlite)?;
         blocking(&self.pool.path, move || {
             let pooled = pool
                 .checkout(reservation)
@@ -1075,7 +1078,10 @@ impl TransactionalStore for SqliteStore {
         let request = OwnedRequest::from(request);
         let pool = Arc::clone(&self.pool);
         let clock = Arc::clone(&self.clock);
-        let reservation = pool.reserve().await.map_err(StoreError::from_sqlite)?;
+        let reservation = pool
+            .reserve_writer()
+            .await
+            .map_err(StoreError::from_sqlite)?;
         blocking(&self.pool.path, move || {
             let pooled = pool
                 .checkout(reservation)

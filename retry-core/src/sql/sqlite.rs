@@ -129,6 +129,11 @@ pub(crate) struct Pool {
     returned: Condvar,
     /// One permit per connection: taken asynchronously before a blocking thread is.
     permits: Arc<tokio::sync::Semaphore>,
+    /// One permit: held by this pool's open write transaction (`BEGIN IMMEDIATE` until its
+    /// commit or rollback), so the next one queues here, woken in order when the lock is
+    /// free, instead of polling SQLite's lock from its busy handler, which sleeps for up to
+    /// 100 ms between tries and so leaves the lock idle most of the time under contention.
+    writer: Arc<tokio::sync::Semaphore>,
 }
 
 /// The right to hold one of the pool's connections, taken by [`Pool::reserve`] and given back
@@ -138,12 +143,32 @@ pub(crate) struct Pool {
 pub(crate) struct Reservation {
     /// Held, never read: dropping it gives the permit back.
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The pool's writer permit, for a write transaction ([`Pool::reserve_writer`]).
+    _writer: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Reservation {
     /// No reservation: for code that runs outside a runtime or on its own thread (tests).
     pub(crate) fn none() -> Self {
-        Reservation { _permit: None }
+        Reservation {
+            _permit: None,
+            _writer: None,
+        }
+    }
+}
+
+/// A permit of `semaphore`, waiting at most `limit` (on the runtime's timer, as every wait in
+/// retry-core: `enable_time`); `None` when it stayed taken.
+async fn acquire(
+    semaphore: &Arc<tokio::sync::Semaphore>,
+    limit: Duration,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if let Ok(permit) = Arc::clone(semaphore).try_acquire_owned() {
+        return Some(permit);
+    }
+    match tokio::time::timeout(limit, Arc::clone(semaphore).acquire_owned()).await {
+        Ok(Ok(permit)) => Some(permit),
+        Ok(Err(_)) | Err(_) => None,
     }
 }
 
@@ -169,6 +194,7 @@ impl Pool {
             }),
             returned: Condvar::new(),
             permits: Arc::new(tokio::sync::Semaphore::new(settings.max_connections)),
+            writer: Arc::new(tokio::sync::Semaphore::new(1)),
         }
     }
 
@@ -179,23 +205,40 @@ impl Pool {
         if tokio::runtime::Handle::try_current().is_err() {
             return Ok(Reservation::none());
         }
-        if let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() {
-            return Ok(Reservation {
-                _permit: Some(permit),
-            });
+        let permit = acquire(&self.permits, self.busy_timeout())
+            .await
+            .ok_or_else(|| self.exhausted())?;
+        Ok(Reservation {
+            _permit: Some(permit),
+            _writer: None,
+        })
+    }
+
+    /// [`reserve`](Self::reserve) for a connection that will hold the write lock
+    /// (`BEGIN IMMEDIATE`) until its transaction ends: first waits, at most the busy timeout,
+    /// for this pool's other write transaction to end. The writer permit goes back with the
+    /// connection. Writers that do not hold a transaction open (a claim, a commit of `done`)
+    /// and other processes still meet at SQLite's lock.
+    pub(crate) async fn reserve_writer(&self) -> Result<Reservation, Error> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Ok(Reservation::none());
         }
-        // Like every wait in retry-core, this one needs the runtime's timer (`enable_time`).
-        match tokio::time::timeout(
-            self.busy_timeout(),
-            Arc::clone(&self.permits).acquire_owned(),
-        )
-        .await
-        {
-            Ok(Ok(permit)) => Ok(Reservation {
-                _permit: Some(permit),
-            }),
-            Ok(Err(_)) | Err(_) => Err(self.exhausted()),
-        }
+        let writer = acquire(&self.writer, self.busy_timeout())
+            .await
+            .ok_or_else(|| self.writer_busy())?;
+        let mut reservation = self.reserve().await?;
+        reservation._writer = Some(writer);
+        Ok(reservation)
+    }
+
+    /// The writer permit stayed taken for the busy timeout: what SQLite's own lock says then.
+    fn writer_busy(&self) -> Error {
+        let busy = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY);
+        let message = "another transaction of this store held the write lock";
+        self.error(rusqlite::Error::SqliteFailure(
+            busy,
+            Some(message.to_owned()),
+        ))
     }
 
     fn exhausted(&self) -> Error {

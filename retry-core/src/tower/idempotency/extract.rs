@@ -121,13 +121,24 @@ pub(super) enum Taken<T> {
 }
 
 impl<St: TransactionalStore> RequestTransaction<St> {
-    /// A slot for one request holding `claim`, on `store`.
+    /// A slot for one request holding `claim`, on `store`: the transaction begins when the
+    /// handler asks for it.
     pub(super) fn new(store: Arc<St>, claim: Option<Claim>) -> Self {
+        Self::with(store, claim, Slot::Unasked)
+    }
+
+    /// A slot holding `transaction`, begun (with the claim in it) before the handler runs: the
+    /// layer commits or rolls it back whether or not the handler asks for it.
+    pub(super) fn open(store: Arc<St>, transaction: St::Transaction) -> Self {
+        Self::with(store, None, Slot::Open(transaction))
+    }
+
+    fn with(store: Arc<St>, claim: Option<Claim>, slot: Slot<St::Transaction>) -> Self {
         RequestTransaction {
             shared: Arc::new(Shared {
                 store,
                 claim,
-                slot: Mutex::new(Slot::Unasked),
+                slot: Mutex::new(slot),
             }),
         }
     }

@@ -404,6 +404,10 @@ pub struct IdempotencyLayer<St, M = Plain> {
     replay_headers: ReplayHeaders,
     name: &'static str,
     namespace: Arc<str>,
+    /// Transactional mode only: the handlers promised that their effects are their writes in
+    /// the request's transaction ([`effects_in_transaction`](IdempotencyLayer::effects_in_transaction)),
+    /// so the claim can be written in it too.
+    claim_in_transaction: bool,
     /// [`Plain`] or [`InTransaction`]; `fn() -> M` so the layer is `Send + Sync` whatever `M`.
     mode: PhantomData<fn() -> M>,
 }
@@ -464,6 +468,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
             replay_headers: ReplayHeaders::default(),
             name: "idempotency_layer",
             namespace: Arc::from(DEFAULT_NAMESPACE),
+            claim_in_transaction: false,
             mode: PhantomData,
         }
     }
@@ -509,6 +514,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
             replay_headers: self.replay_headers,
             name: self.name,
             namespace: self.namespace,
+            claim_in_transaction: false,
             mode: PhantomData,
         }
     }
@@ -686,6 +692,7 @@ impl<St, M> Clone for IdempotencyLayer<St, M> {
             replay_headers: self.replay_headers.clone(),
             name: self.name,
             namespace: Arc::clone(&self.namespace),
+            claim_in_transaction: self.claim_in_transaction,
             mode: PhantomData,
         }
     }
@@ -697,6 +704,7 @@ impl<St, M: Mode<St>> fmt::Debug for IdempotencyLayer<St, M> {
             .field("name", &self.name)
             .field("namespace", &self.namespace)
             .field("transactional", &<M as Mode<St>>::TRANSACTIONAL)
+            .field("effects_in_transaction", &self.claim_in_transaction)
             .field("authenticated", &self.scope.is_some())
             .field("required", &self.required)
             .field("max_key_bytes", &self.max_key_bytes)

@@ -199,7 +199,11 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
     }
 
     /// The answer to a request whose key could not be claimed.
-    fn refuse(&self, parts: &Parts, error: IdempotencyError) -> Response<IdempotencyBody> {
+    pub(super) fn refuse(
+        &self,
+        parts: &Parts,
+        error: IdempotencyError,
+    ) -> Response<IdempotencyBody> {
         let problem = match error {
             IdempotencyError::InProgress => Problem::InProgress,
             IdempotencyError::KeyReused => Problem::KeyReused,

@@ -17,11 +17,12 @@ use super::IdempotencyLayer;
 use super::body::{BoxError, Buffered, IdempotencyBody, Resumed, Tail};
 use super::extract::{RequestTransaction, Taken};
 use super::problem::Problem;
-use super::replay::ReplayHeaders;
+use super::replay::{ReplayHeaders, replay};
 use super::run::{Ran, run_handler};
 use super::service::call_ready;
 use super::settle::{release, settle};
 use super::stored::stored;
+use crate::idempotency::flow::{BegunTransaction, begin_transactional};
 use crate::idempotency::{
     HeldClaim, IdempotencyError, IdempotencyStore, Settings, TransactionalStore,
     finish_transactional,
@@ -149,11 +150,74 @@ where
     St: TransactionalStore + 'static,
     St::Transaction: 'static,
 {
-    /// Claims the key (the claim commits on its own, so a duplicate gets `409` at once), runs
-    /// the handler with a [`RequestTransaction`] in its extensions, then commits or rolls back
-    /// what it left there. A transaction the handler asks for holds the claim instead of the
-    /// lease ([`TransactionalStore::begin_for`]): if the process dies before its commit, the
-    /// resend finds the key free at once.
+    /// Promises that every handler behind this layer keeps its effects in the request's
+    /// transaction (its writes through [`RequestTransaction`], nothing elsewhere), so that the
+    /// layer can claim the key inside that transaction too
+    /// ([`TransactionalStore::claim_in_transaction`]): the claim, the handler's writes, the
+    /// `done` row and the stored response commit together, **one commit per request**, as a
+    /// handler that dedups by hand with `INSERT .. ON CONFLICT` in its own transaction.
+    ///
+    /// What changes (see the [module docs](crate::tower::idempotency#one-commit-per-request)):
+    /// - nothing of a request is committed before its handler answered, so a crash, a rollback
+    ///   or a dropped connection leaves the key free at once, and the resend runs the handler
+    ///   (what the promise makes safe: nothing of the first run happened);
+    /// - a handler that never asks for its transaction is held to the promise as well: its
+    ///   answer commits with the claim, and a `5xx` or a failure rolls back and frees the key.
+    ///   Do not put a handler whose effects lie elsewhere (an email, a card network) behind
+    ///   such a layer: give it a layer without this promise, where its requests keep the
+    ///   non-transactional rules;
+    /// - a duplicate of a request still running waits for its transaction on SQLite (one
+    ///   writer) and then replays the answer; PostgreSQL answers `409` at once.
+    ///
+    #[cfg_attr(feature = "sqlite", doc = "```")]
+    #[cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
+    /// use axum::{Extension, Router, body::Body, http::{Request, StatusCode}, routing::post};
+    /// use retry_core::idempotency::{SqliteStore, StoreError};
+    /// use retry_core::tower::{IdempotencyLayer, RequestTransaction};
+    /// use tower_service::Service;
+    ///
+    /// async fn book(Extension(tx): Extension<RequestTransaction<SqliteStore>>, order: String) -> StatusCode {
+    ///     let Ok(mut tx) = tx.get().await else { return StatusCode::SERVICE_UNAVAILABLE };
+    ///     match tx.run(move |c| c.execute("INSERT INTO bookings (id) VALUES (?1)", [order])).await {
+    ///         Ok(_) => StatusCode::CREATED,
+    ///         Err(_) => StatusCode::SERVICE_UNAVAILABLE, // rolled back: the key is free again
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let path = std::env::temp_dir().join(format!("retry-core-doc-one-commit-{}.sqlite3", std::process::id()));
+    /// let store = SqliteStore::open(&path)?;
+    /// rusqlite::Connection::open(&path)?.execute_batch("CREATE TABLE bookings (id TEXT PRIMARY KEY)")?;
+    /// let layer = IdempotencyLayer::unauthenticated(store).transactional().effects_in_transaction();
+    /// let mut app = Router::new().route("/bookings", post(book)).layer(layer);
+    /// let send = || Request::post("/bookings").header("idempotency-key", "\"b-1\"").body(Body::from("o-1"));
+    /// assert_eq!(app.call(send()?).await?.status(), StatusCode::CREATED);
+    /// let again = app.call(send()?).await?;
+    /// assert_eq!(again.headers()["idempotent-replayed"], "?1");
+    /// # drop(app);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn effects_in_transaction(mut self) -> Self {
+        self.claim_in_transaction = true;
+        self
+    }
+
+    /// Claims the key, runs the handler with a [`RequestTransaction`] in its extensions, then
+    /// commits or rolls back what it left there.
+    ///
+    /// By default the claim commits on its own (so a duplicate gets `409` at once) and the
+    /// transaction begins when the handler asks for it, holding the claim instead of the lease
+    /// ([`TransactionalStore::begin_for`]); a handler that never asks keeps the
+    /// non-transactional rules. Under [`effects_in_transaction`](Self::effects_in_transaction)
+    /// the claim is written in the transaction, begun before the handler runs.
     async fn claim_and_run_in_transaction<S, RB>(
         self,
         inner: S,
@@ -166,11 +230,29 @@ where
         RB: Body<Data = Bytes> + Send + 'static,
         RB::Error: Into<BoxError>,
     {
-        let held = match self.claim(&call, &parts).await {
-            Ok(held) => held,
-            Err(answer) => return Ok(answer),
+        let (held, transaction) = if self.claim_in_transaction {
+            match begin_transactional(&*self.store, &call).await {
+                Ok(BegunTransaction::Claimed(held, transaction)) => {
+                    let open = RequestTransaction::open(Arc::clone(&self.store), transaction);
+                    (held, open)
+                }
+                Ok(BegunTransaction::Stored(stored)) => {
+                    return Ok(replay(&stored, &self.replay_headers, self.name));
+                }
+                Err(e) => return Ok(self.refuse(&parts, e)),
+            }
+        } else {
+            match self.claim(&call, &parts).await {
+                Ok(held) => {
+                    let claim = held.claim().cloned();
+                    (
+                        held,
+                        RequestTransaction::new(Arc::clone(&self.store), claim),
+                    )
+                }
+                Err(answer) => return Ok(answer),
+            }
         };
-        let transaction = RequestTransaction::new(Arc::clone(&self.store), held.claim().cloned());
         let mut request = Request::from_parts(parts, IdempotencyBody::new(Full::new(body)));
         request.extensions_mut().insert(transaction.clone());
         let max = self.store.limits().max_response_bytes;
