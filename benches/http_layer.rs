@@ -11,7 +11,11 @@
 //! - **layer, non-transactional**: `IdempotencyLayer` on the store; the handler books on its own
 //!   connection, the layer claims before and stores the response after;
 //! - **layer, transactional**: `IdempotencyLayer::transactional()`; the handler books in the
-//!   layer's transaction (`RequestTransaction`), committed with the response.
+//!   layer's transaction (`RequestTransaction`), committed with the response; the claim commits
+//!   on its own before the handler runs;
+//! - **layer, one commit**: `transactional().effects_in_transaction()`, the same handler; the
+//!   claim is written in the handler's transaction too, so each request commits once, as the
+//!   floor does.
 //!
 //! SQLite: one file per side; the handler's own connection is one writer behind a mutex (as
 //! SQLite allows), the store is a `SqliteStore` on the same file. PostgreSQL (`DATABASE_URL`):
@@ -68,10 +72,19 @@ enum Side {
     Floor,
     Plain,
     Transactional,
+    OneCommit,
 }
 
 impl Side {
-    const ALL: [Side; 4] = [Side::Alone, Side::Floor, Side::Plain, Side::Transactional];
+    const ALL: [Side; 5] = [
+        Side::Alone,
+        Side::Floor,
+        Side::Plain,
+        Side::Transactional,
+        Side::OneCommit,
+    ];
+    /// The layer's modes, each compared with the floor.
+    const LAYERS: [Side; 3] = [Side::Plain, Side::Transactional, Side::OneCommit];
 
     fn name(self) -> &'static str {
         match self {
@@ -79,6 +92,7 @@ impl Side {
             Side::Floor => "hand-written dedup (floor)",
             Side::Plain => "layer, non-transactional",
             Side::Transactional => "layer, transactional",
+            Side::OneCommit => "layer, one commit",
         }
     }
 
@@ -88,6 +102,7 @@ impl Side {
             Side::Floor => "floor",
             Side::Plain => "plain",
             Side::Transactional => "transactional",
+            Side::OneCommit => "one_commit",
         }
     }
 }
@@ -218,8 +233,13 @@ async fn serve_sqlite(side: Side, dir: &Path, full: bool) -> String {
                 .layer(layer)
                 .with_state(own())
         }
-        Side::Transactional => {
+        Side::Transactional | Side::OneCommit => {
             let layer = IdempotencyLayer::unauthenticated(store()).transactional();
+            let layer = if side == Side::OneCommit {
+                layer.effects_in_transaction()
+            } else {
+                layer
+            };
             drop(own()); // the table, created beside the store's
             Router::new()
                 .route("/payments", post(book_in_transaction))
@@ -424,6 +444,13 @@ mod pg {
                 Side::Transactional => Router::new()
                     .route("/payments", post(book_in_transaction))
                     .layer(IdempotencyLayer::unauthenticated(store(&url).await).transactional()),
+                Side::OneCommit => Router::new()
+                    .route("/payments", post(book_in_transaction))
+                    .layer(
+                        IdempotencyLayer::unauthenticated(store(&url).await)
+                            .transactional()
+                            .effects_in_transaction(),
+                    ),
             };
             listen(router).await
         }
@@ -626,8 +653,8 @@ fn print_table(caption: &str, table: &[(Side, usize, Stats)]) {
     for side in Side::ALL {
         print!(" {}: req/s (p50 / p99) |", side.name());
     }
-    println!(" non-transactional ÷ floor | transactional ÷ floor |");
-    println!("|---:|---|---|---|---|---:|---:|");
+    println!(" non-transactional ÷ floor | transactional ÷ floor | one commit ÷ floor |");
+    println!("|---:|---|---|---|---|---|---:|---:|---:|");
     for callers in CLIENTS {
         let of = |side: Side| {
             table
@@ -648,7 +675,7 @@ fn print_table(caption: &str, table: &[(Side, usize, Stats)]) {
             }
         }
         let floor = of(Side::Floor).map_or(f64::NAN, |s| s.per_sec);
-        for side in [Side::Plain, Side::Transactional] {
+        for side in Side::LAYERS {
             let ratio = of(side).map_or(f64::NAN, |s| s.per_sec / floor);
             print!(" {ratio:.2}× |");
         }

@@ -1,7 +1,9 @@
 //! Fault: the process is killed (SIGKILL) inside an `#[idempotent(transaction = tx)]` handler,
-//! after its business write and before the commit. The write rolls back with the transaction;
-//! the claim stays, so a resend within the lease gets `InProgress`, and once the lease ends the
-//! resend runs the handler exactly once. Side effects == unique keys, no inbox row lost.
+//! after its business write and before the commit. The claim was written in the same
+//! transaction (`claim_in_transaction`), so the write and the claim roll back together: nothing
+//! of the call is left, and the resend runs the handler exactly once, without waiting for the
+//! lease (on PostgreSQL as soon as the server has noticed the dead session, `InProgress` until
+//! then). Side effects == unique keys, no inbox row lost.
 //!
 //! The process is this test binary run again (`--exact <test> --nocapture`, with
 //! `RETRY_CORE_FAULT_KILLED_CHILD=<file or schema>`): it handles deposits 1 to 3, then deposit 4
@@ -77,9 +79,9 @@ fn kill_inside_handler(test: &str, store: &str) {
     assert_eq!(status.signal(), Some(9), "killed with SIGKILL: {status:?}");
 }
 
-/// Resends the killed deposit until its lease frees it: `InProgress` meanwhile (the only error
-/// allowed), then the handler's answer; also how many resends found it in progress.
-async fn resend_until_the_lease_ends<F, Fut>(mut send: F) -> (i64, u32)
+/// Resends the killed deposit until it runs: `InProgress` meanwhile (the only error allowed),
+/// then the handler's answer; also how many resends found it in progress.
+async fn resend_until_it_runs<F, Fut>(mut send: F) -> (i64, u32)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<i64, Rejected>>,
@@ -119,7 +121,7 @@ mod sqlite {
 
     use super::tempdir::TempDir;
 
-    #[idempotent(key = deposit_no, store = inbox, transaction = tx, lease = "1s")]
+    #[idempotent(key = deposit_no, store = inbox, transaction = tx, lease = "60s")]
     async fn deposit(
         inbox: &SqliteStore,
         tx: &mut SqliteTransaction,
@@ -200,13 +202,13 @@ mod sqlite {
         let inbox = SqliteStore::open(&db).unwrap();
         kill_inside_handler(TEST, db.to_str().unwrap());
 
-        // The killed handler's write rolled back; its claim is still there.
+        // The killed handler's write rolled back, and its claim with it.
         assert_eq!(effects(&db), [1, 2, 3], "the killed write rolled back");
-        assert_eq!(status(&db, KILLED).as_deref(), Some("in_progress"));
+        assert_eq!(status(&db, KILLED), None, "nothing of the call committed");
 
-        let (answer, waited) = resend_until_the_lease_ends(|| deposit(&inbox, KILLED, false)).await;
+        let (answer, waited) = resend_until_it_runs(|| deposit(&inbox, KILLED, false)).await;
         assert_eq!(answer, amount(KILLED));
-        eprintln!("the killed deposit's claim held for {waited} resends");
+        assert_eq!(waited, 0, "the key was free at once");
 
         // Every deposit again, and a new one: each effect exactly once.
         for deposit_no in 1..=5 {
@@ -244,7 +246,7 @@ mod postgres {
         }
     }
 
-    #[idempotent(key = deposit_no, store = inbox, transaction = tx, lease = "1s")]
+    #[idempotent(key = deposit_no, store = inbox, transaction = tx, lease = "60s")]
     async fn deposit(
         inbox: &PgStore,
         tx: &mut PgTransaction,
@@ -319,21 +321,23 @@ mod postgres {
             .await
             .unwrap();
 
-        // The server rolled the dead session's transaction back; its claim is still there. (The
-        // server may take a moment to notice the dead session: until then its row locks hold.)
+        // The server rolled the dead session's transaction back, its claim with it. (The server
+        // may take a moment to notice the dead session: until then its locks hold, and the
+        // resend is told `InProgress`.)
         assert_eq!(
             effects(&client).await,
             [1, 2, 3],
             "the killed write rolled back"
         );
         assert_eq!(
-            status(&client, KILLED).await.as_deref(),
-            Some("in_progress")
+            status(&client, KILLED).await,
+            None,
+            "nothing of the call committed"
         );
 
-        let (answer, waited) = resend_until_the_lease_ends(|| deposit(&inbox, KILLED, false)).await;
+        let (answer, waited) = resend_until_it_runs(|| deposit(&inbox, KILLED, false)).await;
         assert_eq!(answer, amount(KILLED));
-        eprintln!("the killed deposit's claim held for {waited} resends");
+        eprintln!("the killed deposit was in progress for {waited} resends");
 
         for deposit_no in 1..=5 {
             assert_eq!(

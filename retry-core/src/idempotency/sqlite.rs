@@ -52,7 +52,7 @@ use super::{
 };
 use crate::sql::sqlite::{
     self as sql, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, PooledConnection, Schema, Settings,
-    blocking,
+    holding_lock,
 };
 use crate::time::{Clock, SystemClock, format_utc, later, parse_utc};
 
@@ -490,7 +490,7 @@ impl SqliteStore {
             .reserve_writer()
             .await
             .map_err(StoreError::from_sqlite)?;
-        blocking(&self.pool.path, move || {
+        holding_lock(&self.pool.path, move || {
             let pooled = pool
                 .checkout(reservation)
                 .map_err(StoreError::from_sqlite)?;
@@ -1082,7 +1082,7 @@ impl TransactionalStore for SqliteStore {
             .reserve_writer()
             .await
             .map_err(StoreError::from_sqlite)?;
-        blocking(&self.pool.path, move || {
+        holding_lock(&self.pool.path, move || {
             let pooled = pool
                 .checkout(reservation)
                 .map_err(StoreError::from_sqlite)?;
@@ -1186,10 +1186,15 @@ impl TransactionalStore for SqliteStore {
         };
         let (key, response) = (claim.key.clone(), response.to_owned());
         let pool = Arc::clone(&self.pool);
-        blocking(&self.pool.path, move || {
-            commit_in(conn, &response, &key, token).map_err(|e| pool.fail(e))
+        let (conn, committed) = holding_lock(&self.pool.path, move || {
+            let committed = commit_in(&conn, &response, &key, token).map_err(|e| pool.fail(e));
+            Ok::<_, StoreError>((conn, committed))
         })
-        .await
+        .await?;
+        // Given back here, on the runtime's thread, with the store's writer permit: the next
+        // writer is woken from a worker (it runs next there), not from a blocking thread.
+        drop(conn);
+        committed
     }
 
     /// `ROLLBACK`, in place: it is as cheap as the rollback on drop (see
@@ -1263,14 +1268,13 @@ impl TransactionalStore for SqliteStore {
 }
 
 /// The `done` update and the commit of the handler's transaction.
-fn commit_in(conn: TxConnection, response: &str, key: &str, token: i64) -> Result<(), Fail> {
+fn commit_in(conn: &TxConnection, response: &str, key: &str, token: i64) -> Result<(), Fail> {
     let c = conn.connection()?;
     let changed = c
         .prepare_cached(COMPLETE)?
         .execute(params![response, key, token])?;
     if changed == 0 {
         // Taken over (or finished) meanwhile: dropping `conn` rolls the handler's writes back.
-        drop(conn);
         return Err(Fail::Store(StoreError::Fenced));
     }
     c.execute_batch("COMMIT")?;

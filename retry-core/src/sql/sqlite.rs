@@ -119,6 +119,24 @@ pub(crate) async fn blocking<T: Send + 'static, E: FromSqliteError + Send + 'sta
     }
 }
 
+/// Runs `work` for a transaction that holds (or is about to take) the file's write lock. On a
+/// multi-thread Tokio runtime it runs in place (`block_in_place`: the worker hands its other
+/// tasks to another thread), so the task goes on as soon as the statement returns; with
+/// `spawn_blocking` it would first wait to be scheduled again, its lock held meanwhile and
+/// every other writer queued behind it. Elsewhere (a current-thread runtime, none) as
+/// [`blocking`].
+pub(crate) async fn holding_lock<T: Send + 'static, E: FromSqliteError + Send + 'static>(
+    path: &Path,
+    work: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, E> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => blocking(path, work).await,
+    }
+}
+
 /// Connections to one file: idle ones are reused, a new one is opened while fewer than
 /// `max_connections` exist, and otherwise an operation waits for one to come back (at most the
 /// busy timeout).

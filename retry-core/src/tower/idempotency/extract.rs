@@ -147,7 +147,10 @@ impl<St: TransactionalStore> RequestTransaction<St> {
     /// store's [`operation_timeout`](crate::idempotency::IdempotencyStore::operation_timeout);
     /// on SQLite `begin` also waits for the file's write lock, at most the busy timeout). Each
     /// later call returns the same transaction. Everything run on it commits with the stored
-    /// response after the handler answered, or not at all.
+    /// response after the handler answered, or not at all. Under
+    /// [`effects_in_transaction`](super::IdempotencyLayer::effects_in_transaction) the
+    /// transaction is open before the handler runs, holding the request's claim, and `get`
+    /// only lends it.
     ///
     /// Asking for the transaction puts the request under the transactional rules, even if
     /// `begin` fails: the handler promises that its effects are its writes in this transaction,

@@ -274,6 +274,36 @@
 //! renew their lease, so a short [`lease`](IdempotencyLayer::lease) (a few seconds) bounds that
 //! wait without any risk of a takeover under a slow handler.
 //!
+//! ## One commit per request
+//!
+//! The mode above commits up to three times per request: the claim, then (`begin_for`) the
+//! transaction's mark on the claim's row, then the handler's writes with `done` and the
+//! response. A handler that dedups by hand commits once (`INSERT .. ON CONFLICT DO NOTHING`
+//! on the key, its writes and the response in one transaction), and under load the commits
+//! are what a request costs. When **every handler behind the layer keeps its effects in the
+//! request's transaction**, say so with
+//! [`effects_in_transaction`](IdempotencyLayer::effects_in_transaction), and the layer claims
+//! the key inside that transaction
+//! ([`claim_in_transaction`](crate::idempotency::TransactionalStore::claim_in_transaction)),
+//! begun before the handler runs: the claim, the writes, `done` and the response commit
+//! together, once. What differs from the table above:
+//!
+//! | the handler | its writes | the key | a resend gets |
+//! |---|---|---|---|
+//! | never asked for the transaction, answered below `500` | none | done, committed with the claim | the stored response |
+//! | never asked for the transaction, answered `5xx` or failed | none | **freed** (rolled back) | a new run |
+//! | the process died before the commit | rolled back by the database | **freed**: nothing of it was committed | a new run, at once |
+//! | a duplicate arrived while it ran | | SQLite: the duplicate waits for the transaction (one writer), then replays its answer; PostgreSQL: `409` at once | |
+//!
+//! Freeing the key at once after a crash is right only because of the promise: nothing of the
+//! first run happened outside the transaction that rolled back. A handler with an effect
+//! elsewhere (an email, a card network) belongs behind a layer without the promise, where a
+//! request that never asks for its transaction keeps the non-transactional rules.
+//!
+//! On SQLite the write transactions of one store queue in the process, in arrival order, for
+//! the file's one write lock (at most the busy timeout, then `503`), rather than retrying it
+//! from SQLite's busy handler.
+//!
 //! # Body types
 //!
 //! The inner service gets `Request<`[`IdempotencyBody`]`>` and the layer answers with
