@@ -25,7 +25,16 @@
 //! - The clock is read after the lock is taken, so a call that waited for another process sees
 //!   the time at which it decides, not the time at which it started waiting.
 //! - SQLite calls block: they run in `tokio::task::spawn_blocking`, on a connection from a small
-//!   pool (see [`SqliteStore::with_max_connections`]).
+//!   pool (see [`SqliteStore::with_max_connections`]). The steps of a transaction that holds the
+//!   write lock and belong to the store (its `BEGIN IMMEDIATE` with the claim, its commit) run
+//!   in place instead on a multi-thread runtime (`block_in_place`), so the task goes straight on
+//!   while every other writer waits; the handler's own [`SqliteTransaction::run`] stays on the
+//!   blocking pool, so dropping its future never waits for its SQL.
+//! - The write transactions of one store queue in the process, in arrival order, for one
+//!   writer permit (at most the busy timeout, then the same "locked" error SQLite gives),
+//!   instead of all retrying the file's lock from SQLite's busy handler, which sleeps up to
+//!   100 ms between tries and leaves the lock idle under contention. Other processes, and this
+//!   store's writes outside a transaction (claims, completions), still meet at SQLite's lock.
 //! - Timestamps are [`format_utc`] text (fixed width, microseconds), so SQL compares them as
 //!   strings and the lease check compares the same text.
 //! - Transactional mode ([`SqliteTransaction`]): `begin` takes a pooled connection and runs
