@@ -488,12 +488,13 @@ impl SqliteStore {
         self.pool.run(move |conn| op(conn, &*clock)).await
     }
 
-    /// `BEGIN IMMEDIATE` on a pooled connection, on a blocking thread; with `hold` (a claim's
-    /// key and token) the transaction holds that claim (see `begin_for`).
-    async fn begin_holding(
+    /// Runs `work` on a pooled connection that is to hold the write lock: this store's writer
+    /// permit is taken first ([`Pool::reserve_writer`]), and `work` runs where the lock's
+    /// holder should ([`holding_lock`]).
+    async fn writing<T: Send + 'static>(
         &self,
-        hold: Option<(String, i64)>,
-    ) -> Result<SqliteTransaction, StoreError> {
+        work: impl FnOnce(Arc<Pool>, TxConnection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let pool = Arc::clone(&self.pool);
         let reservation = pool
             .reserve_writer()
@@ -503,7 +504,18 @@ impl SqliteStore {
             let pooled = pool
                 .checkout(reservation)
                 .map_err(StoreError::from_sqlite)?;
-            let conn = TxConnection(pooled);
+            work(pool, TxConnection(pooled))
+        })
+        .await
+    }
+
+    /// `BEGIN IMMEDIATE` on a pooled connection (see [`writing`](Self::writing)); with `hold` (a claim's
+    /// key and token) the transaction holds that claim (see `begin_for`).
+    async fn begin_holding(
+        &self,
+        hold: Option<(String, i64)>,
+    ) -> Result<SqliteTransaction, StoreError> {
+        self.writing(move |pool, conn| {
             conn.connection()
                 .and_then(|c| {
                     if let Some((key, token)) = &hold {
@@ -1085,17 +1097,8 @@ impl TransactionalStore for SqliteStore {
         request: &ClaimRequest<'_>,
     ) -> Result<TransactionClaim<SqliteTransaction>, StoreError> {
         let request = OwnedRequest::from(request);
-        let pool = Arc::clone(&self.pool);
         let clock = Arc::clone(&self.clock);
-        let reservation = pool
-            .reserve_writer()
-            .await
-            .map_err(StoreError::from_sqlite)?;
-        holding_lock(&self.pool.path, move || {
-            let pooled = pool
-                .checkout(reservation)
-                .map_err(StoreError::from_sqlite)?;
-            let conn = TxConnection(pooled);
+        self.writing(move |pool, conn| {
             // On an error `conn` is dropped, which rolls back whatever was begun.
             let claimed =
                 claim_in_transaction_on(&conn, &*clock, &request).map_err(|e| pool.fail(e))?;
