@@ -2,7 +2,10 @@
 //! writes commit together with the `done` row.
 
 use std::fmt;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use deadpool_postgres::Object;
 
@@ -227,8 +230,13 @@ impl PgStore {
 
     /// `BEGIN` on the transaction's connection.
     async fn begin_on(&self, mut tx: PgTransaction) -> Result<PgTransaction, StoreError> {
-        let messages = tx
-            .client()
+        tx.txid = self.begin_txid(tx.client()).await?;
+        Ok(tx)
+    }
+
+    /// Runs `BEGIN` on `client`; the new transaction's id.
+    async fn begin_txid(&self, client: &tokio_postgres::Client) -> Result<i64, StoreError> {
+        let messages = client
             .simple_query(BEGIN)
             .await
             .map_err(|e| self.error(e))?;
@@ -236,17 +244,15 @@ impl PgStore {
             tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0)?.parse::<i64>().ok(),
             _ => None,
         });
-        let Some(txid) = txid else {
-            return Err(StoreError::Unavailable(
+        txid.ok_or_else(|| {
+            StoreError::Unavailable(
                 format!(
                     "PostgreSQL at {}: BEGIN did not report a transaction id",
                     self.db.server
                 )
                 .into(),
-            ));
-        };
-        tx.txid = txid;
-        Ok(tx)
+            )
+        })
     }
 }
 
@@ -360,12 +366,21 @@ impl TransactionalStore for PgStore {
         request: &ClaimRequest<'_>,
     ) -> Result<TransactionClaim<PgTransaction>, StoreError> {
         let conn = self.db.get().await.map_err(StoreError::Unavailable)?;
-        let tx = self.begin_on(self.wrap(conn, None)).await?;
+        let mut tx = self.wrap(conn, None);
         let clock = self.clock.as_deref();
-        // On an error `tx` is dropped: its connection closes and the server rolls back.
-        let outcome = claim::claim_in_transaction(tx.pooled(), clock, request)
-            .await
-            .map_err(|e| self.db.fail(e, StoreError::Unavailable))?;
+        // `BEGIN` and the claim go out together, one round trip: tokio-postgres sends requests
+        // in the order they are first polled (`both` polls `BEGIN` first), and the server runs
+        // them in that order, so the claim runs inside the transaction. On an error `tx` is
+        // dropped: its connection closes and the server rolls back. (Were `BEGIN` to fail and
+        // the claim not, the claim would have committed on its own: in progress until its
+        // lease ends, never run twice.)
+        let (begun, outcome) = both(
+            self.begin_txid(tx.client()),
+            claim::claim_in_transaction(tx.pooled(), clock, request),
+        )
+        .await;
+        tx.txid = begun?;
+        let outcome = outcome.map_err(|e| self.db.fail(e, StoreError::Unavailable))?;
         match outcome {
             ClaimOutcome::Claimed(claim) => Ok(TransactionClaim::Claimed(ClaimedTransaction {
                 claim,
@@ -526,4 +541,31 @@ impl TransactionalStore for PgStore {
         tx.give_back().await;
         Ok(())
     }
+}
+
+/// Polls `first` and `second` together until both are done, `first` first at every wake (what
+/// `join!` does; the crate depends on neither tokio's macros nor `futures`).
+async fn both<A: Future, B: Future>(first: A, second: B) -> (A::Output, B::Output) {
+    let (mut first, mut second) = (pin!(first), pin!(second));
+    let (mut a, mut b) = (None, None);
+    poll_fn(|cx| {
+        if a.is_none()
+            && let Poll::Ready(output) = first.as_mut().poll(cx)
+        {
+            a = Some(output);
+        }
+        if b.is_none()
+            && let Poll::Ready(output) = second.as_mut().poll(cx)
+        {
+            b = Some(output);
+        }
+        match (a.take(), b.take()) {
+            (Some(a), Some(b)) => Poll::Ready((a, b)),
+            (waiting_a, waiting_b) => {
+                (a, b) = (waiting_a, waiting_b);
+                Poll::Pending
+            }
+        }
+    })
+    .await
 }
