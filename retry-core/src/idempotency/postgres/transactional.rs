@@ -325,7 +325,7 @@ impl TransactionalStore for PgStore {
     ///   [`ClaimOutcome::InProgress`] at once, without waiting (unless the key is already done
     ///   or kept failed: that answer).
     /// - Lock granted and the key has a row: decided by the rules of
-    ///   [`claim`](IdempotencyStore::claim) under `SELECT .. FOR UPDATE`: a committed `done`
+    ///   [`claim`](crate::idempotency::IdempotencyStore::claim) under `SELECT .. FOR UPDATE`: a committed `done`
     ///   row replays, an in-progress row of the non-transactional mode whose lease is live is
     ///   `InProgress`, a released row, an expired lease, or a `begin_for` mark whose holder is
     ///   gone is taken over (in this transaction).
