@@ -483,7 +483,10 @@ impl<'p> State<'p> {
     /// the error `on_timeout` makes when that runs out. A call whose error cannot be made from
     /// [`Elapsed`](crate::Elapsed) cannot cut the attempt off: it runs unbounded, and the first attempt of such
     /// a call says what to write, at WARN once per `caller`.
-    #[inline]
+    ///
+    /// Always inlined: under fat LTO the compiler left it out of line in `Policy::retry`'s poll
+    /// once that poll became smaller, a call per attempt (23 instructions of case (a)).
+    #[inline(always)]
     pub fn bound<F, E>(
         &self,
         site: &'static Site,
