@@ -622,6 +622,9 @@ pub(crate) fn retry_loop(
             #stmts
         })
     };
+    // A body with nothing that leaves it early (`return`, `?`, `break`, `continue`, anywhere in
+    // it, conservatively) runs in the loop itself, without an `async` block of its own.
+    let inline_body = !has_early_exit(stmts.clone());
     let attempt = match (&args.attempt_timeout, &args.policy) {
         // Written on the attribute: it wins over a `policy`'s own, and needs `E: From<Elapsed>`.
         (Some(limit), _) => {
@@ -643,6 +646,13 @@ pub(crate) fn retry_loop(
                 #private::bound(&#state, #site, #on_timeout, #attempt).await
             }}
         }
+        // The statements themselves, not a block of them: they end the attempt's block below
+        // (a block there would be `unused_braces` in the user's crate).
+        (None, None) if inline_body => quote! {
+            #items
+            #(#bindings)*
+            #stmts
+        },
         (None, None) => quote!(#attempt_block.await),
     };
 
@@ -805,4 +815,17 @@ fn policy_knobs(args: &RetryArgs, private: &TokenStream) -> TokenStream {
         calls.extend(quote!(.jitter(#private::Jitter::#variant)));
     }
     calls
+}
+
+/// Whether `tokens` contain `return`, `?`, `break` or `continue` anywhere, nested closures and
+/// blocks included (conservative: only a body without any runs without its own `async` block).
+fn has_early_exit(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|token| match token {
+        proc_macro2::TokenTree::Ident(ident) => {
+            ident == "return" || ident == "break" || ident == "continue"
+        }
+        proc_macro2::TokenTree::Punct(punct) => punct.as_char() == '?',
+        proc_macro2::TokenTree::Group(group) => has_early_exit(group.stream()),
+        proc_macro2::TokenTree::Literal(_) => false,
+    })
 }
