@@ -625,6 +625,10 @@ pub(crate) fn retry_loop(
     // A body with nothing that leaves it early (`return`, `?`, `break`, `continue`, anywhere in
     // it, conservatively) runs in the loop itself, without an `async` block of its own.
     let inline_body = !has_early_exit(stmts.clone());
+    // A body that never finishes (`panic!`, `todo!`, a loop it never leaves) would leave the
+    // statement after it unreachable, a warning in the user's crate; in its own `async` block
+    // it left nothing unreachable.
+    let allow_unreachable = inline_body.then(|| quote!(#[allow(unreachable_code)]));
     let attempt = match (&args.attempt_timeout, &args.policy) {
         // Written on the attribute: it wins over a `policy`'s own, and needs `E: From<Elapsed>`.
         (Some(limit), _) => {
@@ -742,6 +746,7 @@ pub(crate) fn retry_loop(
                 // Outside the `match`, so its scrutinee is not held across the pause; a zero
                 // wait makes no `Pause` at all. A success is returned as it is (the state
                 // machine has nothing to decide about it): straight out of the attempt.
+                #allow_unreachable
                 let #wait = match (#output_check.into)(#outcome) {
                     ::core::result::Result::Ok(#returned) => {
                         return (#output_check.from)(::core::result::Result::Ok(#returned));
