@@ -6,7 +6,7 @@ use std::panic::Location;
 use std::time::Duration;
 
 pub use crate::attempt::{Bounded, OnTimeout};
-pub use crate::state::{Hook, Next, NoHook, State};
+pub use crate::state::{Hook, LazyState, Next, NoHook, State};
 pub use crate::{Classify, Decision, Elapsed, Jitter, Policy, RetryBudget, Retrying};
 pub use core;
 

@@ -181,9 +181,9 @@ impl<F: Future> Future for Retrying<F> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.as_mut().project();
         let previous = scope::current();
-        // `fast`: the one layer that retries, with no span.
-        let fast = match *this.stage {
-            Stage::Outermost => true,
+        match *this.stage {
+            // The one layer that retries, with no span: the only stage polled inline.
+            Stage::Outermost => {}
             // Three loads on the common first poll: no single attempt was asked for, no retry
             // is running here, and nobody listens at debug level.
             Stage::NotStarted { single: false, .. }
@@ -191,38 +191,56 @@ impl<F: Future> Future for Retrying<F> {
             {
                 metrics::call_started(this.frame.outer);
                 *this.stage = Stage::Outermost;
-                true
             }
             Stage::Done => panic!("`Retrying` polled after completion"),
-            _ => {
-                prepare(this.stage, this.frame, this.span);
-                false
-            }
-        };
-        let span = match fast {
-            true => None,
-            false => this.span.as_deref().map(tracing::Span::enter),
-        };
+            // Out of line: with no span and no flag to test on the way out, the common path
+            // keeps its locals in registers.
+            _ => return self.poll_prepared(cx),
+        }
         let entered = scope::enter_over(this.frame, previous);
         let mut inner = this.inner;
         // SAFETY: `inner` is pinned as `self` is (never moved out of its `ManuallyDrop`), and
         // still there: it is dropped only with the stage set to `Done`, checked above.
         let poll = unsafe { inner.as_mut().map_unchecked_mut(|inner| &mut **inner) }.poll(cx);
-        let finished = poll.is_ready();
-        if finished {
-            // `Done` before the drop: should the inner future's drop panic, this call's own drop
-            // (during the unwinding) must not drop it a second time.
+        if poll.is_ready() {
+            // `Done` before the drop: should the inner future's drop panic, this call's own
+            // drop (during the unwinding) must not drop it a second time.
             *this.stage = Stage::Done;
-            // SAFETY: dropped in place, not moved (what a pinned value needs), and never touched
-            // again: the stage is `Done`, which neither the poll nor the drop gets past. Dropped
-            // right after its last poll, inside its scope: a finished future holds little or
-            // nothing, which the compiler can then see.
+            // SAFETY: dropped in place, not moved (what a pinned value needs), and never
+            // touched again: the stage is `Done`, which neither the poll nor the drop gets
+            // past. Dropped right after its last poll, inside its scope: a finished future
+            // holds little or nothing, which the compiler can then see.
             unsafe { ManuallyDrop::drop(inner.get_unchecked_mut()) };
         }
         drop(entered);
-        drop(span);
-        if finished && !fast {
-            drop_span(this.span);
+        poll
+    }
+}
+
+impl<F: Future> Retrying<F> {
+    /// A poll of any stage but `Outermost` (and the first poll that does not lead there): the
+    /// first poll's decision (see [`start`]), a single attempt's frame and the span, around a
+    /// poll of the common path with the stage `Outermost` for its length. The inner future is
+    /// polled in one place only, so the compiler can inline it there.
+    #[inline(never)]
+    fn poll_prepared(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.as_mut().project();
+        prepare(this.stage, this.frame, this.span);
+        let stage = std::mem::replace(this.stage, Stage::Outermost);
+        // Out of the call for the length of the poll, which never reads it: should the poll
+        // panic, the unwinding drops it here, and the call's drop finds `None`.
+        let span = std::mem::take(&mut **this.span);
+        let entered = span.as_deref().map(tracing::Span::enter);
+        let poll = self.as_mut().poll(cx);
+        drop(entered);
+        let this = self.project();
+        match poll.is_ready() {
+            // `Done`, and the inner future gone: the span ends now.
+            true => drop(span),
+            false => {
+                *this.stage = stage;
+                **this.span = span;
+            }
         }
         poll
     }

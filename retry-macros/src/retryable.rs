@@ -497,7 +497,23 @@ pub(crate) fn retry_loop(
     let site = quote!(&#site_static);
     // A literal policy is a `static`, borrowed straight into the state; `policy = expr` is held
     // in the future, as the state borrows it.
+    // A literal policy with nothing to do before a failure (no deadline's clock, no budget, no
+    // attempt timeout) gets its state at the first failure (`LazyState`): a call that succeeds
+    // at once makes none.
+    let lazy = args.policy.is_none()
+        && args.budget.is_none()
+        && args.deadline.is_none()
+        && args.attempt_timeout.is_none();
+    let lazy_state = Ident::new("__retry_lazy_state", Span::mixed_site());
+    let policy_static = Ident::new("__RETRY_CORE_POLICY", Span::call_site());
     let policy = match &args.policy {
+        None if lazy => {
+            let knobs = policy_knobs(args, &private);
+            quote! {
+                static #policy_static: #private::Policy = #private::Policy::new() #knobs;
+                let mut #lazy_state = #private::LazyState::new();
+            }
+        }
         Some(expr) => {
             let expr = quote_spanned!(expr.span()=> #expr);
             quote! {
@@ -527,12 +543,24 @@ pub(crate) fn retry_loop(
             let #state = #state.with_budget(::core::convert::AsRef::<#private::RetryBudget>::as_ref(&#budget));
         }
     });
-    let policy_ref = quote! {
-        #policy
-        #record_failures
-        #budget
-        let mut #state = #state;
+    let policy_ref = match lazy {
+        true => policy,
+        false => quote! {
+            #policy
+            #record_failures
+            #budget
+            let mut #state = #state;
+        },
     };
+    let start_attempt = match lazy {
+        true => quote!(#lazy_state.start_attempt(&#policy_static, #site)),
+        false => quote!(#state.start_attempt(#site)),
+    };
+    // With a lazy state, the state a failure is decided by is made (or found) here.
+    let failed_state = lazy.then(|| {
+        let record = args.dlq.is_some();
+        quote!(let #state = #lazy_state.failed(&#policy_static, #record, #site);)
+    });
 
     let classifier = Ident::new("__retry_classifier", Span::mixed_site());
     let hook = Ident::new("__retry_hook", Span::mixed_site());
@@ -594,6 +622,13 @@ pub(crate) fn retry_loop(
             #stmts
         })
     };
+    // A body with nothing that leaves it early (`return`, `?`, `break`, `continue`, anywhere in
+    // it, conservatively) runs in the loop itself, without an `async` block of its own.
+    let inline_body = !has_early_exit(stmts.clone());
+    // A body that never finishes (`panic!`, `todo!`, a loop it never leaves) would leave the
+    // statement after it unreachable, a warning in the user's crate; in its own `async` block
+    // it left nothing unreachable.
+    let allow_unreachable = inline_body.then(|| quote!(#[allow(unreachable_code)]));
     let attempt = match (&args.attempt_timeout, &args.policy) {
         // Written on the attribute: it wins over a `policy`'s own, and needs `E: From<Elapsed>`.
         (Some(limit), _) => {
@@ -615,6 +650,13 @@ pub(crate) fn retry_loop(
                 #private::bound(&#state, #site, #on_timeout, #attempt).await
             }}
         }
+        // The statements themselves, not a block of them: they end the attempt's block below
+        // (a block there would be `unused_braces` in the user's crate).
+        (None, None) if inline_body => quote! {
+            #items
+            #(#bindings)*
+            #stmts
+        },
         (None, None) => quote!(#attempt_block.await),
     };
 
@@ -693,7 +735,7 @@ pub(crate) fn retry_loop(
             let mut #hook = #on_retry;
             // The first attempt is counted before the loop, where the compiler still sees the
             // new state (and a literal policy's knobs).
-            let mut #last = #state.start_attempt(#site);
+            let mut #last = #start_attempt;
             loop {
                 // In a block of its own, so this attempt's arguments are not kept in the
                 // future while it waits for the next one.
@@ -704,22 +746,23 @@ pub(crate) fn retry_loop(
                 // Outside the `match`, so its scrutinee is not held across the pause; a zero
                 // wait makes no `Pause` at all. A success is returned as it is (the state
                 // machine has nothing to decide about it): straight out of the attempt.
+                #allow_unreachable
                 let #wait = match (#output_check.into)(#outcome) {
                     ::core::result::Result::Ok(#returned) => {
                         return (#output_check.from)(::core::result::Result::Ok(#returned));
                     }
-                    ::core::result::Result::Err(#error) => match #state.after_attempt(#site, ::core::result::Result::Err(#error), #classifier_ref, #hook_arg) {
+                    ::core::result::Result::Err(#error) => { #failed_state match #state.after_attempt(#site, ::core::result::Result::Err(#error), #classifier_ref, #hook_arg) {
                         #private::Next::Return(#returned) => {
                             #park
                             return (#output_check.from)(#returned);
                         }
                         #private::Next::Retry(#wait) => #wait,
-                    },
+                    }},
                 };
                 if !#wait.is_zero() {
                     #private::pause(#wait).await;
                 }
-                #last = #state.start_attempt(#site);
+                #last = #start_attempt;
             }
     };
     let retries = match &body.around {
@@ -777,4 +820,17 @@ fn policy_knobs(args: &RetryArgs, private: &TokenStream) -> TokenStream {
         calls.extend(quote!(.jitter(#private::Jitter::#variant)));
     }
     calls
+}
+
+/// Whether `tokens` contain `return`, `?`, `break` or `continue` anywhere, nested closures and
+/// blocks included (conservative: only a body without any runs without its own `async` block).
+fn has_early_exit(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|token| match token {
+        proc_macro2::TokenTree::Ident(ident) => {
+            ident == "return" || ident == "break" || ident == "continue"
+        }
+        proc_macro2::TokenTree::Punct(punct) => punct.as_char() == '?',
+        proc_macro2::TokenTree::Group(group) => has_early_exit(group.stream()),
+        proc_macro2::TokenTree::Literal(_) => false,
+    })
 }
