@@ -562,17 +562,13 @@ where
     let Some(claim) = held.take() else {
         return outcome;
     };
+    // What a rollback leaves to release: a claim that committed on its own. One written in the
+    // transaction goes with its rollback.
+    let to_release = (!in_transaction).then_some(&claim);
     let value = match outcome {
         Ok(value) => value,
         Err(error) => {
-            if let Err(e) = bounded(store, "rollback", store.rollback(transaction)).await {
-                tracing::warn!(function = call.function, key = %call.key, error = %crate::error_chain(&e), "rollback failed; the store rolls back when the connection closes");
-            }
-            // Rolled back: nothing of the body's writes happened, so the key is free again
-            // (by the rollback itself when the claim was written in the transaction).
-            if !in_transaction {
-                give_up(store, &claim, call, OnErr::Release, "").await;
-            }
+            roll_back(store, transaction, to_release, call).await;
             return Err(error);
         }
     };
@@ -581,27 +577,15 @@ where
         Ok(json) if json.len() <= max => json,
         // Nothing committed yet: the body's writes roll back and the call fails cleanly.
         Ok(json) => {
-            return abort(
-                store,
-                transaction,
-                (!in_transaction).then_some(&claim),
-                call,
-                IdempotencyError::ResponseTooLarge {
-                    len: json.len(),
-                    max,
-                },
-            )
-            .await;
+            let error = IdempotencyError::ResponseTooLarge {
+                len: json.len(),
+                max,
+            };
+            return abort(store, transaction, to_release, call, error).await;
         }
         Err(e) => {
-            return abort(
-                store,
-                transaction,
-                (!in_transaction).then_some(&claim),
-                call,
-                IdempotencyError::Serde(e.to_string()),
-            )
-            .await;
+            let error = IdempotencyError::Serde(e.to_string());
+            return abort(store, transaction, to_release, call, error).await;
         }
     };
     match bounded(
@@ -623,12 +607,11 @@ where
     }
 }
 
-/// Rolls back a call whose response cannot be stored, and releases its `claim` if it committed
-/// on its own (`None`: the claim lived in the transaction, and the rollback freed the key).
+/// Rolls back a call whose response cannot be stored (see [`roll_back`]).
 async fn abort<S, T, E>(
     store: &S,
     transaction: S::Transaction,
-    claim: Option<&Claim>,
+    to_release: Option<&Claim>,
     call: &Settings,
     error: IdempotencyError,
 ) -> Result<T, E>
@@ -637,11 +620,26 @@ where
     E: From<IdempotencyError>,
 {
     tracing::error!(function = call.function, key = %call.key, error = %crate::error_chain(&error), "response cannot be stored: the body's writes were rolled back");
-    let _ = bounded(store, "rollback", store.rollback(transaction)).await;
-    if let Some(claim) = claim {
-        let _ = bounded(store, "release", store.release(claim)).await;
-    }
+    roll_back(store, transaction, to_release, call).await;
     Err(error.into())
+}
+
+/// Rolls `transaction` back: nothing of the body's writes happened, so the key is free again,
+/// by the rollback itself or, for a claim that committed on its own (`to_release`), by
+/// releasing it. Failures are logged: the store rolls back when the connection closes, and the
+/// lease frees the claim later.
+async fn roll_back<S: TransactionalStore + ?Sized>(
+    store: &S,
+    transaction: S::Transaction,
+    to_release: Option<&Claim>,
+    call: &Settings,
+) {
+    if let Err(e) = bounded(store, "rollback", store.rollback(transaction)).await {
+        tracing::warn!(function = call.function, key = %call.key, error = %crate::error_chain(&e), "rollback failed; the store rolls back when the connection closes");
+    }
+    if let Some(claim) = to_release {
+        give_up(store, claim, call, OnErr::Release, "").await;
+    }
 }
 
 /// Stores the response of a call whose effect happened. Failing that is reported, not returned:
