@@ -430,20 +430,40 @@ async fn insert_claim(
     clock: Option<&dyn Clock>,
     request: &ClaimRequest<'_>,
 ) -> Result<u64, Fail> {
-    let inserted = client
-        .execute(
-            insert,
-            &[
-                &request.key,
-                &request.biz_key,
-                &request.fingerprint,
-                &injected_now(clock),
-                &span_micros(request.lease),
-                &span_micros(request.retention),
-            ],
-        )
-        .await?;
-    Ok(inserted)
+    let params = InsertParams::new(clock, request);
+    Ok(client.execute(insert, &params.list()).await?)
+}
+
+/// `$1` to `$6` of the claim's insert, which [`INSERT_CLAIM`] and [`LOCK_AND_INSERT`] share: the
+/// key, the business key, the fingerprint, the injected now (`NULL`: the server's clock), the
+/// lease and the retention in microseconds.
+struct InsertParams<'r> {
+    request: &'r ClaimRequest<'r>,
+    now: Option<i64>,
+    lease: i64,
+    retention: i64,
+}
+
+impl<'r> InsertParams<'r> {
+    fn new(clock: Option<&dyn Clock>, request: &'r ClaimRequest<'r>) -> Self {
+        InsertParams {
+            request,
+            now: injected_now(clock),
+            lease: span_micros(request.lease),
+            retention: span_micros(request.retention),
+        }
+    }
+
+    fn list(&self) -> [&(dyn ToSql + Sync); 6] {
+        [
+            &self.request.key,
+            &self.request.biz_key,
+            &self.request.fingerprint,
+            &self.now,
+            &self.lease,
+            &self.retention,
+        ]
+    }
 }
 
 /// A row of `inbox_log` as [`READ_ROW`] and [`LOCK_ROW`] return it, its columns checked.
@@ -664,19 +684,8 @@ pub(super) async fn claim_in_transaction(
 ) -> Result<ClaimOutcome, Fail> {
     let key = request.key;
     let statement = client.prepare_cached(LOCK_AND_INSERT).await?;
-    let row = client
-        .query_one(
-            &statement,
-            &[
-                &request.key,
-                &request.biz_key,
-                &request.fingerprint,
-                &injected_now(clock),
-                &span_micros(request.lease),
-                &span_micros(request.retention),
-            ],
-        )
-        .await?;
+    let params = InsertParams::new(clock, request);
+    let row = client.query_one(&statement, &params.list()).await?;
     let got: bool = row.try_get(8)?;
     let inserted: bool = row.try_get(9)?;
     if inserted {
