@@ -1176,3 +1176,164 @@ async fn a_begin_for_mark_whose_transaction_ended_is_taken_over_in_the_transacti
     ));
     store.complete(&held, "2").await.unwrap();
 }
+
+// ---- group commit: concurrent claims in transactions share one commit ----
+
+/// A first call holding the store's writer permit, with its ledger write done, and a second
+/// claim (`second`) already queued behind it for the permit.
+async fn a_claim_with_one_queued_behind(
+    store: &Arc<SqliteStore>,
+    first: &'static str,
+    second: &'static str,
+) -> (
+    ClaimedTransaction<SqliteTransaction>,
+    tokio::task::JoinHandle<Result<TransactionClaim<SqliteTransaction>, StoreError>>,
+) {
+    let mut call = claimed_in(store.claim_in_transaction(&request(first)).await);
+    call.transaction
+        .run(|c| c.execute("INSERT INTO ledger VALUES (1, 'a', 10)", []))
+        .await
+        .unwrap();
+    let queued = tokio::spawn({
+        let store = Arc::clone(store);
+        async move { store.claim_in_transaction(&request(second)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !queued.is_finished(),
+        "the second claim waits for the writer permit"
+    );
+    (call, queued)
+}
+
+/// `commit_done` of `call` in a task of its own: it answers once the shared commit is made.
+fn commit_in_background(
+    store: &Arc<SqliteStore>,
+    call: ClaimedTransaction<SqliteTransaction>,
+    response: &'static str,
+) -> tokio::task::JoinHandle<Result<(), StoreError>> {
+    let store = Arc::clone(store);
+    tokio::spawn(async move {
+        store
+            .commit_done(call.transaction, &call.claim, response)
+            .await
+    })
+}
+
+/// A call that finishes while another claim waits leaves its transaction open for it: the
+/// second request joins, and both commit with one commit frame. The first is answered only
+/// after that commit, and nothing of it is visible before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_waiting_for_the_lock_share_one_commit() {
+    let dir = TempDir::new("group-commit");
+    let store = Arc::new(open_with_balances(&dir, 1));
+    let before = wal_commits(&dir);
+    let (first, queued) = a_claim_with_one_queued_behind(&store, "k1", "k2").await;
+    let first_done = commit_in_background(&store, first, "\"one\"");
+    let mut second = claimed_in(queued.await.unwrap());
+    assert!(
+        !first_done.is_finished(),
+        "answered only after the shared commit"
+    );
+    assert_eq!(ledger_rows(&dir), 0, "nothing is committed yet");
+    second
+        .transaction
+        .run(|c| c.execute("INSERT INTO ledger VALUES (2, 'a', 10)", []))
+        .await
+        .unwrap();
+    store
+        .commit_done(second.transaction, &second.claim, "\"two\"")
+        .await
+        .unwrap();
+    first_done.await.unwrap().unwrap();
+    assert_eq!(
+        wal_commits(&dir) - before,
+        1,
+        "one commit for both requests"
+    );
+    assert_eq!(ledger_rows(&dir), 2);
+    for (key, response) in [("k1", "\"one\""), ("k2", "\"two\"")] {
+        assert_eq!(
+            store.claim(&request(key)).await.unwrap(),
+            ClaimOutcome::Done(response.into())
+        );
+    }
+}
+
+/// The request that joined fails (rolled back) or dies (dropped) before its commit: only its
+/// own claim and writes go, its key is free at once, and the first request's writes commit
+/// (by a task: the first's own answer was dropped too, as a client that hung up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_fails_or_dies_leaves_the_others_to_commit() {
+    for drop_it in [false, true] {
+        let dir = TempDir::new("group-member-fails");
+        let store = Arc::new(open_with_balances(&dir, 1));
+        let (first, queued) = a_claim_with_one_queued_behind(&store, "k1", "k2").await;
+        let first_done = commit_in_background(&store, first, "\"one\"");
+        let mut second = claimed_in(queued.await.unwrap());
+        first_done.abort();
+        second
+            .transaction
+            .run(|c| c.execute("INSERT INTO ledger VALUES (2, 'a', 10)", []))
+            .await
+            .unwrap();
+        if drop_it {
+            drop(second);
+        } else {
+            store.rollback(second.transaction).await.unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while store.claim(&request("k1")).await.unwrap() != ClaimOutcome::Done("\"one\"".into()) {
+            assert!(
+                Instant::now() < deadline,
+                "the first request's writes never committed"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(
+            dir.raw()
+                .query_row("SELECT deposit FROM ledger", [], |row| row.get::<_, i64>(0))
+                .unwrap(),
+            1,
+            "only the first request's write (dropped: {drop_it})"
+        );
+        let again = claimed(store.claim(&request("k2")).await);
+        assert_eq!(again.token, 1, "the second key was never committed");
+    }
+}
+
+/// A request whose SQL ends the shared transaction (its own `ROLLBACK`) takes the others'
+/// uncommitted writes with it: every member is told its commit failed, and their keys are free,
+/// since nothing of them happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_ends_the_shared_transaction_fails_every_member() {
+    let dir = TempDir::new("group-ended");
+    let store = Arc::new(open_with_balances(&dir, 1));
+    let (first, queued) = a_claim_with_one_queued_behind(&store, "k1", "k2").await;
+    let first_done = commit_in_background(&store, first, "\"one\"");
+    let mut second = claimed_in(queued.await.unwrap());
+    assert!(
+        second
+            .transaction
+            .run(|c| c.execute_batch("ROLLBACK"))
+            .await
+            .is_err()
+    );
+    let error = first_done.await.unwrap().unwrap_err();
+    let why = retry_core::error_chain(&error).to_string();
+    assert!(why.contains("did not commit"), "{why}");
+    assert!(
+        store
+            .commit_done(second.transaction, &second.claim, "\"two\"")
+            .await
+            .is_err()
+    );
+    assert_eq!(ledger_rows(&dir), 0);
+    for key in ["k1", "k2"] {
+        assert_eq!(
+            claimed(store.claim(&request(key)).await).token,
+            1,
+            "{key} is free"
+        );
+    }
+}

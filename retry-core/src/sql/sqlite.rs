@@ -162,7 +162,7 @@ pub(crate) struct Reservation {
     /// Held, never read: dropping it gives the permit back.
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
     /// The pool's writer permit, for a write transaction ([`Pool::reserve_writer`]).
-    _writer: Option<tokio::sync::OwnedSemaphorePermit>,
+    writer: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Reservation {
@@ -170,8 +170,14 @@ impl Reservation {
     pub(crate) fn none() -> Self {
         Reservation {
             _permit: None,
-            _writer: None,
+            writer: None,
         }
+    }
+
+    /// This reservation holding `writer` too (see [`Pool::writer_permit`]).
+    pub(crate) fn with_writer(mut self, writer: Option<tokio::sync::OwnedSemaphorePermit>) -> Self {
+        self.writer = writer;
+        self
     }
 }
 
@@ -228,7 +234,7 @@ impl Pool {
             .ok_or_else(|| self.exhausted())?;
         Ok(Reservation {
             _permit: Some(permit),
-            _writer: None,
+            writer: None,
         })
     }
 
@@ -238,15 +244,31 @@ impl Pool {
     /// connection. Writers that do not hold a transaction open (a claim, a commit of `done`)
     /// and other processes still meet at SQLite's lock.
     pub(crate) async fn reserve_writer(&self) -> Result<Reservation, Error> {
+        let writer = self.writer_permit().await?;
+        let mut reservation = self.reserve().await?;
+        reservation.writer = writer;
+        Ok(reservation)
+    }
+
+    /// The writer permit alone (see [`reserve_writer`](Self::reserve_writer)), for a writer
+    /// that may take over a connection already checked out (a shared transaction's): at most the
+    /// busy timeout. `None` outside a Tokio runtime, where there is nothing to queue for.
+    pub(crate) async fn writer_permit(
+        &self,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Error> {
         if tokio::runtime::Handle::try_current().is_err() {
-            return Ok(Reservation::none());
+            return Ok(None);
         }
         let writer = acquire(&self.writer, self.busy_timeout())
             .await
             .ok_or_else(|| self.writer_busy())?;
-        let mut reservation = self.reserve().await?;
-        reservation._writer = Some(writer);
-        Ok(reservation)
+        Ok(Some(writer))
+    }
+
+    /// The writer permit, however long it takes: for work that must happen once the writers
+    /// queued before it are done (committing a shared transaction they joined).
+    pub(crate) async fn writer_in_turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.writer).acquire_owned().await.ok()
     }
 
     /// The writer permit stayed taken for the busy timeout: what SQLite's own lock says then.
@@ -552,12 +574,23 @@ impl PooledConnection {
     }
 
     /// The pool it goes back to.
-    pub(crate) fn pool(&self) -> &Pool {
+    pub(crate) fn pool(&self) -> &Arc<Pool> {
         &self.pool
+    }
+
+    /// The writer permit it holds, if any, taken away: the connection stays checked out, and
+    /// the next writer may go (see [`Pool::writer_permit`]).
+    pub(crate) fn take_writer(&mut self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self._reservation.writer.take()
+    }
+
+    /// Holds `writer` from now on, until the connection goes back.
+    pub(crate) fn hold_writer(&mut self, writer: Option<tokio::sync::OwnedSemaphorePermit>) {
+        self._reservation.writer = writer;
     }
 }
 
-fn lost_connection() -> Error {
+pub(crate) fn lost_connection() -> Error {
     Error::Message("SQLite connection pool lost a connection".to_owned())
 }
 

@@ -35,6 +35,9 @@
 //!   instead of all retrying the file's lock from SQLite's busy handler, which sleeps up to
 //!   100 ms between tries and leaves the lock idle under contention. Other processes, and this
 //!   store's writes outside a transaction (claims, completions), still meet at SQLite's lock.
+//! - Claims taken in the handler's transaction share their transaction and its `COMMIT` with
+//!   the ones queued behind them (group commit, [`group`]): one `fsync` for a group of
+//!   requests instead of one each, while each request's failure undoes only its own writes.
 //! - Timestamps are [`format_utc`] text (fixed width, microseconds), so SQL compares them as
 //!   strings and the lease check compares the same text.
 //! - Transactional mode ([`SqliteTransaction`]): `begin` takes a pooled connection and runs
@@ -120,6 +123,7 @@ const SCHEMA: Schema = Schema {
     record_version: RECORD_VERSION,
 };
 
+mod group;
 mod rows;
 #[cfg(test)]
 mod tests;
@@ -182,6 +186,8 @@ pub use transaction::SqliteTransaction;
 /// ```
 pub struct SqliteStore {
     pool: Arc<Pool>,
+    /// The claims' shared write transaction (group commit), one per pool.
+    shared: Arc<group::Shared>,
     clock: Arc<dyn Clock>,
     limits: Limits,
 }
@@ -240,6 +246,7 @@ impl SqliteStore {
             .map_err(StoreError::from_sqlite)?;
         Ok(SqliteStore {
             pool: Arc::new(pool),
+            shared: Arc::default(),
             clock: Arc::new(SystemClock),
             limits: Limits::default(),
         })
@@ -440,6 +447,7 @@ impl SqliteStore {
         let mut settings = self.pool.settings;
         change(&mut settings);
         self.pool = Arc::new(self.pool.with_settings(settings));
+        self.shared = Arc::default();
         self
     }
 

@@ -1,6 +1,7 @@
 //! Transactional mode: [`SqliteTransaction`], and the store's side of it (`begin`, the claim in
 //! the handler's transaction, `commit_done`, `rollback`).
 
+use super::group::{Commit, Shared};
 use super::*;
 
 impl SqliteStore {
@@ -12,15 +13,18 @@ impl SqliteStore {
         work: impl FnOnce(Arc<Pool>, TxConnection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let pool = Arc::clone(&self.pool);
+        let shared = Arc::clone(&self.shared);
         let reservation = pool
             .reserve_writer()
             .await
             .map_err(StoreError::from_sqlite)?;
         holding_lock(&self.pool.path, move || {
+            // A shared transaction of claims waits for the write lock: it commits first.
+            shared.commit_parked();
             let pooled = pool
                 .checkout(reservation)
                 .map_err(StoreError::from_sqlite)?;
-            work(pool, TxConnection(pooled))
+            work(pool, TxConnection::plain(pooled))
         })
         .await
     }
@@ -60,24 +64,26 @@ impl SqliteStore {
     }
 }
 
-/// The claim inside the handler's transaction (`claim_in_transaction`), on `conn`: a key that
-/// is over is answered from a plain read (no lock, no transaction); any other key gets
-/// `BEGIN IMMEDIATE` and then exactly `claim_in`'s insert-or-decide, whose writes stay in the
-/// open transaction. `Ok(Err(outcome))`: the key is not ours, and `conn` is back in autocommit.
+/// The claim inside the handler's transaction (`claim_in_transaction`), on `conn` (a member of
+/// a shared transaction, see [`group`](super::group)): a key that is over is answered from a
+/// plain read (no lock, no transaction of its own); any other key gets its savepoint (after
+/// `BEGIN IMMEDIATE` when the transaction is new) and then exactly `claim_in`'s
+/// insert-or-decide, whose writes stay in it. `Ok(Err(outcome))`: the key is not ours, and
+/// nothing of this claim is left in the transaction.
 fn claim_in_transaction_on(
-    conn: &TxConnection,
+    conn: &mut TxConnection,
     clock: &dyn Clock,
     request: &OwnedRequest,
 ) -> Result<Result<Claim, ClaimOutcome>, Fail> {
-    let c = conn.connection()?;
-    if let Some(row) = read_row(c, &request.key)?
+    if let Some(row) = read_row(conn.connection()?, &request.key)?
         && let Some(outcome) = settled(&row, request)?
     {
         return Ok(Err(outcome));
     }
-    // Waits for the write lock (a duplicate's transaction, any other writer) at most the busy
-    // timeout; the decision below is taken under it, with the time read after it was granted.
-    c.execute_batch("BEGIN IMMEDIATE")?;
+    // Waits for the write lock (another process's writer) at most the busy timeout; the
+    // decision below is taken under it, with the time read after it was granted.
+    conn.open_savepoint()?;
+    let c = conn.connection()?;
     let now = clock.now();
     let outcome = if insert_claim(c, request, now)? == 1 {
         ClaimOutcome::Claimed(Claim::first(&request.key))
@@ -86,9 +92,9 @@ fn claim_in_transaction_on(
     };
     match outcome {
         ClaimOutcome::Claimed(claim) => Ok(Ok(claim)),
-        // Nothing of this transaction is kept: end it now, so the connection is pooled.
+        // Nothing of this claim is kept.
         refused => {
-            c.execute_batch("ROLLBACK")?;
+            conn.roll_back_savepoint();
             Ok(Err(refused))
         }
     }
@@ -123,7 +129,9 @@ fn claim_in_transaction_on(
 ///   background since nothing of the body's writes happened; otherwise its lease frees it). A
 ///   claim taken in the transaction itself
 ///   ([`claim_in_transaction`](TransactionalStore::claim_in_transaction)) goes with the
-///   rollback: the key is free at once.
+///   rollback: the key is free at once. Such a transaction may be shared with concurrent
+///   claims (group commit): then only its savepoint is rolled back, and the others' writes
+///   commit without it.
 /// - It holds one of the store's [connections](SqliteStore::with_max_connections) until it
 ///   ends.
 ///
@@ -195,7 +203,8 @@ impl SqliteTransaction {
     /// [`commit_done`](TransactionalStore::commit_done), or not at all.
     ///
     /// `f` must not end the transaction (no `COMMIT`, `ROLLBACK` or `END` of its own;
-    /// `SAVEPOINT` / `RELEASE` / `ROLLBACK TO` are fine). An error returned by `f` leaves the
+    /// `SAVEPOINT` / `RELEASE` / `ROLLBACK TO` of its own savepoints are fine). In a
+    /// transaction shared with concurrent claims, ending it fails every request in it. An error returned by `f` leaves the
     /// transaction open: SQLite undoes only the failed statement, so the handler may go on or
     /// give up (roll back). To tell the handler's own failures apart from the store's, return
     /// them inside `R` (`Ok(Err(my_error))`).
@@ -299,7 +308,7 @@ fn run_in<R>(
         // either way `done` can no longer commit with them.
         return Err(Fail::Store(StoreError::Unavailable(Box::new(
             TransactionEnded {
-                path: conn.0.pool().path.clone(),
+                path: conn.pool()?.path.clone(),
                 source: result.err(),
             },
         ))));
@@ -309,36 +318,70 @@ fn run_in<R>(
 
 /// A pooled connection inside `BEGIN IMMEDIATE`, rolled back in place when dropped. Then the
 /// pooled connection goes back to the pool if the rollback worked, and is closed otherwise.
-struct TxConnection(PooledConnection);
+/// A member of a shared transaction (see [`group`](super::group)) rolls back only its
+/// savepoint, and leaves the transaction to the others.
+pub(super) struct TxConnection {
+    /// `None` once parked for the next member of its shared transaction.
+    pub(super) pooled: Option<PooledConnection>,
+    pub(super) member: Option<super::group::Member>,
+}
 
 impl TxConnection {
-    fn connection(&self) -> Result<&Connection, Fail> {
-        self.0
-            .connection()
+    /// A connection of a transaction of its own (`begin`, `begin_for`).
+    fn plain(pooled: PooledConnection) -> Self {
+        TxConnection {
+            pooled: Some(pooled),
+            member: None,
+        }
+    }
+
+    pub(super) fn connection(&self) -> Result<&Connection, Fail> {
+        self.pooled
+            .as_ref()
+            .ok_or_else(sql::lost_connection)
+            .and_then(PooledConnection::connection)
             .map_err(|e| Fail::Store(StoreError::from_sqlite(e)))
+    }
+
+    fn pool(&self) -> Result<&Arc<Pool>, Fail> {
+        self.pooled
+            .as_ref()
+            .map(PooledConnection::pool)
+            .ok_or_else(|| Fail::Store(StoreError::from_sqlite(sql::lost_connection())))
     }
 
     /// Whether its transaction is still open.
     fn is_open(&self) -> bool {
-        self.0.connection().is_ok_and(|c| !c.is_autocommit())
+        self.connection().is_ok_and(|c| !c.is_autocommit())
     }
 }
 
 impl Drop for TxConnection {
     fn drop(&mut self) {
+        if self.member.is_some() {
+            self.roll_back_savepoint();
+            // Never an `fsync` here: the shared transaction is parked for a task to commit.
+            let _ = self.leave(false);
+            return;
+        }
         if !self.is_open() {
             return;
         }
-        let Ok(conn) = self.0.connection() else {
+        let Ok(conn) = self.connection() else {
             return;
         };
         // Cheap enough for any thread, async ones included: rolling back a WAL transaction
         // discards its pages and releases the write lock, with no disk write and no lock wait.
         if let Err(e) = conn.execute_batch("ROLLBACK") {
-            tracing::warn!(path = %self.0.pool().path.display(), error = %crate::error_chain(&e), "rolling back a dropped transaction failed; closing its connection instead");
+            tracing::warn!(path = %conn_path(self), error = %crate::error_chain(&e), "rolling back a dropped transaction failed; closing its connection instead");
         }
         // `PooledConnection::drop` closes the connection if the transaction is still open.
     }
+}
+
+fn conn_path(conn: &TxConnection) -> String {
+    conn.pool()
+        .map_or_else(|_| String::new(), |pool| pool.path.display().to_string())
 }
 
 impl TransactionalStore for SqliteStore {
@@ -407,11 +450,18 @@ impl TransactionalStore for SqliteStore {
     /// one `COMMIT` (one `fsync` with `synchronous=FULL`). Dropped or rolled back, the
     /// transaction leaves the key as it was: free at once.
     ///
+    /// Concurrent claims share that `COMMIT` (group commit): a request that finishes while
+    /// others wait for the store's writer permit leaves the transaction open for them, and each
+    /// works in a savepoint of its own, so a failure or a drop undoes only its own claim and
+    /// writes. Every request is answered after the shared `COMMIT`; if it fails, all of them get
+    /// [`StoreError::Unavailable`] and their keys are free, since nothing of them was kept.
+    ///
     /// A key that is done (or kept failed) is answered from a plain read first, which in WAL
     /// mode neither takes nor waits for the write lock. A duplicate of a key whose transaction
-    /// is open waits for the write lock in `BEGIN IMMEDIATE` (at most the busy timeout, then
-    /// [`StoreError::Unavailable`]) and then finds the committed `done` row: a replay, never a
-    /// second run. Runs on a blocking thread (in place outside a Tokio runtime).
+    /// is open waits for the writer permit (at most the busy timeout, then
+    /// [`StoreError::Unavailable`]) and then finds the `done` row: a replay, never a second
+    /// run, answered once that row is committed. Runs on a blocking thread (in place outside a
+    /// Tokio runtime).
     ///
     /// ```
     /// use retry_core::idempotency::{
@@ -453,30 +503,45 @@ impl TransactionalStore for SqliteStore {
     ) -> Result<TransactionClaim<SqliteTransaction>, StoreError> {
         let request = OwnedRequest::from(request);
         let clock = Arc::clone(&self.clock);
-        self.writing(move |pool, conn| {
-            // On an error `conn` is dropped, which rolls back whatever was begun.
+        let pool = Arc::clone(&self.pool);
+        let seat = Shared::seat(&self.shared, &pool).await?;
+        let (claimed, commit) = holding_lock(&self.pool.path, move || {
+            let mut conn = seat.connection(&pool)?;
+            // On an error `conn` is dropped, which rolls back what this claim began.
             let claimed =
-                claim_in_transaction_on(&conn, &*clock, &request).map_err(|e| pool.fail(e))?;
+                claim_in_transaction_on(&mut conn, &*clock, &request).map_err(|e| pool.fail(e))?;
             Ok(match claimed {
-                Ok(claim) => TransactionClaim::Claimed(ClaimedTransaction {
-                    claim,
-                    transaction: SqliteTransaction {
+                Ok(claim) => {
+                    let transaction = SqliteTransaction {
                         conn: Some(conn),
                         pool,
-                    },
-                    in_transaction: true,
-                }),
-                Err(refused) => TransactionClaim::Refused(refused),
+                    };
+                    let claimed = ClaimedTransaction {
+                        claim,
+                        transaction,
+                        in_transaction: true,
+                    };
+                    (TransactionClaim::Claimed(claimed), None)
+                }
+                // What was read may be the shared transaction's: answered once it committed.
+                Err(refused) => (TransactionClaim::Refused(refused), conn.leave(true)),
             })
         })
-        .await
+        .await?;
+        if let Some(commit) = commit {
+            commit.committed(&self.pool.path).await?;
+        }
+        Ok(claimed)
     }
 
     /// In `transaction`: `UPDATE inbox_log SET status = 'done', response = ?` for the claim's
     /// key, only if its token and `in_progress` still hold. One row: `COMMIT`, so the handler's
-    /// writes and the response commit together. No row (the claim was taken over, or already
-    /// finished): `ROLLBACK` and [`StoreError::Fenced`]. Runs on a blocking thread (in place
-    /// outside a Tokio runtime); if this future is dropped, the commit still finishes there.
+    /// writes and the response commit together (for a claim taken in the transaction, the
+    /// `COMMIT` it shares with concurrent ones: see
+    /// [`claim_in_transaction`](TransactionalStore::claim_in_transaction); this call returns
+    /// once it is made). No row (the claim was taken over, or already finished): `ROLLBACK`
+    /// and [`StoreError::Fenced`]. Runs on a blocking thread (in place outside a Tokio
+    /// runtime); if this future is dropped, the commit still finishes there.
     ///
     /// # Errors
     /// [`StoreError::Fenced`] as above; [`StoreError::Unavailable`] if the transaction belongs
@@ -554,14 +619,18 @@ impl TransactionalStore for SqliteStore {
         let (key, response) = (claim.key.clone(), response.to_owned());
         let pool = Arc::clone(&self.pool);
         let (conn, committed) = holding_lock(&self.pool.path, move || {
-            let committed = commit_in(&conn, &response, &key, token).map_err(|e| pool.fail(e));
+            let mut conn = conn;
+            let committed = commit_in(&mut conn, &response, &key, token).map_err(|e| pool.fail(e));
             Ok::<_, StoreError>((conn, committed))
         })
         .await?;
         // Given back here, on the runtime's thread, with the store's writer permit: the next
         // writer is woken from a worker (it runs next there), not from a blocking thread.
         drop(conn);
-        committed
+        match committed? {
+            Some(shared) => shared.committed(&self.pool.path).await,
+            None => Ok(()),
+        }
     }
 
     /// `ROLLBACK`, in place: it is as cheap as the rollback on drop (see
@@ -596,9 +665,15 @@ impl TransactionalStore for SqliteStore {
     /// # }
     /// ```
     async fn rollback(&self, mut transaction: SqliteTransaction) -> Result<(), StoreError> {
-        let Some(conn) = transaction.conn.take() else {
+        let Some(mut conn) = transaction.conn.take() else {
             return Ok(());
         };
+        if conn.is_member() {
+            conn.roll_back_savepoint();
+            // The other members' writes commit without this one's, by a task: no `fsync` here.
+            let _ = conn.leave(false);
+            return Ok(());
+        }
         let c = conn.connection().map_err(|e| transaction.pool.fail(e))?;
         if conn.is_open() {
             c.execute_batch("ROLLBACK")
@@ -634,8 +709,15 @@ impl TransactionalStore for SqliteStore {
     }
 }
 
-/// The `done` update and the commit of the handler's transaction.
-fn commit_in(conn: &TxConnection, response: &str, key: &str, token: i64) -> Result<(), Fail> {
+/// The `done` update and the commit of the handler's transaction: its own `COMMIT`, or for a
+/// member of a shared transaction its savepoint released and its part in the group's commit
+/// (`Some`: wait for it).
+fn commit_in(
+    conn: &mut TxConnection,
+    response: &str,
+    key: &str,
+    token: i64,
+) -> Result<Option<Commit>, Fail> {
     let c = conn.connection()?;
     let changed = c
         .prepare_cached(COMPLETE)?
@@ -644,8 +726,12 @@ fn commit_in(conn: &TxConnection, response: &str, key: &str, token: i64) -> Resu
         // Taken over (or finished) meanwhile: dropping `conn` rolls the handler's writes back.
         return Err(Fail::Store(StoreError::Fenced));
     }
+    if conn.is_member() {
+        conn.release_savepoint()?;
+        return Ok(conn.leave(true));
+    }
     c.execute_batch("COMMIT")?;
-    Ok(())
+    Ok(None)
 }
 
 /// The handler's transaction is no longer open.
@@ -654,8 +740,8 @@ fn commit_in(conn: &TxConnection, response: &str, key: &str, token: i64) -> Resu
     "the transaction on database file {} is no longer open (a cancelled or panicked `run` rolled it back, or the handler's SQL ended it)",
     .path.display()
 )]
-struct TransactionEnded {
-    path: PathBuf,
+pub(super) struct TransactionEnded {
+    pub(super) path: PathBuf,
     /// The handler's error after which SQLite rolled the transaction back, if any.
-    source: Option<rusqlite::Error>,
+    pub(super) source: Option<rusqlite::Error>,
 }

@@ -1,0 +1,387 @@
+//! Group commit: the claims taken in the handler's transaction
+//! ([`claim_in_transaction`](TransactionalStore::claim_in_transaction)) of concurrent requests
+//! share one write transaction and its `COMMIT`, one `fsync` for all of them with
+//! `synchronous=FULL` (DESIGN.md, "Cost": stores may share commits between concurrent requests).
+//!
+//! Why: SQLite has one writer. Requests of this store queue for its writer permit and, without
+//! this, each paid its own `COMMIT` (an `fsync`) while all the others waited for the lock.
+//!
+//! How:
+//! - Each request (a member) works inside `SAVEPOINT retry_core_member` of the shared
+//!   transaction. A failure, a refused claim or a drop rolls back to it (its claim and its writes
+//!   go, the others' stay); its `commit_done` writes `done` and releases it.
+//! - A member done with the connection while other claims wait for the writer permit parks the
+//!   open transaction in [`Shared`] and lets the permit go: the next claim in line joins it. A
+//!   task spawned at the group's first park queues for the permit behind them and commits the
+//!   group; a member done while nobody waits commits it at once, and so does any other writer of
+//!   the store that gets the permit first (`begin`, `begin_for`).
+//! - A member's answer waits for the group's `COMMIT`: `commit_done` returns after it, and a
+//!   claim that joined and was refused (a duplicate of a key done in the group) is answered only
+//!   once what it read is durable. If the `COMMIT` fails, or a member's SQL ends the transaction,
+//!   every member gets an error: nothing of the group happened, and its keys are free. That is
+//!   the contract's rule (a key is freed only when its run's effect is known not to have
+//!   happened): under this path the run's effects are its writes in the transaction.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use tokio::sync::watch;
+
+use super::transaction::{TransactionEnded, TxConnection};
+use super::*;
+use crate::sql::sqlite::Reservation;
+
+/// The savepoint of the member using the shared transaction.
+const SAVEPOINT: &str = "SAVEPOINT retry_core_member";
+const RELEASE_SAVEPOINT: &str = "RELEASE retry_core_member";
+const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO retry_core_member; RELEASE retry_core_member";
+
+/// A store's shared transaction, while no member uses it, and who waits to join it.
+#[derive(Default)]
+pub(super) struct Shared {
+    /// Claims waiting for the writer permit: each will join a parked transaction.
+    joiners: AtomicUsize,
+    parked: Mutex<Option<Parked>>,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared")
+            .field("joiners", &self.joiners.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// An open shared transaction between two members, on a connection that holds no writer permit.
+struct Parked {
+    conn: PooledConnection,
+    group: Group,
+}
+
+/// What the members of one shared transaction have in common besides its connection.
+pub(super) struct Group {
+    /// Members whose savepoint was released: their writes wait for the `COMMIT`.
+    members: usize,
+    outcome: watch::Sender<Option<Outcome>>,
+    /// A task is queued for the writer permit to commit the group.
+    committer: bool,
+}
+
+/// How a shared transaction ended.
+#[derive(Clone, Debug)]
+pub(super) enum Outcome {
+    Committed,
+    Failed(Arc<StoreError>),
+}
+
+/// What a claim got with the writer permit: a parked shared transaction to join, or the
+/// reservation of a connection for a new one.
+pub(super) enum Seat {
+    Joined(TxConnection),
+    New(Reservation, Arc<Shared>),
+}
+
+impl Seat {
+    /// The claim's connection, a member of its shared transaction.
+    pub(super) fn connection(self, pool: &Arc<Pool>) -> Result<TxConnection, StoreError> {
+        Ok(match self {
+            Seat::Joined(conn) => conn,
+            Seat::New(reservation, shared) => {
+                let conn = pool
+                    .checkout(reservation)
+                    .map_err(StoreError::from_sqlite)?;
+                TxConnection::member(conn, shared, Group::new())
+            }
+        })
+    }
+}
+
+/// A member's part of a shared transaction, carried by its [`TxConnection`].
+pub(super) struct Member {
+    shared: Arc<Shared>,
+    group: Group,
+    /// Its savepoint is open.
+    savepoint: bool,
+}
+
+/// How a member learns the end of the shared transaction it was in.
+pub(super) enum Commit {
+    Known(Outcome),
+    Pending(watch::Receiver<Option<Outcome>>),
+}
+
+impl Commit {
+    /// `Ok` once the group's writes are committed; the error of its `COMMIT` otherwise.
+    pub(super) async fn committed(self, path: &Path) -> Result<(), StoreError> {
+        let outcome = match self {
+            Commit::Known(outcome) => outcome,
+            Commit::Pending(mut pending) => match pending.wait_for(Option::is_some).await {
+                Ok(outcome) => outcome.clone().unwrap_or(Outcome::Committed),
+                // The transaction was dropped uncommitted (its store went away): rolled back.
+                Err(_) => Outcome::Failed(Arc::new(StoreError::Unavailable(
+                    "the store was dropped before the shared transaction committed".into(),
+                ))),
+            },
+        };
+        match outcome {
+            Outcome::Committed => Ok(()),
+            Outcome::Failed(cause) => Err(StoreError::Unavailable(Box::new(SharedCommitFailed {
+                path: path.to_path_buf(),
+                cause,
+            }))),
+        }
+    }
+}
+
+/// The shared transaction a member's writes were in did not commit.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the transaction on database file {} that this call shared with concurrent ones did not commit; nothing of it was kept",
+    .path.display()
+)]
+struct SharedCommitFailed {
+    path: PathBuf,
+    #[source]
+    cause: Arc<StoreError>,
+}
+
+impl Group {
+    fn new() -> Self {
+        Group {
+            members: 0,
+            outcome: watch::Sender::new(None),
+            committer: false,
+        }
+    }
+
+    /// Tells the members how the transaction ended; `None` when it had none.
+    fn end(self, outcome: Outcome) -> Option<Commit> {
+        if self.members == 0 {
+            return None;
+        }
+        self.outcome.send_replace(Some(outcome.clone()));
+        Some(Commit::Known(outcome))
+    }
+}
+
+impl Parked {
+    /// `COMMIT` (a `ROLLBACK` if it failed with the transaction still open), then the members
+    /// are told; the connection goes back to the pool.
+    fn commit(self) -> Option<Commit> {
+        let Parked { conn, group } = self;
+        let outcome = commit(&conn);
+        drop(conn);
+        group.end(outcome)
+    }
+}
+
+fn commit(conn: &PooledConnection) -> Outcome {
+    let result = conn
+        .connection()
+        .map_err(StoreError::from_sqlite)
+        .and_then(|c| {
+            c.execute_batch("COMMIT").map_err(|e| {
+                if !c.is_autocommit()
+                    && let Err(rollback) = c.execute_batch("ROLLBACK")
+                {
+                    tracing::warn!(path = %conn.pool().path.display(), error = %crate::error_chain(&rollback), "rolling back a shared transaction whose COMMIT failed failed; closing its connection instead");
+                }
+                StoreError::from_sqlite(conn.pool().error(e))
+            })
+        });
+    match result {
+        Ok(()) => Outcome::Committed,
+        Err(e) => Outcome::Failed(Arc::new(e)),
+    }
+}
+
+impl Shared {
+    /// Waits (at most the busy timeout) for the writer permit as a claim that may join a parked
+    /// shared transaction, counted as a joiner meanwhile.
+    pub(super) async fn seat(self: &Arc<Self>, pool: &Pool) -> Result<Seat, StoreError> {
+        struct Joining<'a>(&'a AtomicUsize);
+        impl Drop for Joining<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.joiners.fetch_add(1, Ordering::SeqCst);
+        let joining = Joining(&self.joiners);
+        let writer = pool
+            .writer_permit()
+            .await
+            .map_err(StoreError::from_sqlite)?;
+        drop(joining);
+        // Stable while the permit is held: only its holder parks or takes a transaction.
+        if let Some(Parked { mut conn, group }) = self.take() {
+            conn.hold_writer(writer);
+            // A member from now on: dropped before its claim, it parks the transaction again.
+            return Ok(Seat::Joined(TxConnection::member(
+                conn,
+                Arc::clone(self),
+                group,
+            )));
+        }
+        let reservation = pool.reserve().await.map_err(StoreError::from_sqlite)?;
+        Ok(Seat::New(reservation.with_writer(writer), Arc::clone(self)))
+    }
+
+    /// Commits the parked transaction, if any: for a writer that holds the permit and will not
+    /// join it.
+    pub(super) fn commit_parked(&self) {
+        if let Some(parked) = self.take() {
+            parked.commit();
+        }
+    }
+
+    fn take(&self) -> Option<Parked> {
+        self.parked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    fn park(&self, parked: Parked) {
+        *self.parked.lock().unwrap_or_else(PoisonError::into_inner) = Some(parked);
+    }
+}
+
+/// The task that commits a parked group: it queues for the writer permit behind the claims that
+/// were waiting when the group first parked, so they join first.
+async fn commit_in_turn(shared: Arc<Shared>, pool: Arc<Pool>) {
+    let writer = pool.writer_in_turn().await;
+    let Some(parked) = shared.take() else {
+        // Committed already, by a member or another writer.
+        return;
+    };
+    let path = pool.path.clone();
+    let committed = holding_lock(&path, move || {
+        parked.commit();
+        Ok::<_, StoreError>(())
+    })
+    .await;
+    if let Err(e) = committed {
+        // The blocking task failed before its `COMMIT`: the transaction was dropped, rolled back,
+        // and the members were told (their wait ends with the sender).
+        tracing::warn!(path = %path.display(), error = %crate::error_chain(&e), "committing a shared transaction failed");
+    }
+    drop(writer);
+}
+
+impl TxConnection {
+    /// `conn` (holding the writer permit) as a member of `group`.
+    fn member(conn: PooledConnection, shared: Arc<Shared>, group: Group) -> Self {
+        TxConnection {
+            pooled: Some(conn),
+            member: Some(Member {
+                shared,
+                group,
+                savepoint: false,
+            }),
+        }
+    }
+
+    /// Opens the member's savepoint (after `BEGIN IMMEDIATE` for a new group).
+    pub(super) fn open_savepoint(&mut self) -> Result<(), Fail> {
+        let c = self.connection()?;
+        if c.is_autocommit() {
+            c.execute_batch("BEGIN IMMEDIATE")?;
+        }
+        c.execute_batch(SAVEPOINT)?;
+        if let Some(member) = &mut self.member {
+            member.savepoint = true;
+        }
+        Ok(())
+    }
+
+    /// Whether this connection is a member of a shared transaction.
+    pub(super) fn is_member(&self) -> bool {
+        self.member.is_some()
+    }
+
+    /// The member's writes are final: its savepoint is released into the group.
+    pub(super) fn release_savepoint(&mut self) -> Result<(), Fail> {
+        let c = self.connection()?;
+        c.execute_batch(RELEASE_SAVEPOINT)?;
+        if let Some(member) = &mut self.member {
+            member.savepoint = false;
+            member.group.members += 1;
+        }
+        Ok(())
+    }
+
+    /// Undoes the member's writes (its savepoint), if it has any. Should that fail, the whole
+    /// transaction is rolled back and [`leave`](Self::leave) tells the group.
+    pub(super) fn roll_back_savepoint(&mut self) {
+        let Some(member) = &mut self.member else {
+            return;
+        };
+        if !std::mem::take(&mut member.savepoint) {
+            return;
+        }
+        let Some(c) = self.pooled.as_ref().and_then(|p| p.connection().ok()) else {
+            return;
+        };
+        if c.is_autocommit() {
+            return;
+        }
+        if let Err(e) = c.execute_batch(ROLLBACK_TO_SAVEPOINT) {
+            tracing::warn!(error = %crate::error_chain(&e), "rolling back to a member's savepoint failed; rolling back the shared transaction");
+            if let Err(e) = c.execute_batch("ROLLBACK") {
+                tracing::warn!(error = %crate::error_chain(&e), "rolling back a shared transaction failed; closing its connection instead");
+            }
+        }
+    }
+
+    /// The member is done with the connection (its savepoint released or rolled back). With no
+    /// members left in the group, the transaction is rolled back. Otherwise, while claims wait
+    /// for the writer permit (or when `commit_here` is false: a drop, which must not wait for an
+    /// `fsync`), the transaction is parked for them and a task commits it in turn; else it is
+    /// committed here. `None`: nothing to wait for (no member's writes were pending).
+    pub(super) fn leave(&mut self, commit_here: bool) -> Option<Commit> {
+        let Member { shared, group, .. } = self.member.take()?;
+        let conn = self.pooled.as_ref()?;
+        let Ok(c) = conn.connection() else {
+            return group.end(Outcome::Failed(Arc::new(StoreError::Unavailable(
+                "SQLite connection pool lost a connection".into(),
+            ))));
+        };
+        if c.is_autocommit() {
+            // A member's SQL ended it, or SQLite rolled it back after an error.
+            let ended = TransactionEnded {
+                path: conn.pool().path.clone(),
+                source: None,
+            };
+            return group.end(Outcome::Failed(Arc::new(StoreError::Unavailable(
+                Box::new(ended),
+            ))));
+        }
+        if group.members == 0 {
+            if let Err(e) = c.execute_batch("ROLLBACK") {
+                tracing::warn!(path = %conn.pool().path.display(), error = %crate::error_chain(&e), "rolling back a transaction failed; closing its connection instead");
+            }
+            return None;
+        }
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        match runtime {
+            Some(runtime) if !commit_here || shared.joiners.load(Ordering::SeqCst) > 0 => {
+                let mut conn = self.pooled.take()?;
+                let writer = conn.take_writer();
+                let mut group = group;
+                let pending = group.outcome.subscribe();
+                if !std::mem::replace(&mut group.committer, true) {
+                    let pool = Arc::clone(conn.pool());
+                    runtime.spawn(commit_in_turn(Arc::clone(&shared), pool));
+                }
+                shared.park(Parked { conn, group });
+                // After the park: the writer that gets the permit finds the transaction.
+                drop(writer);
+                Some(Commit::Pending(pending))
+            }
+            _ => {
+                let outcome = commit(conn);
+                group.end(outcome)
+            }
+        }
+    }
+}
