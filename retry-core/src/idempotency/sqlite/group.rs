@@ -342,8 +342,8 @@ impl TxConnection {
         let Member { shared, group, .. } = self.member.take()?;
         let conn = self.pooled.as_ref()?;
         let Ok(c) = conn.connection() else {
-            return group.end(Outcome::Failed(Arc::new(StoreError::Unavailable(
-                "SQLite connection pool lost a connection".into(),
+            return group.end(Outcome::Failed(Arc::new(StoreError::from_sqlite(
+                sql::lost_connection(),
             ))));
         };
         if c.is_autocommit() {
