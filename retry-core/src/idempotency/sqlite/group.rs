@@ -15,6 +15,9 @@
 //!   task spawned at the group's first park queues for the permit behind them and commits the
 //!   group; a member done while nobody waits commits it at once, and so does any other writer of
 //!   the store that gets the permit first (`begin`, `begin_for`).
+//! - The task queues behind the claims waiting at the group's first park; claims that come later
+//!   queue behind the task, so a group is never larger than the number of requests that were
+//!   waiting at once, and a member's answer waits at most for their handlers.
 //! - A member's answer waits for the group's `COMMIT`: `commit_done` returns after it, and a
 //!   claim that joined and was refused (a duplicate of a key done in the group) is answered only
 //!   once what it read is durable. If the `COMMIT` fails, or a member's SQL ends the transaction,

@@ -454,7 +454,11 @@ impl TransactionalStore for SqliteStore {
     /// others wait for the store's writer permit leaves the transaction open for them, and each
     /// works in a savepoint of its own, so a failure or a drop undoes only its own claim and
     /// writes. Every request is answered after the shared `COMMIT`; if it fails, all of them get
-    /// [`StoreError::Unavailable`] and their keys are free, since nothing of them was kept.
+    /// [`StoreError::Unavailable`] and their keys are free, since nothing of them was kept. The
+    /// price is latency: a request's answer also waits for the handlers of the requests that
+    /// joined its transaction (only those already queued when it finished, so a group is never
+    /// larger than the concurrency), which is one more reason to keep the SQL run in the
+    /// transaction short.
     ///
     /// A key that is done (or kept failed) is answered from a plain read first, which in WAL
     /// mode neither takes nor waits for the write lock. A duplicate of a key whose transaction
