@@ -24,6 +24,9 @@ use crate::idempotency::{
 // renewed from another connection, and a REPEATABLE READ or SERIALIZABLE transaction refuses
 // to update a row updated since its snapshot (`40001`), so its `done` update would fail.
 const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT txid_current()::text";
+// `claim_in_transaction`'s `BEGIN`: its claim statement reads the transaction's id itself, so
+// the server runs one statement fewer per call.
+const BEGIN_CLAIM: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 // `commit_done`'s update, sent together with the `COMMIT` (one round trip), so it must never
 // let that `COMMIT` through when it wrote nothing: it fails instead, which aborts the
 // transaction, and PostgreSQL ends an aborted transaction's `COMMIT` as a `ROLLBACK`. Two
@@ -387,13 +390,14 @@ impl TransactionalStore for PgStore {
         // dropped: its connection closes and the server rolls back. (Were `BEGIN` to fail and
         // the claim not, the claim would have committed on its own: in progress until its
         // lease ends, never run twice.)
-        let (begun, outcome) = both(
-            self.begin_txid(tx.client()),
+        let (begun, claimed) = both(
+            tx.client().batch_execute(BEGIN_CLAIM),
             claim::claim_in_transaction(tx.pooled(), clock, request),
         )
         .await;
-        tx.txid = begun?;
-        let outcome = outcome.map_err(|e| self.db.fail(e, StoreError::Unavailable))?;
+        begun.map_err(|e| self.error(e))?;
+        let (outcome, txid) = claimed.map_err(|e| self.db.fail(e, StoreError::Unavailable))?;
+        tx.txid = txid;
         match outcome {
             ClaimOutcome::Claimed(claim) => Ok(TransactionClaim::Claimed(ClaimedTransaction {
                 claim,
