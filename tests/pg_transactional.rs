@@ -670,3 +670,103 @@ async fn the_claim_rules_hold_inside_the_transaction() {
     drop(client);
     schema.drop_all().await;
 }
+
+/// The handler's write: one row in `effects`, in its transaction.
+async fn write_effect(tx: &PgTransaction, deposit_no: i64) {
+    tx.client()
+        .execute(
+            "INSERT INTO effects (deposit_no) VALUES ($1)",
+            &[&deposit_no],
+        )
+        .await
+        .unwrap();
+}
+
+/// `commit_done` sends its update and the `COMMIT` in one round trip: an update that writes no
+/// row (here a claim with another token than the row's) must turn that `COMMIT` into a rollback,
+/// so the handler's write is never committed without the response, whichever way the
+/// transaction was begun. The key stays as it was, and the connection goes back to the pool
+/// outside any transaction.
+#[tokio::test]
+async fn a_fenced_commit_done_commits_none_of_the_handlers_writes() {
+    let (schema, store, client) = setup("in_tx_fenced", 1).await;
+    let hour = Duration::from_secs(3_600);
+    let not_ours = |claim: &Claim| Claim {
+        key: claim.key.clone(),
+        token: claim.token + 1,
+    };
+
+    // Claimed in the transaction: the claim goes with the rollback, the key is free.
+    let call = claimed_in(store.claim_in_transaction(&request("in-tx", hour)).await);
+    write_effect(&call.transaction, 1).await;
+    let stale = not_ours(&call.claim);
+    assert!(matches!(
+        store.commit_done(call.transaction, &stale, "\"x\"").await,
+        Err(StoreError::Fenced)
+    ));
+    assert_eq!(
+        effects(&client).await,
+        0,
+        "the write was committed without its response"
+    );
+    let again = claimed_in(store.claim_in_transaction(&request("in-tx", hour)).await);
+    assert_eq!(
+        again.claim.token, 1,
+        "nothing of the first call was committed"
+    );
+    store.rollback(again.transaction).await.unwrap();
+
+    // Begun for a claim that committed on its own (`begin_for`), and begun without one:
+    // the claim stays in progress under its own token.
+    for (key, held) in [("held", true), ("leased", false)] {
+        let claim = claimed(store.claim(&request(key, hour)).await);
+        let tx = if held {
+            store.begin_for(&claim).await.unwrap()
+        } else {
+            store.begin().await.unwrap()
+        };
+        write_effect(&tx, 2).await;
+        assert!(matches!(
+            store.commit_done(tx, &not_ours(&claim), "\"x\"").await,
+            Err(StoreError::Fenced)
+        ));
+        assert_eq!(effects(&client).await, 0, "{key}: the write was committed");
+        let tx = store.begin().await.unwrap();
+        store.commit_done(tx, &claim, "\"ok\"").await.unwrap();
+        assert_eq!(
+            store.claim(&request(key, hour)).await.unwrap(),
+            ClaimOutcome::Done("\"ok\"".into())
+        );
+    }
+
+    // A key with no row at all is refused the same way.
+    let call = claimed_in(store.claim_in_transaction(&request("real", hour)).await);
+    write_effect(&call.transaction, 3).await;
+    let missing = Claim {
+        key: "no-such-key".into(),
+        token: 1,
+    };
+    assert!(matches!(
+        store.commit_done(call.transaction, &missing, "\"x\"").await,
+        Err(StoreError::Fenced)
+    ));
+    assert_eq!(effects(&client).await, 0);
+
+    // Every connection went back to the pool outside any transaction.
+    let status = store.pool().status();
+    assert_eq!(status.size, status.available, "{status:?}");
+    let mut pooled = Vec::new();
+    for _ in 0..status.size {
+        pooled.push(store.pool().get().await.unwrap());
+    }
+    for pooled in &pooled {
+        let txid: Option<i64> = pooled
+            .query_one("SELECT txid_current_if_assigned()::bigint", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(txid, None);
+    }
+    drop(client);
+    schema.drop_all().await;
+}

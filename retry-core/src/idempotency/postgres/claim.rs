@@ -646,7 +646,8 @@ async fn decide(
 /// `claim_in_transaction`'s one statement, in the handler's open transaction: the key's
 /// transaction-level advisory lock tried (never waited for), the claim inserted if it was
 /// granted, and the key's committed row as the statement found it (the `READ_ROW` columns, NULL
-/// when there is none), then whether the lock was granted and whether the insert happened.
+/// when there is none), then whether the lock was granted, whether the insert happened, and the
+/// transaction's id (which `commit_done` checks: read here, `BEGIN` need not ask for it).
 /// `$1` key, `$2` biz_key, `$3` fingerprint, `$4` injected now, `$5` lease, `$6` retention. The
 /// lock's CTE is read twice, so it runs once; the outer select does not see the CTE's insert
 /// (one snapshot), so a row it returns was there before.
@@ -663,11 +664,11 @@ const LOCK_AND_INSERT: &str = concat!(
     now!("4"),
     " AS ts) t WHERE l.got ON CONFLICT (msg_id) DO NOTHING RETURNING 1)      SELECT r.status, r.response, r.fingerprint, r.token, r.lease_until, r.expires_at,      r.in_transaction, ",
     utc_text!(now!("4")),
-    ", l.got, EXISTS (SELECT 1 FROM i) FROM l LEFT JOIN inbox_log r ON r.msg_id = $1"
+    ", l.got, EXISTS (SELECT 1 FROM i), txid_current() FROM l LEFT JOIN inbox_log r ON r.msg_id = $1"
 );
 
 /// The claim inside the handler's transaction, open on `client` (`BEGIN` already run): the
-/// claim, or what the key holds (the caller then rolls back).
+/// claim, or what the key holds (the caller then rolls back), and the transaction's id.
 ///
 /// - The lock not granted: a live transaction holds the key right now (another call's claim
 ///   in its transaction, or a transaction of the old `begin_for` path, whose connection holds
@@ -681,18 +682,33 @@ pub(super) async fn claim_in_transaction(
     client: &impl GenericClient,
     clock: Option<&dyn Clock>,
     request: &ClaimRequest<'_>,
-) -> Result<ClaimOutcome, Fail> {
-    let key = request.key;
+) -> Result<(ClaimOutcome, i64), Fail> {
     let statement = client.prepare_cached(LOCK_AND_INSERT).await?;
     let params = InsertParams::new(clock, request);
     let row = client.query_one(&statement, &params.list()).await?;
+    let txid: i64 = row.try_get(10)?;
+    Ok((
+        decide_in_transaction(client, clock, request, &row).await?,
+        txid,
+    ))
+}
+
+/// What [`LOCK_AND_INSERT`]'s `row` says for `request`, deciding about a row that was there
+/// inside the transaction (see [`claim_in_transaction`]).
+async fn decide_in_transaction(
+    client: &impl GenericClient,
+    clock: Option<&dyn Clock>,
+    request: &ClaimRequest<'_>,
+    row: &Row,
+) -> Result<ClaimOutcome, Fail> {
+    let key = request.key;
     let got: bool = row.try_get(8)?;
     let inserted: bool = row.try_get(9)?;
     if inserted {
         return Ok(ClaimOutcome::Claimed(Claim::first(key)));
     }
     if row.try_get::<_, Option<String>>(0)?.is_some() {
-        let (found, now) = Stored::decode(key, &row)?;
+        let (found, now) = Stored::decode(key, row)?;
         if found.retained(&now)
             && let Some(outcome) = settled(&found, request)?
         {

@@ -3,11 +3,13 @@
 
 use std::fmt;
 use std::future::{Future, poll_fn};
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::Poll;
 
 use deadpool_postgres::Object;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 
 use super::{PgStore, claim};
 use crate::idempotency::{
@@ -22,9 +24,23 @@ use crate::idempotency::{
 // renewed from another connection, and a REPEATABLE READ or SERIALIZABLE transaction refuses
 // to update a row updated since its snapshot (`40001`), so its `done` update would fail.
 const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT txid_current()::text";
-const COMMIT_DONE: &str = "UPDATE inbox_log SET status = 'done', response = $1 \
-     WHERE msg_id = $2 AND token = $3 AND status = 'in_progress' AND txid_current() = $4";
-const SAME_TRANSACTION: &str = "SELECT txid_current() = $1";
+// `claim_in_transaction`'s `BEGIN`: its claim statement reads the transaction's id itself, so
+// the server runs one statement fewer per call.
+const BEGIN_CLAIM: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+// `commit_done`'s update, sent together with the `COMMIT` (one round trip), so it must never
+// let that `COMMIT` through when it wrote nothing: it fails instead, which aborts the
+// transaction, and PostgreSQL ends an aborted transaction's `COMMIT` as a `ROLLBACK`. Two
+// failures, told apart by their SQLSTATE: the handler's SQL ended the transaction `BEGIN`
+// opened (`txid_current()` is another: invalid_text_representation, raised by casting text
+// that says so), or the claim's row was not in progress under its token (taken over, or
+// finished: `count(*)` of the updated rows is 0, division_by_zero). Neither branch is a
+// constant, so the planner cannot raise it while preparing. `$1` response, `$2` key, `$3`
+// token, `$4` the transaction's id.
+const COMMIT_DONE: &str = "WITH u AS (UPDATE inbox_log SET status = 'done', response = $1 \
+     WHERE msg_id = $2 AND token = $3 AND status = 'in_progress' AND txid_current() = $4 \
+     RETURNING 1) \
+     SELECT CASE WHEN txid_current() = $4 THEN 1 / (SELECT count(*)::int FROM u) \
+     ELSE ('not the transaction begun for the handler: ' || txid_current())::int END";
 // `begin_for`: the connection takes the key's advisory lock (session level: it outlives the
 // `BEGIN`s and `COMMIT`s, and the server drops it with the connection), then marks the claim's
 // row as held by a transaction, in autocommit (so the mark is there for everyone even if this
@@ -374,13 +390,14 @@ impl TransactionalStore for PgStore {
         // dropped: its connection closes and the server rolls back. (Were `BEGIN` to fail and
         // the claim not, the claim would have committed on its own: in progress until its
         // lease ends, never run twice.)
-        let (begun, outcome) = both(
-            self.begin_txid(tx.client()),
+        let (begun, claimed) = both(
+            tx.client().batch_execute(BEGIN_CLAIM),
             claim::claim_in_transaction(tx.pooled(), clock, request),
         )
         .await;
-        tx.txid = begun?;
-        let outcome = outcome.map_err(|e| self.db.fail(e, StoreError::Unavailable))?;
+        begun.map_err(|e| self.error(e))?;
+        let (outcome, txid) = claimed.map_err(|e| self.db.fail(e, StoreError::Unavailable))?;
+        tx.txid = txid;
         match outcome {
             ClaimOutcome::Claimed(claim) => Ok(TransactionClaim::Claimed(ClaimedTransaction {
                 claim,
@@ -396,8 +413,10 @@ impl TransactionalStore for PgStore {
 
     /// In `transaction`: `UPDATE inbox_log SET status = 'done', response = $1` for the claim's
     /// key, only if its token and `in_progress` still hold (and the transaction is still the one
-    /// `begin` opened). One row: `COMMIT`, so the handler's writes and the response commit
-    /// together. No row (the claim was taken over, or already finished): `ROLLBACK` and
+    /// `begin` opened), and `COMMIT`, sent together: one round trip. One row: the `COMMIT`
+    /// commits the handler's writes and the response together. No row (the claim was taken
+    /// over, or already finished): the update fails on purpose, which aborts the transaction,
+    /// so the `COMMIT` behind it rolls everything back, the handler's writes included;
     /// [`StoreError::Fenced`].
     ///
     /// If this future is dropped before it finishes, the connection is closed and the server
@@ -466,52 +485,63 @@ impl TransactionalStore for PgStore {
         }
         let token = i64::try_from(claim.token).unwrap_or(i64::MAX);
         let client = tx.pooled();
+        // Prepared first, on its own: a `Parse` still on its way must not let the `COMMIT`
+        // go out before the update.
         let statement = client
             .prepare_cached(COMMIT_DONE)
             .await
             .map_err(|e| self.error(e))?;
-        let updated = client
-            .execute(&statement, &[&response, &claim.key, &token, &tx.txid])
-            .await
-            .map_err(|e| self.error(e))?;
-        if updated == 1 {
-            client
-                .batch_execute("COMMIT")
-                .await
-                .map_err(|e| self.error(e))?;
-            tx.give_back().await;
-            return Ok(());
-        }
-        // Nothing was written: taken over, or the transaction is not the one `begin` opened.
-        let statement = client
-            .prepare_cached(SAME_TRANSACTION)
-            .await
-            .map_err(|e| self.error(e))?;
-        let same: bool = client
-            .query_one(&statement, &[&tx.txid])
-            .await
-            .and_then(|row| row.try_get(0))
-            .map_err(|e| self.error(e))?;
-        match client.batch_execute("ROLLBACK").await {
-            Ok(()) => tx.give_back().await,
-            // Nothing of this transaction can commit any more: dropped, its connection closes
-            // and the server rolls back. The answer below stands.
-            Err(e) => {
-                tracing::debug!(server = %self.db.server, error = %crate::error_chain(&e), "ROLLBACK after a refused commit_done failed; closing the connection");
-                drop(tx);
+        // The first poll sends the update (tokio-postgres queues a request when it is first
+        // polled, and sends requests in that order). Still waiting: it is on its way, and the
+        // `COMMIT` follows it in the same round trip; the update fails rather than write
+        // nothing, so the `COMMIT` can only commit a transaction holding the `done` row.
+        // Answered at once: it never left (an error of the client, a closed connection), so
+        // nothing follows it. `Ok`: the update wrote the row, and the `COMMIT`'s answer;
+        // `Err`: the update's error, and the `COMMIT`'s answer if one was sent.
+        let sent = {
+            let params: [&(dyn ToSql + Sync); 4] = [&response, &claim.key, &token, &tx.txid];
+            let mut update = pin!(client.execute(&statement, &params));
+            match poll_once(update.as_mut()).await {
+                None => match both(update, client.batch_execute("COMMIT")).await {
+                    (Ok(_), committed) => Ok(committed),
+                    (Err(e), committed) => Err((e, Some(committed))),
+                },
+                Some(Ok(_)) => Ok(client.batch_execute("COMMIT").await),
+                Some(Err(e)) => Err((e, None)),
             }
-        }
-        if same {
-            Err(StoreError::Fenced)
-        } else {
-            Err(StoreError::Unavailable(
+        };
+        let (refused, committed) = match sent {
+            Ok(committed) => {
+                committed.map_err(|e| self.error(e))?;
+                tx.give_back().await;
+                return Ok(());
+            }
+            Err(refused) => refused,
+        };
+        let answer = match refused.code() {
+            Some(&SqlState::DIVISION_BY_ZERO) => StoreError::Fenced,
+            Some(&SqlState::INVALID_TEXT_REPRESENTATION) => StoreError::Unavailable(
                 format!(
                     "PostgreSQL at {}: the handler's SQL ended the transaction begun for it (a COMMIT or ROLLBACK of its own), so the response was not stored with its writes",
                     self.db.server
                 )
                 .into(),
-            ))
+            ),
+            _ => self.error(refused),
+        };
+        // Nothing of the transaction committed: the update failed, so the `COMMIT` behind it
+        // ended the transaction as a `ROLLBACK`. Once that answered, the connection is out of
+        // any transaction and can be pooled again; otherwise it is dropped, closed, and the
+        // server rolls back. The answer stands either way.
+        match committed {
+            Some(Ok(())) => tx.give_back().await,
+            Some(Err(e)) => {
+                tracing::debug!(server = %self.db.server, error = %crate::error_chain(&e), "the COMMIT after a refused commit_done failed; closing the connection");
+                drop(tx);
+            }
+            None => drop(tx),
         }
+        Err(answer)
     }
 
     /// Rolls the handler's transaction back and returns its connection to the pool.
@@ -544,7 +574,8 @@ impl TransactionalStore for PgStore {
 }
 
 /// Polls `first` and `second` together until both are done, `first` first at every wake (what
-/// `join!` does; the crate depends on neither tokio's macros nor `futures`).
+/// `join!` does; the crate depends on neither tokio's macros nor `futures`). Two requests on one
+/// tokio-postgres connection joined this way go out in one round trip, `first`'s first.
 async fn both<A: Future, B: Future>(first: A, second: B) -> (A::Output, B::Output) {
     let (mut first, mut second) = (pin!(first), pin!(second));
     let (mut a, mut b) = (None, None);
@@ -566,6 +597,16 @@ async fn both<A: Future, B: Future>(first: A, second: B) -> (A::Output, B::Outpu
                 Poll::Pending
             }
         }
+    })
+    .await
+}
+
+/// Polls `future` once: its output if it finished at once, `None` if it is still waiting (and
+/// will be polled again).
+async fn poll_once<F: Future + Unpin>(mut future: F) -> Option<F::Output> {
+    poll_fn(|cx| match Pin::new(&mut future).poll(cx) {
+        Poll::Ready(output) => Poll::Ready(Some(output)),
+        Poll::Pending => Poll::Ready(None),
     })
     .await
 }
