@@ -127,7 +127,8 @@ pub struct PgTransaction {
     conn: Option<Object>,
     /// The claim's key whose advisory lock the connection holds (`begin_for`).
     holds: Option<String>,
-    /// What `txid_current()` said right after `BEGIN`.
+    /// The transaction's id (`txid_current()`): read with `BEGIN`, or by the claim statement of
+    /// `claim_in_transaction`, the first one in the transaction.
     txid: i64,
     server: Arc<str>,
 }
