@@ -1225,7 +1225,18 @@ fn commit_in_background(
 /// after that commit, and nothing of it is visible before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_waiting_for_the_lock_share_one_commit() {
-    let dir = TempDir::new("group-commit");
+    two_requests_share_one_commit("group-commit").await;
+}
+
+/// The same on a current-thread runtime (`#[tokio::main(flavor = "current_thread")]`, and
+/// `#[tokio::test]`), where the store's steps run on the blocking pool instead of in place.
+#[tokio::test]
+async fn claims_waiting_for_the_lock_share_one_commit_on_a_current_thread_runtime() {
+    two_requests_share_one_commit("group-commit-current-thread").await;
+}
+
+async fn two_requests_share_one_commit(test: &str) {
+    let dir = TempDir::new(test);
     let store = Arc::new(open_with_balances(&dir, 1));
     let before = wal_commits(&dir);
     let (first, queued) = a_claim_with_one_queued_behind(&store, "k1", "k2").await;
