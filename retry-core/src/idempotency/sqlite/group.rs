@@ -118,13 +118,18 @@ impl Commit {
     pub(super) async fn committed(self, path: &Path) -> Result<(), StoreError> {
         let outcome = match self {
             Commit::Known(outcome) => outcome,
-            Commit::Pending(mut pending) => match pending.wait_for(Option::is_some).await {
-                Ok(outcome) => outcome.clone().unwrap_or(Outcome::Committed),
-                // The transaction was dropped uncommitted (its store went away): rolled back.
-                Err(_) => Outcome::Failed(Arc::new(StoreError::Unavailable(
-                    "the store was dropped before the shared transaction committed".into(),
-                ))),
-            },
+            // `None` only if the transaction was dropped uncommitted (its store went away with
+            // it): rolled back. Never taken for a commit that was not seen.
+            Commit::Pending(mut pending) => pending
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|outcome| outcome.clone())
+                .unwrap_or_else(|| {
+                    Outcome::Failed(Arc::new(StoreError::Unavailable(
+                        "the store was dropped before the shared transaction committed".into(),
+                    )))
+                }),
         };
         match outcome {
             Outcome::Committed => Ok(()),
@@ -170,11 +175,11 @@ impl Group {
 impl Parked {
     /// `COMMIT` (a `ROLLBACK` if it failed with the transaction still open), then the members
     /// are told; the connection goes back to the pool.
-    fn commit(self) -> Option<Commit> {
+    fn commit(self) {
         let Parked { conn, group } = self;
         let outcome = commit(&conn);
         drop(conn);
-        group.end(outcome)
+        group.end(outcome);
     }
 }
 
@@ -187,7 +192,7 @@ fn commit(conn: &PooledConnection) -> Outcome {
                 if !c.is_autocommit()
                     && let Err(rollback) = c.execute_batch("ROLLBACK")
                 {
-                    tracing::warn!(path = %conn.pool().path.display(), error = %crate::error_chain(&rollback), "rolling back a shared transaction whose COMMIT failed failed; closing its connection instead");
+                    tracing::warn!(path = %conn.pool().path.display(), error = %crate::error_chain(&rollback), "the ROLLBACK after a shared transaction's failed COMMIT failed too; closing its connection instead");
                 }
                 StoreError::from_sqlite(conn.pool().error(e))
             })
