@@ -703,36 +703,16 @@ pub(crate) fn wrap<F: Future, K>(key: String, flow: F) -> Idempotent<F, K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::idempotency::MemoryStore;
+    use crate::idempotency::OverMemory;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     /// A third-party transactional store without `claim_in_transaction` of its own: the
     /// default (`claim`, then `begin_for`) serves it.
-    #[derive(Default)]
-    struct ThirdParty {
-        inner: MemoryStore,
-        fail_begin: AtomicBool,
-    }
+    type ThirdParty = OverMemory<FailBegin>;
 
-    impl IdempotencyStore for ThirdParty {
-        async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-            self.inner.claim(request).await
-        }
-        async fn complete(&self, claim: &Claim, response: &str) -> Result<(), StoreError> {
-            self.inner.complete(claim, response).await
-        }
-        async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
-            self.inner.release(claim).await
-        }
-        async fn mark_failed(&self, claim: &Claim, failure: &str) -> Result<(), StoreError> {
-            self.inner.mark_failed(claim, failure).await
-        }
-        async fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
-            self.inner.renew(claim, lease).await
-        }
-        async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {
-            self.inner.purge_older_than(age).await
-        }
+    #[derive(Default)]
+    struct FailBegin {
+        fail_begin: AtomicBool,
     }
 
     impl TransactionalStore for ThirdParty {

@@ -176,6 +176,47 @@ impl MemoryStore {
     }
 }
 
+/// For unit tests of code over a store that needs a second trait (`TransactionalStore`): the
+/// store part is a [`MemoryStore`]'s, and the test's own state `S` (counters, failure switches)
+/// is reached through `Deref`.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct OverMemory<S> {
+    pub(crate) inner: MemoryStore,
+    state: S,
+}
+
+#[cfg(test)]
+impl<S> std::ops::Deref for OverMemory<S> {
+    type Target = S;
+
+    fn deref(&self) -> &S {
+        &self.state
+    }
+}
+
+#[cfg(test)]
+impl<S: Send + Sync> IdempotencyStore for OverMemory<S> {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        self.inner.claim(request).await
+    }
+    async fn complete(&self, claim: &Claim, response: &str) -> Result<(), StoreError> {
+        self.inner.complete(claim, response).await
+    }
+    async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+        self.inner.release(claim).await
+    }
+    async fn mark_failed(&self, claim: &Claim, failure: &str) -> Result<(), StoreError> {
+        self.inner.mark_failed(claim, failure).await
+    }
+    async fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
+        self.inner.renew(claim, lease).await
+    }
+    async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {
+        self.inner.purge_older_than(age).await
+    }
+}
+
 impl IdempotencyStore for MemoryStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         Ok(self.claim_now(request))

@@ -64,6 +64,8 @@ pub use held::{HeldClaim, current};
 pub(crate) use key::digest;
 pub use key::{KeyPart, encode_key, encode_namespaced_key, encode_scoped_key};
 pub use memory::MemoryStore;
+#[cfg(test)]
+pub(crate) use memory::OverMemory;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PgStore, PgTransaction};

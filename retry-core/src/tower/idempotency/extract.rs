@@ -368,16 +368,14 @@ fn unavailable(why: &'static str) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::idempotency::{
-        Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, MemoryStore, TransactionalStore,
-    };
+    use crate::idempotency::{Claim, OverMemory, TransactionalStore};
     use std::sync::atomic::{AtomicU32, Ordering};
-    use std::time::Duration;
 
     /// A memory store whose transactions are counters: begun, and dropped.
+    type Counting = OverMemory<Counts>;
+
     #[derive(Default)]
-    struct Counting {
-        inner: MemoryStore,
+    struct Counts {
         begun: AtomicU32,
         fail_begin: std::sync::atomic::AtomicBool,
         dropped: Arc<AtomicU32>,
@@ -387,27 +385,6 @@ mod tests {
     impl Drop for Tx {
         fn drop(&mut self) {
             self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    impl IdempotencyStore for Counting {
-        async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-            self.inner.claim(request).await
-        }
-        async fn complete(&self, claim: &Claim, response: &str) -> Result<(), StoreError> {
-            self.inner.complete(claim, response).await
-        }
-        async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
-            self.inner.release(claim).await
-        }
-        async fn mark_failed(&self, claim: &Claim, failure: &str) -> Result<(), StoreError> {
-            self.inner.mark_failed(claim, failure).await
-        }
-        async fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
-            self.inner.renew(claim, lease).await
-        }
-        async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {
-            self.inner.purge_older_than(age).await
         }
     }
 
