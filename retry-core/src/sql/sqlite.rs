@@ -245,9 +245,7 @@ impl Pool {
     /// and other processes still meet at SQLite's lock.
     pub(crate) async fn reserve_writer(&self) -> Result<Reservation, Error> {
         let writer = self.writer_permit().await?;
-        let mut reservation = self.reserve().await?;
-        reservation.writer = writer;
-        Ok(reservation)
+        Ok(self.reserve().await?.with_writer(writer))
     }
 
     /// The writer permit alone (see [`reserve_writer`](Self::reserve_writer)), for a writer

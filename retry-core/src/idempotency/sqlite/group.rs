@@ -30,7 +30,7 @@ use std::sync::{Mutex, PoisonError};
 
 use tokio::sync::watch;
 
-use super::transaction::{TransactionEnded, TxConnection};
+use super::transaction::{TransactionEnded, TxConnection, roll_back_in_place};
 use super::*;
 use crate::sql::sqlite::Reservation;
 
@@ -189,11 +189,7 @@ fn commit(conn: &PooledConnection) -> Outcome {
         .map_err(StoreError::from_sqlite)
         .and_then(|c| {
             c.execute_batch("COMMIT").map_err(|e| {
-                if !c.is_autocommit()
-                    && let Err(rollback) = c.execute_batch("ROLLBACK")
-                {
-                    tracing::warn!(path = %conn.pool().path.display(), error = %crate::error_chain(&rollback), "the ROLLBACK after a shared transaction's failed COMMIT failed too; closing its connection instead");
-                }
+                roll_back_in_place(conn);
                 StoreError::from_sqlite(conn.pool().error(e))
             })
         });
@@ -327,17 +323,18 @@ impl TxConnection {
         if !std::mem::take(&mut member.savepoint) {
             return;
         }
-        let Some(c) = self.pooled.as_ref().and_then(|p| p.connection().ok()) else {
+        let Some(conn) = &self.pooled else {
+            return;
+        };
+        let Ok(c) = conn.connection() else {
             return;
         };
         if c.is_autocommit() {
             return;
         }
         if let Err(e) = c.execute_batch(ROLLBACK_TO_SAVEPOINT) {
-            tracing::warn!(error = %crate::error_chain(&e), "rolling back to a member's savepoint failed; rolling back the shared transaction");
-            if let Err(e) = c.execute_batch("ROLLBACK") {
-                tracing::warn!(error = %crate::error_chain(&e), "rolling back a shared transaction failed; closing its connection instead");
-            }
+            tracing::warn!(path = %conn.pool().path.display(), error = %crate::error_chain(&e), "rolling back to a member's savepoint failed; rolling back the shared transaction");
+            roll_back_in_place(conn);
         }
     }
 
@@ -365,9 +362,7 @@ impl TxConnection {
             ))));
         }
         if group.members == 0 {
-            if let Err(e) = c.execute_batch("ROLLBACK") {
-                tracing::warn!(path = %conn.pool().path.display(), error = %crate::error_chain(&e), "rolling back a transaction failed; closing its connection instead");
-            }
+            roll_back_in_place(conn);
             return None;
         }
         let runtime = tokio::runtime::Handle::try_current().ok();

@@ -364,24 +364,26 @@ impl Drop for TxConnection {
             let _ = self.leave(false);
             return;
         }
-        if !self.is_open() {
-            return;
+        if let Some(pooled) = &self.pooled {
+            roll_back_in_place(pooled);
         }
-        let Ok(conn) = self.connection() else {
-            return;
-        };
-        // Cheap enough for any thread, async ones included: rolling back a WAL transaction
-        // discards its pages and releases the write lock, with no disk write and no lock wait.
-        if let Err(e) = conn.execute_batch("ROLLBACK") {
-            tracing::warn!(path = %conn_path(self), error = %crate::error_chain(&e), "rolling back a dropped transaction failed; closing its connection instead");
-        }
-        // `PooledConnection::drop` closes the connection if the transaction is still open.
     }
 }
 
-fn conn_path(conn: &TxConnection) -> String {
-    conn.pool()
-        .map_or_else(|_| String::new(), |pool| pool.path.display().to_string())
+/// `ROLLBACK` of `conn`'s open transaction, if any, in place: cheap enough for any thread, async
+/// ones included (rolling back a WAL transaction discards its pages and releases the write lock,
+/// with no disk write and no lock wait). A failure is logged; the connection, still in its
+/// transaction, is then closed rather than pooled (`PooledConnection::drop`).
+pub(super) fn roll_back_in_place(conn: &PooledConnection) {
+    let Ok(c) = conn.connection() else {
+        return;
+    };
+    if c.is_autocommit() {
+        return;
+    }
+    if let Err(e) = c.execute_batch("ROLLBACK") {
+        tracing::warn!(path = %conn.pool().path.display(), error = %crate::error_chain(&e), "rolling back a transaction failed; closing its connection instead");
+    }
 }
 
 impl TransactionalStore for SqliteStore {
@@ -669,13 +671,13 @@ impl TransactionalStore for SqliteStore {
     /// # }
     /// ```
     async fn rollback(&self, mut transaction: SqliteTransaction) -> Result<(), StoreError> {
-        let Some(mut conn) = transaction.conn.take() else {
+        let Some(conn) = transaction.conn.take() else {
             return Ok(());
         };
         if conn.is_member() {
-            conn.roll_back_savepoint();
-            // The other members' writes commit without this one's, by a task: no `fsync` here.
-            let _ = conn.leave(false);
+            // What its drop does: its savepoint is rolled back, and the other members' writes
+            // commit without it, by a task (no `fsync` here).
+            drop(conn);
             return Ok(());
         }
         let c = conn.connection().map_err(|e| transaction.pool.fail(e))?;
