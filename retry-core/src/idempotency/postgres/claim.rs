@@ -92,19 +92,38 @@ macro_rules! later_text {
 // The statements. `t.ts` is the statement's time (`now!`), computed once per statement in a
 // one-row sub-select.
 
+// `claim_row!("source")`: the claim's insert, token 1, its row made from `t.ts` (the time it
+// decides at) of the rest of the `FROM` clause, `source`. `$1` key, `$2` biz_key, `$3`
+// fingerprint, `$5` lease, `$6` retention. [`INSERT_CLAIM`], [`TRY_INSERT`] and
+// [`LOCK_AND_INSERT`] insert the same row.
+macro_rules! claim_row {
+    ($($from:tt)+) => {
+        concat!(
+            "INSERT INTO inbox_log \
+             (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at) \
+             SELECT $1, $2, 'in_progress', NULL, ",
+            utc_text!("t.ts"),
+            ", $3, 1, ",
+            later_text!("t.ts", "5"),
+            ", ",
+            later_text!("t.ts", "6"),
+            " FROM ",
+            $($from)+
+        )
+    };
+}
+
+// `now_table!("n")`: the one-row table `t` of the time a claim decides at (`now!("n")`).
+macro_rules! now_table {
+    ($p:literal) => {
+        concat!("(SELECT ", now!($p), " AS ts) t")
+    };
+}
+
 /// `$1` key, `$2` biz_key, `$3` fingerprint, `$4` injected now, `$5` lease, `$6` retention.
 const INSERT_CLAIM: &str = concat!(
-    "INSERT INTO inbox_log \
-     (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at) \
-     SELECT $1, $2, 'in_progress', NULL, ",
-    utc_text!("t.ts"),
-    ", $3, 1, ",
-    later_text!("t.ts", "5"),
-    ", ",
-    later_text!("t.ts", "6"),
-    " FROM (SELECT ",
-    now!("4"),
-    " AS ts) t ON CONFLICT (msg_id) DO NOTHING"
+    claim_row!(now_table!("4")),
+    " ON CONFLICT (msg_id) DO NOTHING"
 );
 // The same columns in both reads, so that one decoder (`Stored::decode`) serves both; the last
 // is the time the read decides at. `$1` key, `$2` injected now.
@@ -643,32 +662,42 @@ async fn decide(
 
 // ---- the claim inside the handler's transaction ----
 
-/// `claim_in_transaction`'s one statement, in the handler's open transaction: the key's
-/// transaction-level advisory lock tried (never waited for), the claim inserted if it was
-/// granted, and the key's committed row as the statement found it (the `READ_ROW` columns, NULL
-/// when there is none), then whether the lock was granted, whether the insert happened, and the
-/// transaction's id (which `commit_done` checks: read here, `BEGIN` need not ask for it).
-/// `$1` key, `$2` biz_key, `$3` fingerprint, `$4` injected now, `$5` lease, `$6` retention. The
-/// lock's CTE is read twice, so it runs once; the outer select does not see the CTE's insert
-/// (one snapshot), so a row it returns was there before.
+/// `claim_in_transaction`'s statement for a key [`TRY_INSERT`] did not claim, in the handler's
+/// open transaction: the key's transaction-level advisory lock tried (never waited for), the
+/// claim inserted if it was granted, and the key's committed row as the statement found it (the
+/// `READ_ROW` columns, NULL when there is none), then whether the lock was granted, whether the
+/// insert happened, and the transaction's id (which `commit_done` checks: read here, `BEGIN`
+/// need not ask for it). `$1` key, `$2` biz_key, `$3` fingerprint, `$4` injected now, `$5`
+/// lease, `$6` retention. The lock's CTE is read twice, so it runs once; the outer select does
+/// not see the CTE's insert (one snapshot), so a row it returns was there before.
 const LOCK_AND_INSERT: &str = concat!(
     "WITH l AS (SELECT pg_try_advisory_xact_lock(",
     key_lock!(),
-    ") AS got), i AS (INSERT INTO inbox_log      (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at)      SELECT $1, $2, 'in_progress', NULL, ",
-    utc_text!("t.ts"),
-    ", $3, 1, ",
-    later_text!("t.ts", "5"),
-    ", ",
-    later_text!("t.ts", "6"),
-    " FROM l, (SELECT ",
-    now!("4"),
-    " AS ts) t WHERE l.got ON CONFLICT (msg_id) DO NOTHING RETURNING 1)      SELECT r.status, r.response, r.fingerprint, r.token, r.lease_until, r.expires_at,      r.in_transaction, ",
+    ") AS got), i AS (",
+    claim_row!(concat!("l, ", now_table!("4"))),
+    " WHERE l.got ON CONFLICT (msg_id) DO NOTHING RETURNING 1) \
+     SELECT r.status, r.response, r.fingerprint, r.token, r.lease_until, r.expires_at, \
+     r.in_transaction, ",
     utc_text!(now!("4")),
     ", l.got, EXISTS (SELECT 1 FROM i), txid_current() FROM l LEFT JOIN inbox_log r ON r.msg_id = $1"
 );
 
+/// `claim_in_transaction`'s common case, a key nobody holds or has held, in a plain statement
+/// (half the server's time of [`LOCK_AND_INSERT`], whose CTEs, join and outer select a new key
+/// does not need; BENCHMARKS.md): the key's lock tried, the claim inserted if it was granted,
+/// and then the transaction's id. No row: the lock was not granted or the key has a row, and
+/// [`LOCK_AND_INSERT`] decides, in one more round trip (the lock, when this statement got it,
+/// is taken again: a transaction's advisory locks stack). Same parameters.
+const TRY_INSERT: &str = concat!(
+    claim_row!(now_table!("4")),
+    " WHERE pg_try_advisory_xact_lock(",
+    key_lock!(),
+    ") ON CONFLICT (msg_id) DO NOTHING RETURNING txid_current()"
+);
+
 /// The claim inside the handler's transaction, open on `client` (`BEGIN` already run): the
-/// claim, or what the key holds (the caller then rolls back), and the transaction's id.
+/// claim, or what the key holds (the caller then rolls back), and the transaction's id. A new
+/// key takes one statement ([`TRY_INSERT`]), any other two.
 ///
 /// - The lock not granted: a live transaction holds the key right now (another call's claim
 ///   in its transaction, or a transaction of the old `begin_for` path, whose connection holds
@@ -683,8 +712,15 @@ pub(super) async fn claim_in_transaction(
     clock: Option<&dyn Clock>,
     request: &ClaimRequest<'_>,
 ) -> Result<(ClaimOutcome, i64), Fail> {
-    let statement = client.prepare_cached(LOCK_AND_INSERT).await?;
     let params = InsertParams::new(clock, request);
+    let first = client.prepare_cached(TRY_INSERT).await?;
+    if let Some(row) = client.query_opt(&first, &params.list()).await? {
+        return Ok((
+            ClaimOutcome::Claimed(Claim::first(request.key)),
+            row.try_get(0)?,
+        ));
+    }
+    let statement = client.prepare_cached(LOCK_AND_INSERT).await?;
     let row = client.query_one(&statement, &params.list()).await?;
     let txid: i64 = row.try_get(10)?;
     Ok((
