@@ -926,6 +926,9 @@ async fn unreadable_rows_are_corrupt_and_name_their_key() {
         ("bad-lease", "in_progress", 1_i64, "yesterday"),
         ("no-response", "done", 1, far),
         ("zero-token", "failed", 0, far),
+        // The table takes any text (BENCHMARKS.md: a `CHECK` costs every write); the store
+        // takes only its own four.
+        ("odd", "paused", 1, far),
     ] {
         raw.execute(ROW, &[&key, &status, &none, &token, &lease])
             .await
@@ -935,6 +938,7 @@ async fn unreadable_rows_are_corrupt_and_name_their_key() {
         ("bad-lease", "bad lease_until"),
         ("no-response", "done without a text response"),
         ("zero-token", "bad token"),
+        ("odd", "unknown status \"paused\""),
     ] {
         let message = corrupt_message(store.claim(&request(key)).await);
         assert!(
@@ -942,50 +946,6 @@ async fn unreadable_rows_are_corrupt_and_name_their_key() {
             "{message}"
         );
     }
-    // The table refuses an unknown status.
-    let refused = raw
-        .execute(ROW, &[&"odd", &"paused", &none, &1_i64, &far])
-        .await
-        .unwrap_err();
-    assert_eq!(
-        refused.code(),
-        Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION)
-    );
-    drop(store);
-    schema.drop_all().await;
-}
-
-#[tokio::test]
-async fn an_unknown_status_in_a_hand_made_table_is_corrupt() {
-    let schema = Schema::new("status").await;
-    // A table made by hand, without the CHECK constraint: connecting keeps it as it is.
-    let raw = schema.client().await;
-    raw.batch_execute(
-        "CREATE TABLE inbox_log (msg_id TEXT PRIMARY KEY, biz_key TEXT NOT NULL, status TEXT NOT NULL, \
-         response TEXT, created_at TEXT NOT NULL, fingerprint TEXT, token BIGINT NOT NULL, \
-         lease_until TEXT NOT NULL, expires_at TEXT NOT NULL)",
-    )
-    .await
-    .unwrap();
-    let store = schema.store().await;
-    let none: Option<&str> = None;
-    raw.execute(
-        ROW,
-        &[
-            &"odd",
-            &"paused",
-            &none,
-            &1_i64,
-            &"2999-01-01T00:00:00.000000Z",
-        ],
-    )
-    .await
-    .unwrap();
-    let message = corrupt_message(store.claim(&request("odd")).await);
-    assert!(
-        message.contains("`odd`") && message.contains("unknown status \"paused\""),
-        "{message}"
-    );
     drop(store);
     schema.drop_all().await;
 }
