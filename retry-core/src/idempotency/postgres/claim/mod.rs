@@ -94,8 +94,8 @@ macro_rules! later_text {
 
 // `claim_row!("source")`: the claim's insert, token 1, its row made from `t.ts` (the time it
 // decides at) of the rest of the `FROM` clause, `source`. `$1` key, `$2` biz_key, `$3`
-// fingerprint, `$5` lease, `$6` retention. [`INSERT_CLAIM`], [`TRY_INSERT`] and
-// [`LOCK_AND_INSERT`] insert the same row.
+// fingerprint, `$5` lease, `$6` retention. [`INSERT_CLAIM`] and the two statements of
+// `in_transaction` insert the same row.
 macro_rules! claim_row {
     ($($from:tt)+) => {
         concat!(
@@ -418,20 +418,34 @@ async fn claim_in(
         .start()
         .await?;
     let insert = tx.prepare_cached(INSERT_CLAIM).await?;
+    let outcome = if insert_claim(&tx, &insert, clock, request).await? == 1 {
+        ClaimOutcome::Claimed(Claim::first(key))
+    } else {
+        lock_and_decide(&tx, clock, request).await?
+    };
+    tx.commit().await?;
+    Ok(outcome)
+}
+
+/// In a transaction: the key's row locked (`FOR UPDATE`, until the transaction ends, so no
+/// other instance decides about the key meanwhile) and decided about, or, when the row was
+/// purged since a statement found it, the claim inserted again.
+async fn lock_and_decide(
+    tx: &impl GenericClient,
+    clock: Option<&dyn Clock>,
+    request: &ClaimRequest<'_>,
+) -> Result<ClaimOutcome, Fail> {
+    let key = request.key;
     let select = tx.prepare_cached(LOCK_ROW).await?;
+    let insert = tx.prepare_cached(INSERT_CLAIM).await?;
     for _ in 0..CLAIM_ATTEMPTS {
-        if insert_claim(&tx, &insert, clock, request).await? == 1 {
-            tx.commit().await?;
-            return Ok(ClaimOutcome::Claimed(Claim::first(key)));
-        }
-        // Locked until the commit: no other instance decides about this key meanwhile.
         if let Some(row) = tx.query_opt(&select, &[&key, &injected_now(clock)]).await? {
             let (row, now) = Stored::decode(key, &row)?;
-            let outcome = decide(&tx, clock, request, &row, &now).await?;
-            tx.commit().await?;
-            return Ok(outcome);
+            return decide(tx, clock, request, &row, &now).await;
         }
-        // Purged between the insert and the lock: insert again.
+        if insert_claim(tx, &insert, clock, request).await? == 1 {
+            return Ok(ClaimOutcome::Claimed(Claim::first(key)));
+        }
     }
     Err(Fail::Store(StoreError::Unavailable(
         format!(
@@ -453,7 +467,7 @@ async fn insert_claim(
     Ok(client.execute(insert, &params.list()).await?)
 }
 
-/// `$1` to `$6` of the claim's insert, which [`INSERT_CLAIM`] and [`LOCK_AND_INSERT`] share: the
+/// `$1` to `$6` of the claim's insert, which [`INSERT_CLAIM`] and `in_transaction`'s share: the
 /// key, the business key, the fingerprint, the injected now (`NULL`: the server's clock), the
 /// lease and the retention in microseconds.
 struct InsertParams<'r> {
@@ -662,121 +676,9 @@ async fn decide(
 
 // ---- the claim inside the handler's transaction ----
 
-/// `claim_in_transaction`'s statement for a key [`TRY_INSERT`] did not claim, in the handler's
-/// open transaction: the key's transaction-level advisory lock tried (never waited for), the
-/// claim inserted if it was granted, and the key's committed row as the statement found it (the
-/// `READ_ROW` columns, NULL when there is none), then whether the lock was granted, whether the
-/// insert happened, and the transaction's id (which `commit_done` checks: read here, `BEGIN`
-/// need not ask for it). `$1` key, `$2` biz_key, `$3` fingerprint, `$4` injected now, `$5`
-/// lease, `$6` retention. The lock's CTE is read twice, so it runs once; the outer select does
-/// not see the CTE's insert (one snapshot), so a row it returns was there before.
-const LOCK_AND_INSERT: &str = concat!(
-    "WITH l AS (SELECT pg_try_advisory_xact_lock(",
-    key_lock!(),
-    ") AS got), i AS (",
-    claim_row!(concat!("l, ", now_table!("4"))),
-    " WHERE l.got ON CONFLICT (msg_id) DO NOTHING RETURNING 1) \
-     SELECT r.status, r.response, r.fingerprint, r.token, r.lease_until, r.expires_at, \
-     r.in_transaction, ",
-    utc_text!(now!("4")),
-    ", l.got, EXISTS (SELECT 1 FROM i), txid_current() FROM l LEFT JOIN inbox_log r ON r.msg_id = $1"
-);
-
-/// `claim_in_transaction`'s common case, a key nobody holds or has held, in a plain statement
-/// (half the server's time of [`LOCK_AND_INSERT`], whose CTEs, join and outer select a new key
-/// does not need; BENCHMARKS.md): the key's lock tried, the claim inserted if it was granted,
-/// and then the transaction's id. No row: the lock was not granted or the key has a row, and
-/// [`LOCK_AND_INSERT`] decides, in one more round trip (the lock, when this statement got it,
-/// is taken again: a transaction's advisory locks stack). Same parameters.
-const TRY_INSERT: &str = concat!(
-    claim_row!(now_table!("4")),
-    " WHERE pg_try_advisory_xact_lock(",
-    key_lock!(),
-    ") ON CONFLICT (msg_id) DO NOTHING RETURNING txid_current()"
-);
-
-/// The claim inside the handler's transaction, open on `client` (`BEGIN` already run): the
-/// claim, or what the key holds (the caller then rolls back), and the transaction's id. A new
-/// key takes one statement ([`TRY_INSERT`]), any other two.
-///
-/// - The lock not granted: a live transaction holds the key right now (another call's claim
-///   in its transaction, or a transaction of the old `begin_for` path, whose connection holds
-///   the same lock at session level): `InProgress` at once, unless the key is already over.
-/// - Granted and inserted: the claim, token 1, visible to nobody until the commit.
-/// - Granted, the key has a row: a row that is over answers at once; any other row is locked
-///   (`FOR UPDATE`) and decided as `claim` decides, its takeover or reclaim written in this
-///   transaction. A row marked by `begin_for` is taken over: this transaction holds its lock,
-///   so its holder is gone.
-pub(super) async fn claim_in_transaction(
-    client: &impl GenericClient,
-    clock: Option<&dyn Clock>,
-    request: &ClaimRequest<'_>,
-) -> Result<(ClaimOutcome, i64), Fail> {
-    let params = InsertParams::new(clock, request);
-    let first = client.prepare_cached(TRY_INSERT).await?;
-    if let Some(row) = client.query_opt(&first, &params.list()).await? {
-        return Ok((
-            ClaimOutcome::Claimed(Claim::first(request.key)),
-            row.try_get(0)?,
-        ));
-    }
-    let statement = client.prepare_cached(LOCK_AND_INSERT).await?;
-    let row = client.query_one(&statement, &params.list()).await?;
-    let txid: i64 = row.try_get(10)?;
-    Ok((
-        decide_in_transaction(client, clock, request, &row).await?,
-        txid,
-    ))
-}
-
-/// What [`LOCK_AND_INSERT`]'s `row` says for `request`, deciding about a row that was there
-/// inside the transaction (see [`claim_in_transaction`]).
-async fn decide_in_transaction(
-    client: &impl GenericClient,
-    clock: Option<&dyn Clock>,
-    request: &ClaimRequest<'_>,
-    row: &Row,
-) -> Result<ClaimOutcome, Fail> {
-    let key = request.key;
-    let got: bool = row.try_get(8)?;
-    let inserted: bool = row.try_get(9)?;
-    if inserted {
-        return Ok(ClaimOutcome::Claimed(Claim::first(key)));
-    }
-    if row.try_get::<_, Option<String>>(0)?.is_some() {
-        let (found, now) = Stored::decode(key, row)?;
-        if found.retained(&now)
-            && let Some(outcome) = settled(&found, request)?
-        {
-            return Ok(outcome);
-        }
-    }
-    if !got {
-        return Ok(ClaimOutcome::InProgress);
-    }
-    let select = client.prepare_cached(LOCK_ROW).await?;
-    let insert = client.prepare_cached(INSERT_CLAIM).await?;
-    for _ in 0..CLAIM_ATTEMPTS {
-        // Locked until this transaction ends: no other instance decides about this key.
-        if let Some(row) = client
-            .query_opt(&select, &[&key, &injected_now(clock)])
-            .await?
-        {
-            let (row, now) = Stored::decode(key, &row)?;
-            return decide(client, clock, request, &row, &now).await;
-        }
-        // Purged since the statement above: insert again.
-        if insert_claim(client, &insert, clock, request).await? == 1 {
-            return Ok(ClaimOutcome::Claimed(Claim::first(key)));
-        }
-    }
-    Err(Fail::Store(StoreError::Unavailable(
-        format!(
-            "inbox_log row `{key}` refused the claim's insert and vanished before it could be read, {CLAIM_ATTEMPTS} times in a row"
-        )
-        .into(),
-    )))
-}
+// Declared after the SQL fragments' macros, which it uses.
+mod in_transaction;
+pub(super) use in_transaction::claim_in_transaction;
 
 // ---- the purge ----
 
