@@ -72,13 +72,12 @@ impl Clock for ManualClock {
 }
 
 /// The latest time [`format_utc`] can write (9999-12-31T23:59:59Z).
-// Only SQLite computes leases in Rust: PostgreSQL computes them in SQL, on the server's clock.
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+// SQLite and the in-memory store compute leases in Rust; PostgreSQL in SQL, on the server's
+// clock, with the same end.
 const END_OF_TIME: Duration = Duration::from_secs(253_402_300_799);
 
 /// `now + by`, ending at the latest time [`format_utc`] can write rather than overflowing: a
 /// lease or retention that would end later ends there.
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn later(now: SystemTime, by: Duration) -> SystemTime {
     now.checked_add(by).map_or(UNIX_EPOCH + END_OF_TIME, |t| {
         t.min(UNIX_EPOCH + END_OF_TIME)
@@ -205,12 +204,7 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     let seconds = days_from_civil(i128::from(year), month, day) * SECS_PER_DAY
         + i128::from(hour * 3600 + minute * 60 + second.min(59))
         - offset_seconds;
-    let total = seconds * NANOS_PER_SEC + nanos;
-    if total >= 0 {
-        UNIX_EPOCH.checked_add(Duration::from_nanos(u64::try_from(total).ok()?))
-    } else {
-        UNIX_EPOCH.checked_sub(Duration::from_nanos(u64::try_from(-total).ok()?))
-    }
+    from_unix_nanos(seconds * NANOS_PER_SEC + nanos)
 }
 
 /// Reads what [`format_utc`] wrote; `None` for anything else.
@@ -255,12 +249,22 @@ pub fn parse_utc(text: &str) -> Option<SystemTime> {
     }
     let seconds = days_from_civil(i128::from(year), month, day) * SECS_PER_DAY
         + i128::from(hour * 3600 + minute * 60 + second);
-    let nanos = seconds * NANOS_PER_SEC + i128::from(micros) * 1000;
-    if nanos >= 0 {
-        UNIX_EPOCH.checked_add(Duration::from_nanos(u64::try_from(nanos).ok()?))
+    from_unix_nanos(seconds * NANOS_PER_SEC + i128::from(micros) * 1000)
+}
+
+/// The time `nanos` nanoseconds after the Unix epoch (before it when negative), `None` where
+/// `SystemTime` cannot hold it. Whole seconds and the rest apart: nanoseconds alone in a `u64`
+/// end in the year 2554, and a retention or a `Retry-After` date may lie beyond.
+fn from_unix_nanos(nanos: i128) -> Option<SystemTime> {
+    let seconds = nanos.div_euclid(NANOS_PER_SEC);
+    // In 0..1e9, so it fits.
+    let rest = Duration::from_nanos(u64::try_from(nanos.rem_euclid(NANOS_PER_SEC)).ok()?);
+    let whole = if seconds >= 0 {
+        UNIX_EPOCH.checked_add(Duration::from_secs(u64::try_from(seconds).ok()?))
     } else {
-        UNIX_EPOCH.checked_sub(Duration::from_nanos(u64::try_from(-nanos).ok()?))
-    }
+        UNIX_EPOCH.checked_sub(Duration::from_secs(u64::try_from(-seconds).ok()?))
+    };
+    whole?.checked_add(rest)
 }
 
 /// Nanoseconds since the Unix epoch, negative before it.
@@ -346,6 +350,29 @@ mod tests {
                 Some(UNIX_EPOCH + Duration::from_micros(*us))
             );
         }
+    }
+
+    #[test]
+    fn times_up_to_the_year_9999_read_back_as_written() {
+        // `later` clamps to the end of 9999: a retention that long must read back, not look
+        // corrupt (nanoseconds in a `u64` stop in 2554).
+        for text in [
+            "2554-07-21T23:34:33.709551Z",
+            "2554-07-21T23:34:33.709552Z",
+            "3000-01-01T00:00:00.000001Z",
+            "9999-12-31T23:59:59.999999Z",
+        ] {
+            let time = parse_utc(text).unwrap_or_else(|| panic!("{text}"));
+            assert_eq!(format_utc(time), text);
+        }
+        assert_eq!(
+            parse_utc(&format_utc(later(UNIX_EPOCH, Duration::MAX))).map(format_utc),
+            Some("9999-12-31T23:59:59.000000Z".to_owned())
+        );
+        let far = parse_rfc3339("3000-01-01T00:00:00.5+01:00").map(format_utc);
+        assert_eq!(far.as_deref(), Some("2999-12-31T23:00:00.500000Z"));
+        let early = parse_utc("1969-12-31T23:59:59.999999Z");
+        assert_eq!(early, Some(UNIX_EPOCH - Duration::from_micros(1)));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use super::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, StoreError};
 use crate::sync::{Mutex, MutexGuard};
-use crate::time::{Clock, SystemClock};
+use crate::time::{Clock, SystemClock, later};
 
 /// Keeps claims in memory, with the same contract as the SQL stores: the `HashMap` entry plays
 /// the primary key, and the whole decision about a key is taken under one lock.
@@ -102,12 +102,12 @@ impl MemoryStore {
                     request.key.to_owned(),
                     Row {
                         status: Status::InProgress {
-                            lease_until: now + request.lease,
+                            lease_until: later(now, request.lease),
                         },
                         fingerprint: request.fingerprint.map(str::to_owned),
                         token: 1,
                         created_at: now,
-                        expires_at: now + request.retention,
+                        expires_at: later(now, request.retention),
                     },
                 );
                 return ClaimOutcome::Claimed(Claim::first(request.key));
@@ -118,12 +118,12 @@ impl MemoryStore {
             // Nothing was kept for this key: claim it afresh, whatever its payload.
             *row = Row {
                 status: Status::InProgress {
-                    lease_until: now + request.lease,
+                    lease_until: later(now, request.lease),
                 },
                 fingerprint: request.fingerprint.map(str::to_owned),
                 token: row.token + 1,
                 created_at: now,
-                expires_at: now + request.retention,
+                expires_at: later(now, request.retention),
             };
             return ClaimOutcome::Claimed(Claim {
                 key: request.key.to_owned(),
@@ -143,9 +143,9 @@ impl MemoryStore {
                 // retention counted from now, so it cannot be purged under the new holder.
                 row.token += 1;
                 row.status = Status::InProgress {
-                    lease_until: now + request.lease,
+                    lease_until: later(now, request.lease),
                 };
-                row.expires_at = row.expires_at.max(now + request.retention);
+                row.expires_at = row.expires_at.max(later(now, request.retention));
                 ClaimOutcome::Claimed(Claim {
                     key: request.key.to_owned(),
                     token: row.token,
@@ -243,7 +243,7 @@ impl IdempotencyStore for MemoryStore {
                 token,
                 ..
             }) if *token == claim.token => {
-                *lease_until = now + lease;
+                *lease_until = later(now, lease);
                 Ok(())
             }
             _ => Err(StoreError::Fenced),

@@ -1,5 +1,5 @@
 //! Claims: the first claim of a key, concurrent claims, done, failed and released keys,
-//! fingerprints, independent keys and the store's limits.
+//! fingerprints, independent keys, the store's limits and endless leases.
 
 use std::time::{Duration, Instant};
 
@@ -484,6 +484,49 @@ pub async fn limits_are_sane<S: IdempotencyStore + ?Sized>(store: &S) {
             "a key of {} bytes (max_key_bytes), completed: expected Done, the store answered \
              {other:?}",
             key.len()
+        ),
+    }
+}
+
+/// A lease and a retention as long as [`Duration::MAX`] hold to the end of time: the store
+/// clamps them (to the year 9999 where it writes times as text) without overflowing, and reads
+/// its own far-future rows back: a second claim finds the key in progress, and once it is done
+/// the claim replays it.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use retry_core::idempotency::{MemoryStore, conformance};
+/// conformance::endless_lease_and_retention_hold(&MemoryStore::new()).await;
+/// # }
+/// ```
+pub async fn endless_lease_and_retention_hold<S: IdempotencyStore + ?Sized>(store: &S) {
+    let endless = ClaimRequest {
+        retention: Duration::MAX,
+        ..request("conformance/endless", Duration::MAX)
+    };
+    let claim = claimed(
+        store,
+        &endless,
+        "a new key, with an endless lease and retention",
+    )
+    .await;
+    match store.claim(&endless).await {
+        Ok(ClaimOutcome::InProgress) => {}
+        other => panic!(
+            "a key held under an endless lease, claimed again: expected InProgress, the store \
+             answered {other:?}"
+        ),
+    }
+    ok(
+        store.complete(&claim, "\"endless\"").await,
+        "complete under an endless lease",
+    );
+    match store.claim(&endless).await {
+        Ok(ClaimOutcome::Done(stored)) if stored == "\"endless\"" => {}
+        other => panic!(
+            "a key done under an endless retention, claimed again: expected Done(\"endless\"), \
+             the store answered {other:?}"
         ),
     }
 }

@@ -107,6 +107,7 @@ pub const CHECKS: &[&str] = &[
     "takeover_refreshes_retention",
     "abandon_that_starts_a_release_frees_the_key",
     "limits_are_sane",
+    "endless_lease_and_retention_hold",
 ];
 
 /// Runs every check in [`CHECKS`], each on a fresh, empty store from `new_store`, and panics if
@@ -182,6 +183,7 @@ where
         takeover_refreshes_retention,
         abandon_that_starts_a_release_frees_the_key,
         limits_are_sane,
+        endless_lease_and_retention_hold,
     );
     debug_assert_eq!(
         results.iter().map(|r| r.name()).collect::<Vec<_>>(),
@@ -203,7 +205,7 @@ mod settling;
 
 pub use claims::{
     another_fingerprint_is_key_reused, concurrent_claims_have_one_winner,
-    done_key_replays_its_response, first_claim_gets_token_one,
+    done_key_replays_its_response, endless_lease_and_retention_hold, first_claim_gets_token_one,
     kept_failure_answers_failed_with_its_text, keys_are_independent, limits_are_sane,
     released_key_accepts_a_new_fingerprint, released_key_is_claimed_again_with_a_larger_token,
 };
