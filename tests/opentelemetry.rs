@@ -6,7 +6,7 @@
 //!   digits); without one, the call's own 64-bit id (16).
 //! - `send_checked` sets `http.request.resend_count` on the current span for each resend: 1 on
 //!   the second attempt, 2 on the third, nothing on the first; inside a retry collapsed into an
-//!   outer one, the outer attempt's count.
+//!   outer one, the outer attempt's count; `RetryMiddleware` does the same for its resends.
 #![cfg(feature = "opentelemetry")]
 
 use std::borrow::Cow;
@@ -208,6 +208,33 @@ async fn each_resend_sets_its_count_on_the_current_span() {
         .await
         .unwrap();
     assert_eq!(recorded.resend_counts(), Vec::<i64>::new());
+}
+
+/// The same through `RetryMiddleware`, the client-wide retry: each resend sets its count too.
+#[cfg(feature = "reqwest-middleware")]
+#[tokio::test]
+async fn each_resend_through_the_middleware_sets_its_count() {
+    use retry_core::reqwest_middleware::RetryMiddleware;
+
+    let policy = Policy::new()
+        .max_attempts(3)
+        .base(Duration::from_millis(1))
+        .cap(Duration::from_millis(1));
+    let client = reqwest_middleware::ClientBuilder::new(
+        retry_core::reqwest::client_builder().build().unwrap(),
+    )
+    .with(RetryMiddleware::new(policy))
+    .build();
+    let url = flaky_server(2).await;
+    let recorded = Recorded::default();
+    let response = client
+        .get(&url)
+        .send()
+        .with_context(Context::new().with_span(recorded.span()))
+        .await
+        .unwrap();
+    assert_eq!(response.text().await.unwrap(), "42");
+    assert_eq!(recorded.resend_counts(), [1, 2]);
 }
 
 static INNER: Policy = Policy::new()

@@ -78,7 +78,7 @@
 //! | `sqlite` | `SqliteStore` (idempotency) and `SqliteDeadLetters` | `rusqlite` 0.43, SQLite bundled |
 //! | `postgres` | `PgStore` and `PgDeadLetters` | `tokio-postgres` 0.7 |
 //! | `postgres-tls` | their `connect` over TLS when the URL asks for it (`sslmode`, `sslrootcert`, as libpq reads them; implies `postgres`) | `rustls` 0.23 with `ring` |
-//! | `opentelemetry` | dead letters parked under a current span carry its trace id; `send_checked` sets `http.request.resend_count` on resends | `opentelemetry` 0.33 (the API) |
+//! | `opentelemetry` | dead letters parked under a current span carry its trace id; `send_checked` and `RetryMiddleware` set `http.request.resend_count` on resends | `opentelemetry` 0.33 (the API) |
 //! | `serde` | `Serialize`/`Deserialize` for the values an application keeps or configures: a [`Policy`] read from configuration, durations as strings (see [`duration`]) | `serde` 1 |
 //! | `test-suite` | the conformance checks every store passes, for authors of their own stores | |
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -8,7 +8,8 @@
 //!   tracing backend. Without one, the letter keeps the call's own 64-bit id (16 hex digits),
 //!   the one on the call's `retry` span in `tracing`.
 //! - A request sent again by a retry through
-//!   [`send_checked`](crate::reqwest::RequestBuilderExt::send_checked) sets the attribute
+//!   [`send_checked`](crate::reqwest::RequestBuilderExt::send_checked) or by `RetryMiddleware`
+//!   (feature `reqwest-middleware`) sets the attribute
 //!   `http.request.resend_count` (semantic conventions: 1 on the second attempt, 2 on the
 //!   third; not set on the first) on the current span: the one around the attempt, when the
 //!   application opens one per request, else the one around the whole call, which then ends

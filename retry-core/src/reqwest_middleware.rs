@@ -15,7 +15,10 @@
 //! - a request whose body cannot be cloned (a stream, `Body::wrap_stream`) is sent once and
 //!   not retried: the bytes are gone;
 //! - each attempt carries `Caller-Retries: ?1`, and a request that already carries it (or a
-//!   call made inside another retry in the same task) makes a single attempt.
+//!   call made inside another retry in the same task) makes a single attempt;
+//! - with the feature `opentelemetry`, a resend sets `http.request.resend_count` (1, 2, ...) on
+//!   the current OpenTelemetry span, as [`send_checked`](crate::reqwest::RequestBuilderExt::send_checked)
+//!   does.
 //!
 //! Put it first in the stack, so that the middleware after it runs on every attempt, and turn
 //! reqwest's own retries off ([`client_builder`](crate::reqwest::client_builder)): they are a
@@ -133,6 +136,8 @@ impl RetryMiddleware {
                     // Made inside the retry scope: the request says that its caller retries it.
                     mark_caller_retries(request.headers_mut());
                     sent.note_sending();
+                    #[cfg(feature = "opentelemetry")]
+                    crate::otel::record_resend();
                     match next.clone().run(request, extensions).await {
                         Ok(response) => {
                             let status = response.status();
