@@ -37,6 +37,12 @@
 //! the default here is `NORMAL`, as in the store benches) change it. With the `postgres` feature
 //! `DATABASE_URL` must be set: the bench fails rather than leave PostgreSQL out. Without `--bench`
 //! (`cargo test --benches`) one small round only shows that every side works.
+//!
+//! To look at one part (a profile, a change to one mode), `HTTP_BENCH_STORES` (`sqlite`,
+//! `postgres`), `HTTP_BENCH_SIDES` (`alone`, `floor`, `plain`, `transactional`, `one_commit`) and
+//! `HTTP_BENCH_CLIENTS` (`1`, `8`, `64`) each take a comma-separated subset; the tables then show
+//! `–` for what was left out. E.g. `HTTP_BENCH_STORES=postgres HTTP_BENCH_SIDES=floor,one_commit
+//! HTTP_BENCH_CLIENTS=64`.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -539,6 +545,29 @@ fn median(mut rounds: Vec<Stats>) -> Stats {
     }
 }
 
+/// The comma-separated subset of `all` named by the environment variable `name` (all of it when
+/// unset); an unknown name stops the bench with the ones it knows.
+fn subset<T: Copy>(name: &str, all: &[T], label: impl Fn(T) -> String) -> Vec<T> {
+    let Ok(list) = std::env::var(name) else {
+        return all.to_vec();
+    };
+    let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
+    for w in &wanted {
+        if !all.iter().any(|&t| label(t) == *w) {
+            let known: Vec<String> = all.iter().map(|&t| label(t)).collect();
+            eprintln!(
+                "http_layer bench: {name}: unknown {w:?}; choose from {}",
+                known.join(", ")
+            );
+            std::process::exit(2);
+        }
+    }
+    all.iter()
+        .copied()
+        .filter(|&t| wanted.contains(&label(t).as_str()))
+        .collect()
+}
+
 fn number(name: &str, default: usize) -> usize {
     std::env::var(name).map_or(default, |v| {
         v.parse()
@@ -593,6 +622,7 @@ fn run_sides(
     clients: &Runtime,
     connections: &[reqwest::Client],
     urls: &[(Side, String)],
+    callers_each: &[usize],
     ops: usize,
     rounds: usize,
     store: &str,
@@ -604,7 +634,7 @@ fn run_sides(
     }
     let mut table = Vec::new();
     let mut run = 0;
-    for callers in CLIENTS {
+    for &callers in callers_each {
         let mut results: Vec<Vec<Stats>> = vec![Vec::new(); urls.len()];
         for round in 0..rounds {
             // Each round starts with another side, so no side always meets a warm (or a
@@ -647,7 +677,7 @@ fn millis(d: Duration) -> String {
 
 /// One row per client count: each side's requests/s (p50 / p99), then each layer mode's
 /// requests/s divided by the floor's.
-fn print_table(caption: &str, table: &[(Side, usize, Stats)]) {
+fn print_table(caption: &str, callers_each: &[usize], table: &[(Side, usize, Stats)]) {
     println!("\n{caption}\n");
     print!("| clients |");
     for side in Side::ALL {
@@ -655,7 +685,7 @@ fn print_table(caption: &str, table: &[(Side, usize, Stats)]) {
     }
     println!(" non-transactional ÷ floor | transactional ÷ floor | one commit ÷ floor |");
     println!("|---:|---|---|---|---|---|---:|---:|---:|");
-    for callers in CLIENTS {
+    for &callers in callers_each {
         let of = |side: Side| {
             table
                 .iter()
@@ -674,10 +704,11 @@ fn print_table(caption: &str, table: &[(Side, usize, Stats)]) {
                 None => print!(" – |"),
             }
         }
-        let floor = of(Side::Floor).map_or(f64::NAN, |s| s.per_sec);
         for side in Side::LAYERS {
-            let ratio = of(side).map_or(f64::NAN, |s| s.per_sec / floor);
-            print!(" {ratio:.2}× |");
+            match (of(side), of(Side::Floor)) {
+                (Some(layer), Some(floor)) => print!(" {:.2}× |", layer.per_sec / floor.per_sec),
+                _ => print!(" – |"),
+            }
         }
         println!();
     }
@@ -694,15 +725,31 @@ fn main() {
         (64, 1)
     };
     let full = std::env::var("HTTP_BENCH_SYNC_FULL").is_ok_and(|v| v == "1");
+    let stores = subset(
+        "HTTP_BENCH_STORES",
+        if cfg!(feature = "postgres") {
+            &["sqlite", "postgres"]
+        } else {
+            &["sqlite"]
+        },
+        str::to_owned,
+    );
+    let sides = subset("HTTP_BENCH_SIDES", &Side::ALL, |side| {
+        side.slug().to_owned()
+    });
+    let callers_each = subset("HTTP_BENCH_CLIENTS", &CLIENTS, |n| n.to_string());
     // Checked first, so a missing server fails the run before minutes of SQLite.
     #[cfg(feature = "postgres")]
-    let Ok(database_url) = std::env::var("DATABASE_URL") else {
+    let Some(database_url) = std::env::var("DATABASE_URL")
+        .ok()
+        .or_else(|| (!stores.contains(&"postgres")).then(String::new))
+    else {
         eprintln!(
             "http_layer bench: built with the `postgres` feature, so it measures PostgreSQL too, \
              but DATABASE_URL is not set. Point it at a throwaway PostgreSQL database \
              (postgres://user@host:port/db); the bench creates and drops schemas of its own \
-             there (retry_core_bench_http_<pid>_<side>). Build without `--features postgres` \
-             to measure SQLite only."
+             there (retry_core_bench_http_<pid>_<side>). Set HTTP_BENCH_STORES=sqlite, or \
+             build without `--features postgres`, to measure SQLite only."
         );
         std::process::exit(2);
     };
@@ -722,34 +769,54 @@ fn main() {
                 .expect("a client")
         })
         .collect();
-    let urls: Vec<(Side, String)> = Side::ALL
-        .into_iter()
-        .map(|side| (side, server.block_on(serve_sqlite(side, &dir.0, full))))
-        .collect();
-    let sqlite = run_sides(&clients, &connections, &urls, ops, rounds, "SQLite");
-    let sync = if full { "FULL" } else { "NORMAL" };
-    print_table(
-        &format!(
-            "SQLite `synchronous={sync}`, {ops} requests per measurement, median of {rounds} rounds"
-        ),
-        &sqlite,
-    );
+    if stores.contains(&"sqlite") {
+        let urls: Vec<(Side, String)> = sides
+            .iter()
+            .map(|&side| (side, server.block_on(serve_sqlite(side, &dir.0, full))))
+            .collect();
+        let sqlite = run_sides(
+            &clients,
+            &connections,
+            &urls,
+            &callers_each,
+            ops,
+            rounds,
+            "SQLite",
+        );
+        let sync = if full { "FULL" } else { "NORMAL" };
+        print_table(
+            &format!(
+                "SQLite `synchronous={sync}`, {ops} requests per measurement, median of {rounds} rounds"
+            ),
+            &callers_each,
+            &sqlite,
+        );
+    }
 
     #[cfg(feature = "postgres")]
-    {
+    if stores.contains(&"postgres") {
         let mut cluster = server.block_on(pg::Cluster::connect(database_url));
         let settings = server.block_on(cluster.settings());
-        let urls: Vec<(Side, String)> = Side::ALL
-            .into_iter()
-            .map(|side| (side, server.block_on(cluster.serve(side))))
+        let urls: Vec<(Side, String)> = sides
+            .iter()
+            .map(|&side| (side, server.block_on(cluster.serve(side))))
             .collect();
-        let postgres = run_sides(&clients, &connections, &urls, ops, rounds, "PostgreSQL");
+        let postgres = run_sides(
+            &clients,
+            &connections,
+            &urls,
+            &callers_each,
+            ops,
+            rounds,
+            "PostgreSQL",
+        );
         server.block_on(cluster.drop_schemas());
         print_table(
             &format!(
                 "PostgreSQL ({settings}; pools of {} connections), {ops} requests per measurement, median of {rounds} rounds",
                 pg::POOL_SIZE
             ),
+            &callers_each,
             &postgres,
         );
     }
