@@ -617,16 +617,35 @@ async fn check_dedup(side: Side, url: &str) {
     );
 }
 
-/// Every side at every client count, `rounds` times; the medians, by client count then side.
-fn run_sides(
-    clients: &Runtime,
-    connections: &[reqwest::Client],
-    urls: &[(Side, String)],
-    callers_each: &[usize],
+/// What every store's measurement shares: the clients and what to run.
+struct Plan {
+    /// The clients' runtime.
+    clients: Runtime,
+    /// One client per concurrent caller.
+    connections: Vec<reqwest::Client>,
+    callers_each: Vec<usize>,
     ops: usize,
     rounds: usize,
-    store: &str,
-) -> Vec<(Side, usize, Stats)> {
+}
+
+impl Plan {
+    /// Measures `store`'s `urls` (one server per side) and prints their table under `caption`.
+    fn measure(&self, store: &str, urls: &[(Side, String)], caption: &str) {
+        let table = run_sides(self, urls, store);
+        print_table(caption, &self.callers_each, &table);
+    }
+}
+
+/// Every side at every client count, `rounds` times; the medians, by client count then side.
+fn run_sides(plan: &Plan, urls: &[(Side, String)], store: &str) -> Vec<(Side, usize, Stats)> {
+    let Plan {
+        clients,
+        connections,
+        callers_each,
+        ops,
+        rounds,
+    } = plan;
+    let (ops, rounds) = (*ops, *rounds);
     for (side, url) in urls {
         if *side != Side::Alone {
             clients.block_on(check_dedup(*side, url));
@@ -758,38 +777,34 @@ fn main() {
     std::fs::create_dir_all(&dir.0).expect("a temp dir");
 
     let server = runtime();
-    let clients = runtime();
-    // Built once, before any clock starts (each loads the system's TLS roots); each keeps one
-    // keep-alive connection per server, its own.
-    let connections: Vec<_> = (0..CLIENTS[CLIENTS.len() - 1])
-        .map(|_| {
-            reqwest::Client::builder()
-                .pool_max_idle_per_host(1)
-                .build()
-                .expect("a client")
-        })
-        .collect();
+    let plan = Plan {
+        clients: runtime(),
+        // Built once, before any clock starts (each loads the system's TLS roots); each keeps
+        // one keep-alive connection per server, its own.
+        connections: (0..CLIENTS[CLIENTS.len() - 1])
+            .map(|_| {
+                reqwest::Client::builder()
+                    .pool_max_idle_per_host(1)
+                    .build()
+                    .expect("a client")
+            })
+            .collect(),
+        callers_each,
+        ops,
+        rounds,
+    };
     if stores.contains(&"sqlite") {
         let urls: Vec<(Side, String)> = sides
             .iter()
             .map(|&side| (side, server.block_on(serve_sqlite(side, &dir.0, full))))
             .collect();
-        let sqlite = run_sides(
-            &clients,
-            &connections,
-            &urls,
-            &callers_each,
-            ops,
-            rounds,
-            "SQLite",
-        );
         let sync = if full { "FULL" } else { "NORMAL" };
-        print_table(
+        plan.measure(
+            "SQLite",
+            &urls,
             &format!(
                 "SQLite `synchronous={sync}`, {ops} requests per measurement, median of {rounds} rounds"
             ),
-            &callers_each,
-            &sqlite,
         );
     }
 
@@ -801,23 +816,14 @@ fn main() {
             .iter()
             .map(|&side| (side, server.block_on(cluster.serve(side))))
             .collect();
-        let postgres = run_sides(
-            &clients,
-            &connections,
-            &urls,
-            &callers_each,
-            ops,
-            rounds,
+        plan.measure(
             "PostgreSQL",
-        );
-        server.block_on(cluster.drop_schemas());
-        print_table(
+            &urls,
             &format!(
                 "PostgreSQL ({settings}; pools of {} connections), {ops} requests per measurement, median of {rounds} rounds",
                 pg::POOL_SIZE
             ),
-            &callers_each,
-            &postgres,
         );
+        server.block_on(cluster.drop_schemas());
     }
 }
