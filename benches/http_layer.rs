@@ -667,6 +667,14 @@ fn run_sides(plan: &Plan, urls: &[(Side, String)], store: &str) -> Vec<(Side, us
                     ops,
                     &format!("r{run}"),
                 ));
+                // Every round on stderr, so the spread behind a median can be seen (and lined
+                // up with the server's log, e.g. its checkpoints).
+                eprintln!(
+                    "{store}, {} x{callers}, round {}: {:.0} req/s",
+                    urls[index].0.name(),
+                    round + 1,
+                    stats.per_sec
+                );
                 results[index].push(stats);
             }
         }
