@@ -58,6 +58,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use tokio::runtime::Runtime;
 
 // The harness the benches share: its table formatting (`store::thousands`).
+#[path = "../support/mod.rs"]
 mod support;
 
 const CLIENTS: [usize; 3] = [1, 8, 64];
