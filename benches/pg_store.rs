@@ -18,12 +18,11 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::Pool;
 use retry_core::idempotency::PgStore;
 use support::store::{
-    Config, REPLAY_KEYS, RESPONSE, compare, print_table, store_claim_complete, store_replay,
+    self, Config, REPLAY_KEYS, RESPONSE, compare, print_table, store_claim_complete, store_replay,
 };
 use tokio_postgres::NoTls;
 
@@ -119,30 +118,14 @@ fn main() {
             .await
             .expect("create the bench's schema");
         // Both pools see the bench's schema first, so each side's tables are new ones there.
-        let separator = if url.contains('?') { '&' } else { '?' };
-        let url = format!("{url}{separator}options=-c%20search_path%3D{schema}");
+        let url = store::in_schema(&url, &schema);
         let store = Arc::new(
             PgStore::connect(&url)
                 .await
                 .unwrap_or_else(|e| panic!("PgStore::connect({url}): {e}")),
         );
         let pool_size = store.pool().status().max_size;
-        let config_pg: tokio_postgres::Config = url.parse().expect("DATABASE_URL");
-        let manager = Manager::from_config(
-            config_pg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let raw = Pool::builder(manager)
-            .max_size(pool_size)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(Duration::from_secs(5)))
-            .create_timeout(Some(Duration::from_secs(5)))
-            .recycle_timeout(Some(Duration::from_secs(5)))
-            .build()
-            .expect("a raw pool");
+        let raw = store::pg_pool(&url, pool_size);
         {
             let client = raw.get().await.expect("a raw connection");
             client

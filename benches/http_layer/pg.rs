@@ -1,16 +1,15 @@
 //! The same four sides on PostgreSQL.
 
-use std::time::Duration;
-
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Extension, Router};
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::Pool;
 use retry_core::idempotency::PgStore;
 use retry_core::tower::{IdempotencyLayer, RequestTransaction};
 use tokio_postgres::NoTls;
 
+use super::support::store;
 use super::{Side, key, listen, no_key, payment};
 
 const TABLES: &str = "CREATE TABLE payments (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL);
@@ -29,24 +28,9 @@ async fn store(url: &str) -> PgStore {
         .with_pool_size(POOL_SIZE)
 }
 
-/// The handler's own pool, set up as `PgStore`'s (fast recycling, no TLS, 5 s timeouts).
+/// The handler's own pool, set up as `PgStore`'s.
 fn pool(url: &str) -> Pool {
-    let config: tokio_postgres::Config = url.parse().expect("DATABASE_URL");
-    let manager = Manager::from_config(
-        config,
-        NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    Pool::builder(manager)
-        .max_size(POOL_SIZE)
-        .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(Duration::from_secs(5)))
-        .create_timeout(Some(Duration::from_secs(5)))
-        .recycle_timeout(Some(Duration::from_secs(5)))
-        .build()
-        .expect("the handler's pool")
+    store::pg_pool(url, POOL_SIZE)
 }
 
 async fn book_on_own_connection(State(pool): State<Pool>, body: String) -> (StatusCode, String) {
@@ -159,8 +143,7 @@ impl Cluster {
         self.schemas.push(schema.clone());
         // Every connection of the side, the store's too (which creates its `inbox_log`
         // there), sees the side's schema first.
-        let separator = if self.url.contains('?') { '&' } else { '?' };
-        let url = format!("{}{separator}options=-c%20search_path%3D{schema}", self.url);
+        let url = store::in_schema(&self.url, &schema);
         let router = match side {
             Side::Alone => Router::new()
                 .route("/payments", post(book_on_own_connection))

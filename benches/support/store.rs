@@ -9,6 +9,37 @@ use std::time::{Duration, Instant};
 
 use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore};
 
+/// `url` with `schema` first on the `search_path` of every connection made from it, so the tables
+/// a bench creates, and the ones a store creates for itself, are new ones in that schema.
+pub fn in_schema(url: &str, schema: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-c%20search_path%3D{schema}")
+}
+
+/// The hand-written side's pool of `size` connections to `url`, set up as `PgStore`'s own is
+/// (deadpool-postgres, fast recycling, no TLS, 5 s timeouts), so the two sides differ only in
+/// what they run.
+pub fn pg_pool(url: &str, size: usize) -> deadpool_postgres::Pool {
+    use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+
+    let config: tokio_postgres::Config = url.parse().expect("DATABASE_URL");
+    let manager = Manager::from_config(
+        config,
+        tokio_postgres::NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(5)))
+        .create_timeout(Some(Duration::from_secs(5)))
+        .recycle_timeout(Some(Duration::from_secs(5)))
+        .build()
+        .expect("the hand-written side's pool")
+}
+
 /// The response every completion stores and every replay expects.
 pub const RESPONSE: &str = "\"ok\"";
 /// Keys completed before the replay measurements; replay `n` asks for key `n % REPLAY_KEYS`.
