@@ -1,82 +1,37 @@
 //! The load run: clients posting new keys, rounds, medians and the markdown table.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::runtime::Runtime;
 
-use super::{ORDER, Side, support};
+use super::support::store::{self, Stats, median};
+use super::{ORDER, Side};
 
-/// One measurement: requests per second, and p50 / p99 of one request's latency.
-#[derive(Clone, Copy)]
-struct Stats {
-    per_sec: f64,
-    p50: Duration,
-    p99: Duration,
-}
-
-/// `ops` requests (rounded down to a multiple of the clients), each with the key
-/// `{run}-{client}-{n}`, from each client in `connections` on a connection of its own.
+/// `ops` requests (rounded down to a multiple of the clients), each with a key of its own
+/// (`{run}-{n}`), from each client in `connections` on a connection of its own.
 async fn measure(url: &str, connections: &[reqwest::Client], ops: usize, run: &str) -> Stats {
-    let clients = connections.len();
-    let per_client = (ops / clients).max(1);
-    let start = Instant::now();
-    let tasks: Vec<_> = connections
-        .iter()
-        .cloned()
-        .enumerate()
-        .map(|(client_no, client)| {
-            let (url, run) = (url.to_owned(), run.to_owned());
-            tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(per_client);
-                for i in 0..per_client {
-                    let began = Instant::now();
-                    let response = client
-                        .post(&url)
-                        .header("idempotency-key", format!("\"{run}-{client_no}-{i}\""))
-                        .body(ORDER)
-                        .send()
-                        .await
-                        .expect("an answer");
-                    assert_eq!(
-                        response.status(),
-                        201,
-                        "{}",
-                        response.text().await.unwrap_or_default()
-                    );
-                    response.bytes().await.expect("the body");
-                    latencies.push(began.elapsed());
-                }
-                latencies
-            })
-        })
-        .collect();
-    let mut latencies = Vec::with_capacity(per_client * clients);
-    for task in tasks {
-        latencies.extend(task.await.expect("a client panicked"));
-    }
-    let elapsed = start.elapsed();
-    latencies.sort_unstable();
-    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-    Stats {
-        per_sec: latencies.len() as f64 / elapsed.as_secs_f64(),
-        p50: at(0.50),
-        p99: at(0.99),
-    }
-}
-
-/// The median round by throughput, with the medians of the rounds' percentiles.
-fn median(mut rounds: Vec<Stats>) -> Stats {
-    let mid = rounds.len() / 2;
-    rounds.sort_unstable_by_key(|s| s.p50);
-    let p50 = rounds[mid].p50;
-    rounds.sort_unstable_by_key(|s| s.p99);
-    let p99 = rounds[mid].p99;
-    rounds.sort_unstable_by(|a, b| a.per_sec.total_cmp(&b.per_sec));
-    Stats {
-        per_sec: rounds[mid].per_sec,
-        p50,
-        p99,
-    }
+    store::measure_each(connections.len(), ops, 0, |caller| {
+        let client = connections[caller].clone();
+        let (url, run) = (url.to_owned(), run.to_owned());
+        move |n| {
+            let request = client
+                .post(&url)
+                .header("idempotency-key", format!("\"{run}-{n}\""))
+                .body(ORDER)
+                .send();
+            async move {
+                let response = request.await.expect("an answer");
+                assert_eq!(
+                    response.status(),
+                    201,
+                    "{}",
+                    response.text().await.unwrap_or_default()
+                );
+                response.bytes().await.expect("the body");
+            }
+        }
+    })
+    .await
 }
 
 /// One key sent twice to a side that deduplicates: the resend must get the first answer (the
@@ -160,7 +115,7 @@ fn run_sides(plan: &Plan, urls: &[(Side, String)], store: &str) -> Vec<(Side, us
                     "{store}, {} x{callers}, round {}: {:.0} req/s",
                     urls[index].0.name(),
                     round + 1,
-                    stats.per_sec
+                    stats.ops_per_sec
                 );
                 results[index].push(stats);
             }
@@ -170,7 +125,7 @@ fn run_sides(plan: &Plan, urls: &[(Side, String)], store: &str) -> Vec<(Side, us
             eprintln!(
                 "{store}, {} x{callers}: {:.0} req/s, p50 {:?}, p99 {:?}",
                 side.name(),
-                stats.per_sec,
+                stats.ops_per_sec,
                 stats.p50,
                 stats.p99
             );
@@ -211,7 +166,7 @@ fn print_table(caption: &str, callers_each: &[usize], table: &[(Side, usize, Sta
             match of(side) {
                 Some(s) => print!(
                     " {} ({} / {} ms) |",
-                    support::store::thousands(s.per_sec),
+                    store::thousands(s.ops_per_sec),
                     millis(s.p50),
                     millis(s.p99)
                 ),
@@ -220,7 +175,9 @@ fn print_table(caption: &str, callers_each: &[usize], table: &[(Side, usize, Sta
         }
         for side in Side::LAYERS {
             match (of(side), of(Side::Floor)) {
-                (Some(layer), Some(floor)) => print!(" {:.2}× |", layer.per_sec / floor.per_sec),
+                (Some(layer), Some(floor)) => {
+                    print!(" {:.2}× |", layer.ops_per_sec / floor.ops_per_sec)
+                }
                 _ => print!(" – |"),
             }
         }

@@ -112,12 +112,13 @@ impl Config {
     }
 }
 
-/// One measurement: operations per second over the whole run, and the median latency of one
-/// operation as a caller saw it.
+/// One measurement: operations per second over the whole run, and the median and 99th
+/// percentile latency of one operation as a caller saw it.
 #[derive(Debug, Clone, Copy)]
 pub struct Stats {
     pub ops_per_sec: f64,
     pub p50: Duration,
+    pub p99: Duration,
 }
 
 /// Runs `ops` operations (rounded down to a multiple of `callers`) split over `callers` Tokio
@@ -128,11 +129,22 @@ where
     F: Fn(u64) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    measure_each(callers, ops, first, |_| op.clone()).await
+}
+
+/// [`measure`], with each caller's operations made by `caller_op(caller)`: one on a connection
+/// of the caller's own, say.
+pub async fn measure_each<M, F, Fut>(callers: usize, ops: usize, first: u64, caller_op: M) -> Stats
+where
+    M: Fn(usize) -> F,
+    F: Fn(u64) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let per_caller = (ops / callers).max(1);
     let start = Instant::now();
     let tasks: Vec<_> = (0..callers)
         .map(|caller| {
-            let op = op.clone();
+            let op = caller_op(caller);
             let first = first + (caller * per_caller) as u64;
             tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(per_caller);
@@ -151,9 +163,11 @@ where
     }
     let elapsed = start.elapsed();
     latencies.sort_unstable();
+    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
     Stats {
         ops_per_sec: latencies.len() as f64 / elapsed.as_secs_f64(),
-        p50: latencies[latencies.len() / 2],
+        p50: at(0.50),
+        p99: at(0.99),
     }
 }
 
@@ -217,15 +231,18 @@ where
     rows
 }
 
-/// The median round by throughput, and the median of the rounds' median latencies.
-fn median(mut rounds: Vec<Stats>) -> Stats {
+/// The median round by throughput, with the medians of the rounds' percentiles.
+pub fn median(mut rounds: Vec<Stats>) -> Stats {
     let mid = rounds.len() / 2;
     rounds.sort_unstable_by_key(|s| s.p50);
     let p50 = rounds[mid].p50;
+    rounds.sort_unstable_by_key(|s| s.p99);
+    let p99 = rounds[mid].p99;
     rounds.sort_unstable_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
     Stats {
         ops_per_sec: rounds[mid].ops_per_sec,
         p50,
+        p99,
     }
 }
 
