@@ -161,13 +161,6 @@ fn subset<T: Copy>(name: &str, all: &[T], label: impl Fn(T) -> String) -> Vec<T>
         .collect()
 }
 
-fn number(name: &str, default: usize) -> usize {
-    std::env::var(name).map_or(default, |v| {
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name} must be a whole number, not {v:?}"))
-    })
-}
-
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -189,8 +182,8 @@ fn main() {
     let bench = std::env::args().any(|arg| arg == "--bench");
     let (ops, rounds) = if bench {
         (
-            number("HTTP_BENCH_OPS", 2_000).max(64),
-            number("HTTP_BENCH_ROUNDS", 3).max(1),
+            support::store::number("HTTP_BENCH_OPS", 2_000).max(64),
+            support::store::number("HTTP_BENCH_ROUNDS", 3).max(1),
         )
     } else {
         (64, 1)

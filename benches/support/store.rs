@@ -97,12 +97,6 @@ impl Config {
                 replay_ops: CALLERS[2],
             };
         }
-        let number = |name: &str, default: usize| {
-            std::env::var(name).map_or(default, |v| {
-                v.parse()
-                    .unwrap_or_else(|_| panic!("{name} must be a whole number, not {v:?}"))
-            })
-        };
         let claim_ops = number("STORE_BENCH_OPS", 2_000).max(CALLERS[2]);
         Config {
             rounds: number("STORE_BENCH_ROUNDS", 5).max(1),
@@ -110,6 +104,14 @@ impl Config {
             replay_ops: claim_ops * 5,
         }
     }
+}
+
+/// The whole number in the environment variable `name`, or `default` when it is unset.
+pub fn number(name: &str, default: usize) -> usize {
+    std::env::var(name).map_or(default, |v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name} must be a whole number, not {v:?}"))
+    })
 }
 
 /// One measurement: operations per second over the whole run, and the median and 99th
