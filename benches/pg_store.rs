@@ -22,7 +22,8 @@ use std::sync::Arc;
 use deadpool_postgres::Pool;
 use retry_core::idempotency::PgStore;
 use support::store::{
-    self, Config, REPLAY_KEYS, RESPONSE, compare, print_table, store_claim_complete, store_replay,
+    Config, REPLAY_KEYS, RESPONSE, compare, in_schema, pg_pool, print_table, store_claim_complete,
+    store_replay,
 };
 use tokio_postgres::NoTls;
 
@@ -118,14 +119,14 @@ fn main() {
             .await
             .expect("create the bench's schema");
         // Both pools see the bench's schema first, so each side's tables are new ones there.
-        let url = store::in_schema(&url, &schema);
+        let url = in_schema(&url, &schema);
         let store = Arc::new(
             PgStore::connect(&url)
                 .await
                 .unwrap_or_else(|e| panic!("PgStore::connect({url}): {e}")),
         );
         let pool_size = store.pool().status().max_size;
-        let raw = store::pg_pool(&url, pool_size);
+        let raw = pg_pool(&url, pool_size);
         {
             let client = raw.get().await.expect("a raw connection");
             client

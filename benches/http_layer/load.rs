@@ -4,13 +4,13 @@ use std::time::Duration;
 
 use tokio::runtime::Runtime;
 
-use super::support::store::{self, Stats, median};
+use super::support::store::{Stats, measure_each, median, thousands};
 use super::{ORDER, Side};
 
 /// `ops` requests (rounded down to a multiple of the clients), each with a key of its own
 /// (`{run}-{n}`), from each client in `connections` on a connection of its own.
 async fn measure(url: &str, connections: &[reqwest::Client], ops: usize, run: &str) -> Stats {
-    store::measure_each(connections.len(), ops, 0, |caller| {
+    measure_each(connections.len(), ops, 0, |caller| {
         let client = connections[caller].clone();
         let (url, run) = (url.to_owned(), run.to_owned());
         move |n| {
@@ -166,7 +166,7 @@ fn print_table(caption: &str, callers_each: &[usize], table: &[(Side, usize, Sta
             match of(side) {
                 Some(s) => print!(
                     " {} ({} / {} ms) |",
-                    store::thousands(s.ops_per_sec),
+                    thousands(s.ops_per_sec),
                     millis(s.p50),
                     millis(s.p99)
                 ),

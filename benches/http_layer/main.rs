@@ -51,13 +51,15 @@ use axum::http::{HeaderMap, StatusCode};
 use tokio::runtime::Runtime;
 
 use load::Plan;
+use support::store::number;
 
 mod load;
 #[cfg(feature = "postgres")]
 mod pg;
 mod sqlite;
 
-// The harness the benches share: its table formatting (`store::thousands`).
+// The harness the benches share: `store` holds the load driver, its medians, the settings
+// reader, the number formatting and the hand-written side's PostgreSQL pool.
 #[path = "../support/mod.rs"]
 mod support;
 
@@ -182,8 +184,8 @@ fn main() {
     let bench = std::env::args().any(|arg| arg == "--bench");
     let (ops, rounds) = if bench {
         (
-            support::store::number("HTTP_BENCH_OPS", 2_000).max(64),
-            support::store::number("HTTP_BENCH_ROUNDS", 3).max(1),
+            number("HTTP_BENCH_OPS", 2_000).max(64),
+            number("HTTP_BENCH_ROUNDS", 3).max(1),
         )
     } else {
         (64, 1)

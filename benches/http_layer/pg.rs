@@ -9,7 +9,7 @@ use retry_core::idempotency::PgStore;
 use retry_core::tower::{IdempotencyLayer, RequestTransaction};
 use tokio_postgres::NoTls;
 
-use super::support::store;
+use super::support::store::{in_schema, pg_pool};
 use super::{Side, key, listen, no_key, payment};
 
 const TABLES: &str = "CREATE TABLE payments (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL);
@@ -30,7 +30,7 @@ async fn store(url: &str) -> PgStore {
 
 /// The handler's own pool, set up as `PgStore`'s.
 fn pool(url: &str) -> Pool {
-    store::pg_pool(url, POOL_SIZE)
+    pg_pool(url, POOL_SIZE)
 }
 
 async fn book_on_own_connection(State(pool): State<Pool>, body: String) -> (StatusCode, String) {
@@ -143,7 +143,7 @@ impl Cluster {
         self.schemas.push(schema.clone());
         // Every connection of the side, the store's too (which creates its `inbox_log`
         // there), sees the side's schema first.
-        let url = store::in_schema(&self.url, &schema);
+        let url = in_schema(&self.url, &schema);
         let router = match side {
             Side::Alone => Router::new()
                 .route("/payments", post(book_on_own_connection))
