@@ -1,0 +1,6 @@
+\set k random(1, 9000000000000000000)
+BEGIN ISOLATION LEVEL READ COMMITTED;
+INSERT INTO pbx.inbox_log (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at) SELECT '~s4-https11-' || :k::text, :k::text, 'in_progress', NULL, to_char(t.ts, 'YYYY-MM-DD"T"HH24XMIXSS.US"Z"'), 'b8bd245641fa1983', 1, to_char(LEAST(t.ts + (interval '1 second' * (30::int8) + interval '1 microsecond' * (0::int8)), timestamp '9999-12-31'), 'YYYY-MM-DD"T"HH24XMIXSS.US"Z"'), to_char(LEAST(t.ts + (interval '1 second' * (2592000::int8) + interval '1 microsecond' * (0::int8)), timestamp '9999-12-31'), 'YYYY-MM-DD"T"HH24XMIXSS.US"Z"') FROM (SELECT COALESCE(NULL::timestamp, clock_timestamp() AT TIME ZONE 'UTC') AS ts) t WHERE pg_try_advisory_xact_lock(hashtextextended('~s4-https11-' || :k::text, 0)) ON CONFLICT (msg_id) DO NOTHING RETURNING txid_current();
+INSERT INTO pbx.payments (body) VALUES ('{"amount"=1}') RETURNING id;
+WITH u AS (UPDATE pbx.inbox_log SET status = 'done', response = '{"status"=201,"headers"=[["content-type","text/plain; charset=utf-8"]],"body"="{\\"payment\\"=1}"}' WHERE msg_id = '~s4-https11-' || :k::text AND token = 1 AND status = 'in_progress' AND txid_current() = txid_current() RETURNING 1) SELECT CASE WHEN txid_current() = txid_current() THEN 1 / (SELECT count(*)::int FROM u) ELSE 0 END;
+COMMIT;
