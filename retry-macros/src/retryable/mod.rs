@@ -256,22 +256,10 @@ fn rewrite(
             }
         }
     };
+    // `#[async_trait]`: the loop goes into its own signature, boxed as its future was.
+    let is_boxed = boxed.is_some();
     if let Some(boxed) = boxed {
-        // `#[async_trait]`: its signature, and the loop boxed as its future was.
-        let mut sig = boxed.sig;
-        let retry = retry_loop(
-            args,
-            &mut sig,
-            &output,
-            body,
-            &quote!(::core::panic::Location::caller()),
-        );
-        return quote! {
-            #(#attrs)*
-            #vis #sig {
-                ::std::boxed::Box::pin(#retry)
-            }
-        };
+        sig = boxed.sig;
     }
     let retry = retry_loop(
         args,
@@ -280,6 +268,14 @@ fn rewrite(
         body,
         &quote!(::core::panic::Location::caller()),
     );
+    if is_boxed {
+        return quote! {
+            #(#attrs)*
+            #vis #sig {
+                ::std::boxed::Box::pin(#retry)
+            }
+        };
+    }
     sig.asyncness = None;
     let future = opaque_future(&output);
     sig.output = syn::parse_quote_spanned! {output_span=>
