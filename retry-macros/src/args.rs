@@ -8,7 +8,7 @@ use syn::spanned::Spanned as _;
 use syn::{Expr, LitInt, LitStr, Path};
 
 use crate::errors::Errors;
-use crate::suggest::closest;
+use crate::suggest::{closest, unknown_hint};
 
 const ARGUMENTS: &[&str] = &[
     "max",
@@ -107,10 +107,7 @@ impl RetryArgs {
             let shown = quote::ToTokens::to_token_stream(&meta.path)
                 .to_string()
                 .replace(' ', "");
-            let hint = match closest(&shown, ARGUMENTS) {
-                Some(near) => format!("; did you mean `{near}`?"),
-                None => format!("; expected one of {}", list(ARGUMENTS)),
-            };
+            let hint = unknown_hint(&shown, ARGUMENTS);
             errors.at(
                 key_span,
                 format!("unknown `#[retryable]` argument `{shown}`{hint}"),
@@ -260,10 +257,7 @@ fn parse_dlq(
             "original" => original = Some(inner.value()?.parse::<Expr>()?),
             "redact" => redact = Some(inner.value()?.parse::<Path>()?),
             _ => {
-                let hint = closest(&name, DLQ_ARGUMENTS).map_or_else(
-                    || format!("; expected one of {}", list(DLQ_ARGUMENTS)),
-                    |near| format!("; did you mean `{near}`?"),
-                );
+                let hint = unknown_hint(&name, DLQ_ARGUMENTS);
                 errors.at(at, format!("unknown `dlq` argument `{name}`{hint}"));
                 return skip_value(&inner);
             }
@@ -346,12 +340,4 @@ fn policy_method(knob: &str) -> &'static str {
         "deadline" => ".deadline(duration)",
         _ => ".max_retry_after(duration)",
     }
-}
-
-fn list(names: &[&str]) -> String {
-    names
-        .iter()
-        .map(|n| format!("`{n}`"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }

@@ -16,7 +16,7 @@ use crate::args::{RetryArgs, Spanned};
 use crate::errors::Errors;
 use crate::respan::respan;
 use crate::retryable::{self, AttemptBody};
-use crate::suggest::closest;
+use crate::suggest::unknown_hint;
 
 const ARGUMENTS: &[&str] = &[
     "key",
@@ -89,17 +89,7 @@ impl IdempotentArgs {
         let key_span = meta.path.span();
         if !ARGUMENTS.contains(&key.as_str()) {
             let shown = meta.path.to_token_stream().to_string().replace(' ', "");
-            let hint = match closest(&shown, ARGUMENTS) {
-                Some(near) => format!("; did you mean `{near}`?"),
-                None => format!(
-                    "; expected one of {}",
-                    ARGUMENTS
-                        .iter()
-                        .map(|a| format!("`{a}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            };
+            let hint = unknown_hint(&shown, ARGUMENTS);
             errors.at(
                 key_span,
                 format!("unknown `#[idempotent]` argument `{shown}`{hint}"),

@@ -10,6 +10,24 @@ pub(crate) fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str>
         .map(|(_, c)| c)
 }
 
+/// The end of an "unknown argument" message: "; did you mean `near`?" for a likely typo of one
+/// of `candidates`, else "; expected one of " and all of them.
+pub(crate) fn unknown_hint(word: &str, candidates: &[&str]) -> String {
+    match closest(word, candidates) {
+        Some(near) => format!("; did you mean `{near}`?"),
+        None => format!("; expected one of {}", list(candidates)),
+    }
+}
+
+/// `names` as a message lists them: "`a`, `b`, `c`".
+pub(crate) fn list(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Levenshtein distance over chars.
 fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();

@@ -7,7 +7,7 @@ use syn::{Fields, Index, Member, Type};
 use super::WRITE_ONE_OF;
 use super::parse::{Choice, Found, Owner};
 use crate::errors::Errors;
-use crate::suggest::closest;
+use crate::suggest::{closest, list};
 
 /// What one arm does, with the field it reads.
 pub(super) enum Action<'a> {
@@ -189,12 +189,4 @@ fn find_field<'a>(
             None
         }
     }
-}
-
-fn list(names: &[&str]) -> String {
-    names
-        .iter()
-        .map(|n| format!("`{n}`"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
