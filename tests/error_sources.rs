@@ -199,6 +199,18 @@ fn leaf_errors() {
             Box::new(retry_core::dlq::http::PostLetterError::Key(key)),
         ),
         (
+            "PostLetterError::NotAcknowledged".into(),
+            Box::new(retry_core::dlq::http::PostLetterError::NotAcknowledged(
+                retry_core::dlq::http::NotAcknowledged {
+                    url: "http://127.0.0.1:9/letters".into(),
+                    status: http::StatusCode::FOUND,
+                    location: Some("http://127.0.0.1:9/login".into()),
+                    redirected_from: None,
+                    title: None,
+                },
+            )),
+        ),
+        (
             "HttpError (attempt timeout)".into(),
             Box::new(retry_core::reqwest::HttpError::from(Elapsed::new(
                 Duration::from_secs(1),

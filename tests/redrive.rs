@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, Filter, JsonlSink,
-    MemoryDeadLetters, Outcome, Redrive, SqliteDeadLetters, assume_idempotent,
+    AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, FailureClass,
+    Filter, JsonlSink, MemoryDeadLetters, Outcome, Page, Redrive, RedriveRecord, Resolution,
+    SqliteDeadLetters, Stats, assume_idempotent,
 };
 use retry_core::idempotency::{IdempotencyError, MemoryStore};
 use retry_core::time::{Clock, ManualClock, format_rfc3339};
@@ -731,6 +732,146 @@ async fn a_resend_carries_the_key_the_original_call_recorded() {
         seen.iter().map(|k| k.trim_matches('"')).collect::<Vec<_>>(),
         ["key-of-the-first-call", "2"],
         "the recorded key, else the msg_id"
+    );
+}
+
+/// A library user's client follows redirects (reqwest's default): a `2xx` that came from
+/// another URL than the letter was sent to does not acknowledge it.
+#[tokio::test]
+async fn a_2xx_after_a_redirect_the_client_followed_does_not_resolve_the_letter() {
+    use axum::http::{StatusCode, header};
+
+    let elsewhere = Arc::new(AtomicU32::new(0));
+    let counted = elsewhere.clone();
+    let app = axum::Router::new()
+        .route(
+            "/deposits",
+            axum::routing::post(|| async {
+                (
+                    StatusCode::TEMPORARY_REDIRECT,
+                    [(header::LOCATION, "/elsewhere?sig=s3cret")],
+                )
+            }),
+        )
+        .route(
+            "/elsewhere",
+            axum::routing::post(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { "taken elsewhere" }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = retry_core::reqwest::client_builder().build().unwrap();
+    let url = format!("{base}/deposits");
+
+    let letters = MemoryDeadLetters::new();
+    park_all(&letters, [letter(1, FailureClass::System)]).await;
+    let report = Redrive::new(&letters, "ops")
+        .run_letters(|letter| retry_core::dlq::http::post_letter(client.post(&url), letter))
+        .await
+        .unwrap();
+    assert_eq!(
+        elsewhere.load(Ordering::SeqCst),
+        1,
+        "this client did follow it"
+    );
+    let [(_, Outcome::FailedAgain(why))] = &report.letters[..] else {
+        panic!("{:?}", report.letters)
+    };
+    assert!(
+        why.contains(&format!(
+            "POST {base}/elsewhere answered 200 OK after a redirect from {url}"
+        )),
+        "{why}"
+    );
+    assert!(!why.contains("s3cret"), "{why}");
+    assert_eq!(pending(&letters).await, 1, "not resolved");
+}
+
+/// A store that counts the letters each page asked for.
+struct CountingPages {
+    inner: MemoryDeadLetters,
+    page_limits: Mutex<Vec<usize>>,
+}
+
+impl DeadLetterSink for CountingPages {
+    async fn park(&self, letter: &DeadLetter) -> Result<(), DlqError> {
+        self.inner.park(letter).await
+    }
+}
+
+impl DeadLetterStore for CountingPages {
+    async fn page(&self, page: &Page) -> Result<Vec<DeadLetter>, DlqError> {
+        self.page_limits.lock().unwrap().push(page.limit);
+        self.inner.page(page).await
+    }
+    async fn stats(&self) -> Result<Stats, DlqError> {
+        self.inner.stats().await
+    }
+    async fn get(&self, msg_id: &str) -> Result<Option<DeadLetter>, DlqError> {
+        self.inner.get(msg_id).await
+    }
+    async fn lease(
+        &self,
+        msg_id: &str,
+        run_id: &str,
+        ttl: Duration,
+    ) -> Result<Option<DeadLetter>, DlqError> {
+        self.inner.lease(msg_id, run_id, ttl).await
+    }
+    async fn release(&self, msg_id: &str, run_id: &str) -> Result<bool, DlqError> {
+        self.inner.release(msg_id, run_id).await
+    }
+    async fn resolve(&self, msg_id: &str, resolution: &Resolution) -> Result<bool, DlqError> {
+        self.inner.resolve(msg_id, resolution).await
+    }
+    async fn put_back(
+        &self,
+        msg_id: &str,
+        run_id: &str,
+        failure: &Failure,
+    ) -> Result<bool, DlqError> {
+        self.inner.put_back(msg_id, run_id, failure).await
+    }
+    async fn purge_resolved(&self, before: SystemTime) -> Result<u64, DlqError> {
+        self.inner.purge_resolved(before).await
+    }
+    async fn audit(&self, entry: &AuditEntry) -> Result<(), DlqError> {
+        self.inner.audit(entry).await
+    }
+    async fn audit_rows(&self, run_id: Option<&str>) -> Result<Vec<AuditEntry>, DlqError> {
+        self.inner.audit_rows(run_id).await
+    }
+    async fn record_redrive(&self, record: &RedriveRecord) -> Result<(), DlqError> {
+        self.inner.record_redrive(record).await
+    }
+    async fn redrives(&self) -> Result<Vec<RedriveRecord>, DlqError> {
+        self.inner.redrives().await
+    }
+}
+
+/// Letters can be large: a run of 10 reads pages of 10, not the 200 a long run reads at a time.
+#[tokio::test(start_paused = true)]
+async fn a_run_reads_pages_no_larger_than_its_limit() {
+    let store = CountingPages {
+        inner: MemoryDeadLetters::new(),
+        page_limits: Mutex::new(Vec::new()),
+    };
+    park_all(&store, (1..=150).map(|n| letter(n, FailureClass::System))).await;
+    let (inbox, ledger) = (MemoryStore::new(), healthy());
+    let report = Redrive::new(&store, "ops")
+        .limit(10)
+        .rate(1000)
+        .run(|req: Deposit| deposit(&inbox, &ledger, req))
+        .await
+        .unwrap();
+    assert_eq!(report.record.succeeded, 10);
+    let limits = store.page_limits.lock().unwrap().clone();
+    assert!(
+        !limits.is_empty() && limits.iter().all(|&l| l <= 10),
+        "{limits:?}"
     );
 }
 

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use ::http::{Method, StatusCode};
-use ::reqwest::{RequestBuilder, Response};
+use ::reqwest::{RequestBuilder, Response, Url};
 
 use crate::attempt;
 use crate::classify::{Classify, Decision, Elapsed};
@@ -26,6 +26,24 @@ pub use crate::http::ConnectFailure;
 /// ```
 pub fn client_builder() -> ::reqwest::ClientBuilder {
     ::reqwest::Client::builder().retry(::reqwest::retry::never())
+}
+
+/// `url` as errors, logs and stored records show it: without its userinfo (`user:password@`),
+/// query and fragment, where credentials travel (`?api_key=..`, `#access_token=..`). A reason
+/// built from an [`HttpError`] can end up in a dead letter or an audit row, kept for months.
+///
+/// ```
+/// let url = reqwest::Url::parse("https://shop:s3cret@payments.example/v1/pay?api_key=k#t").unwrap();
+/// assert_eq!(retry_core::reqwest::redacted_url(&url), "https://payments.example/v1/pay");
+/// ```
+pub fn redacted_url(url: &Url) -> String {
+    let mut url = url.clone();
+    // Both fail only for URLs that cannot have userinfo (`mailto:`), which then have none.
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    url.set_query(None);
+    url.set_fragment(None);
+    url.into()
 }
 
 /// Extensions for outgoing requests.
@@ -146,15 +164,10 @@ impl RequestBuilderExt for RequestBuilder {
 
     async fn send_checked(self) -> Result<Response, HttpError> {
         let (client, request) = self.build_split();
-        let request = request.map_err(|e| HttpError {
-            method: None,
-            keyed: false,
-            url: e.url().map(ToString::to_string),
-            failure: Failure::Transport(e),
-        })?;
+        let request = request.map_err(HttpError::unbuilt)?;
         let method = request.method().clone();
         let keyed = has_idempotency_key(request.headers());
-        let url = request.url().to_string();
+        let url = redacted_url(request.url());
         // From here the request may reach the server: an `attempt_timeout` that cuts the
         // attempt off must not resend it (see `Elapsed::unsafe_request`).
         let noted = !method.is_idempotent() && !keyed;
@@ -209,6 +222,16 @@ enum Failure {
 }
 
 impl HttpError {
+    /// A request that could not be built: nothing was sent.
+    pub(crate) fn unbuilt(e: ::reqwest::Error) -> Self {
+        HttpError {
+            method: None,
+            keyed: false,
+            url: e.url().map(redacted_url),
+            failure: Failure::Transport(e),
+        }
+    }
+
     /// The response status, when the server answered.
     pub fn status(&self) -> Option<StatusCode> {
         match &self.failure {
@@ -280,7 +303,7 @@ impl HttpError {
     }
 }
 
-/// The method and URL, and what happened in a few words: a transport failure says its kind
+/// The method and URL (as [`redacted_url`] shows it), and what happened in a few words: a transport failure says its kind
 /// ("connect error", "timeout"), and reqwest's error is the source, with the details.
 impl fmt::Display for HttpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -433,7 +456,7 @@ async fn check_response(
         return Ok(response);
     }
     let retry_after = retry_after(status, response.headers(), SystemTime::now());
-    let url = Some(response.url().to_string());
+    let url = Some(redacted_url(response.url()));
     let mut body = Vec::new();
     // Bounded: an error page may be large, and only its start helps a person.
     while body.len() < BODY_EXCERPT_LIMIT {

@@ -181,9 +181,11 @@ letter's msg_id (which `dlq(id = ...)` should make the key the original requests
 a receiver that already did the work answers from its idempotency store instead of doing it
 again. Letters are taken oldest first failure first from a snapshot made before the first send,
 at most --limit of them, at most --rate per second, one at a time; the run stops once
---stop-after letters failed again. A 2xx answer acknowledges the letter; anything else puts it
-back with attempts + 1 and last_failed_at now. The run is recorded (see `audit`): when, --who,
-the filter, how many were selected, succeeded, failed and skipped.
+--stop-after letters failed again. A 2xx answer of --to itself acknowledges the letter; anything
+else puts it back with attempts + 1 and last_failed_at now. Redirects are not followed: a 3xx is a
+failure that names its Location. The run is recorded (see `audit`): when, --who, the filter, how
+many were selected, succeeded, failed and skipped. What is recorded holds no credentials: the URL
+without its user, password and query, and of a failed answer only its status and problem title.
 
 A JSONL store is opened for writing beside the service writing it: each takes the file's lock
 only to append. A progress bar shows on stderr for runs of 20 letters or more.

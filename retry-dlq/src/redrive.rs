@@ -16,6 +16,7 @@ use retry_core::dlq::{
     AuditEntry, DeadLetter, DeadLetterStore, Filter, Outcome, Redrive, RedriveError, RedriveRecord,
     assume_idempotent,
 };
+use retry_core::reqwest::redacted_url;
 
 use crate::report::{one_line, truncate};
 use crate::{ClassArg, EXIT_FLAGGED, EXIT_OK, Failure, Format};
@@ -222,6 +223,22 @@ fn is_loopback(url: &Url) -> bool {
         })
 }
 
+/// The client that sends letters. It follows no redirect: only a 2xx of `--to` itself
+/// acknowledges a letter, so a `302` to a login page is a failure (naming its `Location`), and
+/// a `307` cannot carry a letter, its key and its credentials to another host, or from https://
+/// to http://. Plain http:// (to loopback, or `--insecure`) goes to the receiver directly, never
+/// through a proxy from the environment: that would be a hop in clear text the check never saw.
+fn client(url: &Url, timeout: Duration) -> reqwest::Result<reqwest::Client> {
+    let builder = retry_core::reqwest::client_builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(timeout);
+    if url.scheme() == "http" {
+        builder.no_proxy().build()
+    } else {
+        builder.build()
+    }
+}
+
 /// Runs `redrive`: 0 when every chosen letter was redriven (or a dry run listed them), 1 when a
 /// letter failed again, was skipped, or the run stopped early.
 pub(crate) async fn redrive<S: DeadLetterStore + Sync>(
@@ -230,6 +247,16 @@ pub(crate) async fn redrive<S: DeadLetterStore + Sync>(
     out: &mut impl Write,
 ) -> Result<u8, Failure> {
     let url = receiver(&args.to, args.insecure).map_err(Failure::Usage)?;
+    if url.password().is_some() || !url.username().is_empty() {
+        eprintln!(
+            "retry-dlq: warning: the --to URL's user and password are visible to other users (ps, \
+             /proc); pass credentials with --header-env Authorization=VARIABLE or --header-file PATH \
+             (they are never written to the audit record)"
+        );
+    }
+    // What the audit record, the dry run and every message show of the receiver: no userinfo,
+    // no query, where credentials travel.
+    let target = redacted_url(&url);
     let headers = headers(args).map_err(Failure::Usage)?;
     let mut filter = Filter::any();
     if let Some(class) = args.class {
@@ -249,7 +276,7 @@ pub(crate) async fn redrive<S: DeadLetterStore + Sync>(
         .limit(args.limit)
         .rate(args.rate)
         .stop_after_failures(args.stop_after)
-        .target(args.to.clone());
+        .target(target.clone());
     if let Some(retention) = args.retention {
         redrive = redrive.retention(retention);
     }
@@ -266,13 +293,11 @@ pub(crate) async fn redrive<S: DeadLetterStore + Sync>(
             "dry run: {} letter(s) chosen for {}; each is checked (redaction, retention, scope, \
              key) when a run takes it; nothing sent, nothing recorded",
             plan.len(),
-            args.to
+            target
         )?;
         return Ok(EXIT_OK);
     }
-    let client = retry_core::reqwest::client_builder()
-        .timeout(args.timeout)
-        .build()
+    let client = client(&url, args.timeout)
         .map_err(|e| Failure::Usage(format!("cannot make an HTTP client: {e}")))?;
     let bar = progress(plan.len());
     drop(plan);

@@ -1588,3 +1588,257 @@ fn a_service_keeps_parking_while_a_redrive_and_a_dry_run_run_on_its_file() {
         }
     }
 }
+
+// ---- hostile receivers ----
+
+/// A receiver that does not take letters the way a redrive expects: it redirects (`302` and
+/// `303` to a login page, `307` to another origin), or fails with a body and a problem that hold
+/// secrets. It counts what reaches the login page and the other origin, and keeps the
+/// `Authorization` header each request carried.
+struct Hostile {
+    base: String,
+    logins: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    stolen: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    authorizations: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Hostile {
+    fn start() -> Hostile {
+        use axum::http::{HeaderMap, StatusCode, header};
+        use axum::routing::{any, get, post};
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use std::sync::{Arc, Mutex};
+
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let bind = || {
+            runtime
+                .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+                .unwrap()
+        };
+        let (listener, thief) = (bind(), bind());
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let thief_url = format!("http://{}/steal", thief.local_addr().unwrap());
+        let logins = Arc::new(AtomicU32::new(0));
+        let stolen = Arc::new(AtomicU32::new(0));
+        let authorizations = Arc::new(Mutex::new(Vec::new()));
+
+        let counted = stolen.clone();
+        let thief_app = axum::Router::new().route(
+            "/steal",
+            any(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { "thanks" }
+            }),
+        );
+        let counted = logins.clone();
+        let seen = authorizations.clone();
+        let app = axum::Router::new()
+            .route(
+                "/found",
+                post(|| async { (StatusCode::FOUND, [(header::LOCATION, "/login")]) }),
+            )
+            .route(
+                "/see-other",
+                post(|| async { (StatusCode::SEE_OTHER, [(header::LOCATION, "/login?next=%2Fdeposits")]) }),
+            )
+            .route(
+                "/temporary",
+                post(move || async move {
+                    (StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, thief_url)])
+                }),
+            )
+            .route(
+                "/login",
+                get(move || {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    async { "please log in" }
+                }),
+            )
+            .route(
+                "/secret",
+                post(move |headers: HeaderMap| {
+                    let auth = headers
+                        .get(header::AUTHORIZATION)
+                        .map(|v| v.to_str().unwrap().to_owned())
+                        .unwrap_or_default();
+                    seen.lock().unwrap().push(auth);
+                    async {
+                        (
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "SECRET-BODY: card 4111111111111111, token=abc123",
+                        )
+                    }
+                }),
+            )
+            .route(
+                "/problem",
+                post(|| async {
+                    (
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        [(header::CONTENT_TYPE, "application/problem+json")],
+                        r#"{"type":"about:blank","title":"Ledger rejected the deposit","detail":"SECRET-DETAIL for card 4111111111111111"}"#,
+                    )
+                }),
+            );
+        runtime.spawn(async move { axum::serve(listener, app).await });
+        runtime.spawn(async move { axum::serve(thief, thief_app).await });
+        Hostile {
+            base,
+            logins,
+            stolen,
+            authorizations,
+            _runtime: runtime,
+        }
+    }
+
+    fn redrive(&self, kind: Kind, path: &Path, to: &str) -> Output {
+        run(
+            kind,
+            path,
+            &["redrive", "--to", to, "--who", "alice", "--rate", "1000/s"],
+        )
+    }
+}
+
+/// A `302` or `303` to a login page and a `307` to another origin: no redirect is followed, no
+/// letter counts as delivered, each failure names the status and where it pointed, and every
+/// letter stays pending with the failure in its history.
+#[test]
+fn redrive_follows_no_redirect_and_resolves_no_letter_the_receiver_did_not_take() {
+    use std::sync::atomic::Ordering;
+
+    let receiver = Hostile::start();
+    for kind in KINDS {
+        for (route, status, location) in [
+            ("found", "302 Found", format!("{}/login", receiver.base)),
+            (
+                "see-other",
+                "303 See Other",
+                format!("{}/login", receiver.base),
+            ),
+            (
+                "temporary",
+                "307 Temporary Redirect",
+                "http://127.0.0.1:".to_owned(),
+            ),
+        ] {
+            let dir = TempDir::new("redrive-redirect");
+            let path = dir.path(kind.file());
+            kind.park(&path, &hundred_system_letters()[..3]);
+            let output = receiver.redrive(kind, &path, &format!("{}/{route}", receiver.base));
+            assert_status(&output, 1);
+            let out = stdout(&output);
+            let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("failed\t")).collect();
+            assert_eq!(failed.len(), 3, "{kind:?} {route}: {out}");
+            for line in failed {
+                assert!(line.contains(status), "{kind:?}: {line}");
+                assert!(
+                    line.contains(&format!("Location: {location}")),
+                    "{kind:?}: {line}"
+                );
+                assert!(line.contains("only a 2xx acknowledges"), "{kind:?}: {line}");
+            }
+            assert!(
+                out.contains("0 succeeded, 3 failed"),
+                "{kind:?} {route}: {out}"
+            );
+            assert_eq!(
+                count(kind, &path),
+                3,
+                "{kind:?} {route}: every letter still pending"
+            );
+            let shown: DeadLetter =
+                serde_json::from_str(&stdout(&run(kind, &path, &["show", "M-000"]))).unwrap();
+            assert!(shown.resolved.is_none());
+            assert!(
+                shown.reason.contains(status)
+                    || shown.history.iter().any(|h| h.reason.contains(status)),
+                "{kind:?} {route}: the failure is on the letter: {shown:?}"
+            );
+        }
+    }
+    assert_eq!(receiver.logins.load(Ordering::SeqCst), 0, "no GET /login");
+    assert_eq!(
+        receiver.stolen.load(Ordering::SeqCst),
+        0,
+        "nothing reached the other origin"
+    );
+}
+
+/// Credentials in `--to` (userinfo, query), a receiver's failing body and its problem's
+/// detail: none of them is written to the audit record or the letter; the userinfo is still
+/// sent (as Basic authentication), with a warning that `ps` shows it.
+#[test]
+fn redrive_keeps_no_url_credentials_and_no_receiver_body() {
+    let receiver = Hostile::start();
+    let port = receiver.base.rsplit(':').next().unwrap();
+    for kind in KINDS {
+        let dir = TempDir::new("redrive-secrets");
+        let path = dir.path(kind.file());
+        kind.park(&path, &hundred_system_letters()[..2]);
+        let to = format!("http://shop:pa55word@127.0.0.1:{port}/secret?api_key=K3Y#frag");
+        let output = receiver.redrive(kind, &path, &to);
+        assert_status(&output, 1);
+        assert!(
+            stderr(&output).contains("user and password are visible to other users"),
+            "{}",
+            stderr(&output)
+        );
+        assert!(
+            stdout(&output).contains("500 Internal Server Error"),
+            "{}",
+            stdout(&output)
+        );
+        let problem = receiver.redrive(kind, &path, &format!("{}/problem", receiver.base));
+        assert!(
+            stdout(&problem).contains("422 Unprocessable Entity: \"Ledger rejected the deposit\""),
+            "the problem's title is kept: {}",
+            stdout(&problem)
+        );
+
+        let runs = stdout(&run(kind, &path, &["audit", "--format", "json"]));
+        assert!(
+            runs.contains(&format!("http://127.0.0.1:{port}/secret")),
+            "{kind:?}: the target without its credentials: {runs}"
+        );
+        let mut kept = runs;
+        for run_line in stdout(&run(kind, &path, &["audit"])).lines() {
+            let run_id = run_line.split('\t').nth(1).unwrap();
+            kept += &stdout(&run(
+                kind,
+                &path,
+                &["audit", "--run", run_id, "--format", "json"],
+            ));
+        }
+        kept += &stdout(&run(kind, &path, &["export"]));
+        kept += &stdout(&problem);
+        for secret in [
+            "pa55word",
+            "shop:",
+            "api_key",
+            "K3Y",
+            "frag",
+            "SECRET",
+            "4111",
+            "token=abc123",
+        ] {
+            assert!(
+                !kept.contains(secret),
+                "{kind:?}: {secret:?} kept in:\n{kept}"
+            );
+        }
+    }
+    let authorizations = receiver.authorizations.lock().unwrap();
+    assert!(!authorizations.is_empty());
+    assert!(
+        authorizations
+            .iter()
+            .all(|a| a == "Basic c2hvcDpwYTU1d29yZA=="),
+        "the userinfo is sent as Basic authentication: {authorizations:?}"
+    );
+}

@@ -68,7 +68,7 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 /// what `#[idempotent]` keeps them for by default.
 pub const DEFAULT_RETENTION: Duration = crate::idempotency::DEFAULT_RETENTION;
 
-/// Letters asked of the store at a time while choosing.
+/// Letters asked of the store at a time while choosing (fewer for a smaller run).
 const SELECT_PAGE: usize = 200;
 
 /// A redrive run over a [`DeadLetterStore`]; see the [module docs](self) for its five steps.
@@ -240,7 +240,9 @@ impl<'s, S: DeadLetterStore + ?Sized> Redrive<'s, S> {
     async fn select<T>(&self, mut keep: impl FnMut(DeadLetter) -> T) -> Result<Vec<T>, DlqError> {
         let now = self.clock.now();
         let mut chosen = Vec::new();
-        let mut page = self.filter.page(SELECT_PAGE);
+        // Pages no larger than the run: letters can be large, and `--limit 10` should not
+        // read 200 of them.
+        let mut page = self.filter.page(self.limit.clamp(1, SELECT_PAGE));
         while chosen.len() < self.limit {
             let letters = self.store.page(&page).await?;
             let Some(last) = letters.last() else {

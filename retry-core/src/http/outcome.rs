@@ -3,9 +3,10 @@
 //! `reqwest`'s `HttpError` and the retrying wrappers around clients (`tower::RetryLayer`,
 //! `reqwest_middleware::RetryMiddleware`).
 
-// Without a client integration there is nothing to classify.
+// Without a client integration there is nothing to classify; `reqwest` alone uses only the
+// method rule (`judge`), the retrying wrappers the rest.
 #![cfg_attr(
-    not(any(feature = "reqwest", feature = "tower", feature = "reqwest-middleware")),
+    not(any(feature = "tower", feature = "reqwest-middleware")),
     allow(dead_code)
 )]
 
