@@ -33,7 +33,8 @@ use std::time::{Duration, SystemTime};
 pub use audit::{AuditEntry, RedriveRecord};
 pub use jsonl::{JsonlSink, TornLine};
 pub use letter::{
-    DeadLetter, DlqError, DlqFailed, Failure, FailureClass, HISTORY_LIMIT, NotParked, Resolution,
+    DeadLetter, DlqError, DlqFailed, Failure, FailureClass, HISTORY_LIMIT, MAX_ORIGINAL_DEPTH,
+    NotParked, Resolution,
 };
 pub use memory::MemoryDeadLetters;
 pub use monitor::{Pending, pending, spawn_monitor};

@@ -423,8 +423,9 @@ impl DeadLetterSink for JsonlSink {
     /// # Errors
     ///
     /// [`DlqError::Io`] if the group cannot be written or synced (nothing of it stays in the
-    /// file); [`DlqError::Serialize`] if the letter cannot be serialised or its line would be
-    /// longer than [`JsonlSink::MAX_LINE`].
+    /// file); [`DlqError::Serialize`] if the letter cannot be serialised, its line would be
+    /// longer than [`JsonlSink::MAX_LINE`], or its original nests deeper than
+    /// [`MAX_ORIGINAL_DEPTH`](crate::dlq::MAX_ORIGINAL_DEPTH) (nothing is written).
     ///
     /// ```
     /// # use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, JsonlSink};
@@ -446,6 +447,7 @@ impl DeadLetterSink for JsonlSink {
     /// # }
     /// ```
     async fn park(&self, letter: &DeadLetter) -> Result<(), DlqError> {
+        letter.check_readable()?;
         let letter = Box::new(letter.clone());
         self.write(|reply| Write::Park(letter, reply)).await
     }
