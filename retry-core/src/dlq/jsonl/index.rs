@@ -170,7 +170,7 @@ impl Line {
 fn parse(body: &[u8]) -> Result<Line, serde_json::Error> {
     let value: serde_json::Value = serde_json::from_slice(body)?;
     let has = |key: &str| value.get(key).is_some();
-    let line = if has("ack") {
+    if has("ack") {
         serde_json::from_value::<AckLine<String>>(value).map(|line| Line::Ack {
             msg_id: line.ack,
             resolution: Resolution {
@@ -207,8 +207,7 @@ fn parse(body: &[u8]) -> Result<Line, serde_json::Error> {
             .map(|line| Line::Redrive(line.redrive))
     } else {
         serde_json::from_value::<DeadLetter>(value).map(|letter| Line::Letter(Arc::new(letter)))
-    };
-    line
+    }
 }
 
 // ---- the index ----
