@@ -556,74 +556,166 @@ async fn a_torn_last_line_is_reported_kept_aside_and_cut_off() {
     assert_eq!(pending_ids(&sink).await, ["M-1", "M-2", "M-4"]);
     drop(sink);
 
-    // A last line that has its newline but is not JSON (a power loss can leave zeros) is torn
-    // too; the `.torn` file only grows.
+    // A last line that has its newline but is not JSON (a power loss can leave zeros) is not
+    // torn but unreadable: quarantined, and the `.torn` file keeps what it had.
     let mut text = std::fs::read(&path).unwrap();
     text.extend_from_slice(b"\0\0\0\0\n");
     std::fs::write(&path, &text).unwrap();
     let sink = JsonlSink::open(&path).unwrap();
+    assert!(sink.torn().is_empty());
+    assert_eq!(sink.quarantined().len(), 1);
     assert_eq!(
-        sink.torn(),
-        [TornLine {
-            line: 4,
-            text: "\0\0\0\0".to_owned()
-        }]
+        (
+            sink.quarantined()[0].line,
+            sink.quarantined()[0].text.as_str()
+        ),
+        (4, "\0\0\0\0")
     );
     assert_eq!(sink.stats().await.unwrap().pending, 3);
     let kept = std::fs::read_to_string(beside(&path, ".torn")).unwrap();
-    assert_eq!(kept.lines().count(), 2, "{kept}");
-    assert!(
-        kept.lines().nth(1).unwrap().contains("\"line\":4"),
-        "{kept}"
-    );
+    assert_eq!(kept.lines().count(), 1, "{kept}");
+    let kept = std::fs::read_to_string(beside(&path, ".quarantine")).unwrap();
+    assert!(kept.contains("\"line\":4"), "{kept}");
 }
 
+/// One unreadable line, wherever it is and whatever is wrong with it, never makes the file
+/// unreadable: a reader skips and reports it, a writer moves it to `<path>.quarantine` (with
+/// why) and takes it out of the file, leaving every other line byte for byte.
 #[tokio::test]
-async fn a_corrupt_line_before_the_last_fails_open_and_names_the_line() {
-    let dir = TempDir::new("corrupt");
+async fn an_unreadable_line_anywhere_is_quarantined_and_the_rest_reads() {
+    let warnings = warnings();
+    let dir = TempDir::new("quarantine");
     let path = dir.file("dlq.jsonl");
     let one = serde_json::to_string(&letter("M-1", "2026-08-19T01:00:00Z")).unwrap();
     let two = serde_json::to_string(&letter("M-2", "2026-08-19T02:00:00Z")).unwrap();
+    // A letter nested past serde_json's limit of 128, as an older version could park it.
+    let deep = format!(
+        "{{\"msg_id\":\"M-deep\",\"original\":{}1{}}}",
+        "[".repeat(200),
+        "]".repeat(200)
+    );
 
     let cases = [
-        // Not JSON, in the middle.
+        // (the file, the unreadable line's number and text, what its reason mentions)
+        (
+            format!("{one}\n{deep}\n{two}\n"),
+            2,
+            deep.as_str(),
+            "recursion limit",
+        ),
+        (
+            format!("{one}\n\n%%garbage%%\n{two}\n"),
+            3,
+            "%%garbage%%",
+            "expected",
+        ),
         (
             format!("{one}\n{{\"msg_id\": \"M-x\", oops\n{two}\n"),
-            "line 2",
+            2,
+            "{\"msg_id\": \"M-x\", oops",
+            "column",
         ),
-        // JSON but not a letter, in the middle.
         (
-            format!("{one}\n\n{{\"msg_id\":\"M-x\"}}\n{two}\n"),
-            "line 3",
+            format!("{one}\n{{\"msg_id\":\"M-x\"}}\n{two}\n"),
+            2,
+            "{\"msg_id\":\"M-x\"}",
+            "missing field",
         ),
-        // JSON but not a line of this file, on the last line: corrupt, not torn (no crash
-        // writes that).
-        (format!("{one}\n{two}\n{{\"ack\":7}}\n"), "line 3"),
-        (format!("{one}\n{{\"lease\":\"M-1\"}}\n{two}\n"), "line 2"),
         (
-            format!("{one}\n{{\"lease\":\"M-1\",\"run_id\":\"r\",\"until\":\"soon\"}}\n"),
-            "line 2",
+            format!("{one}\n{two}\n{{\"ack\":7}}\n"),
+            3,
+            "{\"ack\":7}",
+            "invalid type",
         ),
-        (format!("{one}\n{{\"audit\":{{}}}}\n"), "line 2"),
+        (
+            format!("{one}\n{{\"lease\":\"M-1\",\"run_id\":\"r\",\"until\":\"soon\"}}\n{two}\n"),
+            2,
+            "{\"lease\":\"M-1\",\"run_id\":\"r\",\"until\":\"soon\"}",
+            "RFC 3339",
+        ),
+        (
+            format!("{{\"audit\":{{}}}}\n{one}\n{two}\n"),
+            1,
+            "{\"audit\":{}}",
+            "missing field",
+        ),
     ];
-    for (text, line) in cases {
+    for (text, line, bad, why) in cases {
         std::fs::write(&path, &text).unwrap();
-        for result in [JsonlSink::open(&path), JsonlSink::open_read_only(&path)] {
-            let error = result.unwrap_err();
-            assert!(matches!(error, DlqError::Corrupt(_)), "{error:?}");
-            let message = retry_core::error_chain(&error).to_string();
-            assert!(message.contains(line), "{message}");
-            assert!(message.contains(&path.display().to_string()), "{message}");
-        }
+        let _ = std::fs::remove_file(beside(&path, ".quarantine"));
+
+        let reader = JsonlSink::open_read_only(&path).unwrap();
+        assert_eq!(reader.quarantined().len(), 1, "{text}");
+        assert_eq!(
+            (
+                reader.quarantined()[0].line,
+                reader.quarantined()[0].text.as_str()
+            ),
+            (line, bad)
+        );
+        assert_eq!(pending_ids(&reader).await, ["M-1", "M-2"]);
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
             text,
-            "left untouched"
+            "a reader changes nothing"
         );
-        assert!(!beside(&path, ".torn").exists());
-    }
+        assert!(!beside(&path, ".quarantine").exists());
 
-    // Blank lines are not corrupt.
+        let sink = JsonlSink::open(&path).unwrap();
+        let found = &sink.quarantined()[0];
+        assert_eq!((found.line, found.text.as_str()), (line, bad));
+        assert!(found.why.contains(why), "{}", found.why);
+        assert_eq!(
+            pending_ids(&sink).await,
+            ["M-1", "M-2"],
+            "every other letter is kept"
+        );
+        let without = text.replacen(&format!("{bad}\n"), "", 1);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            without,
+            "only that line is gone"
+        );
+        let kept = std::fs::read_to_string(beside(&path, ".quarantine")).unwrap();
+        let kept: serde_json::Value = serde_json::from_str(kept.trim_end()).unwrap();
+        assert_eq!(
+            (kept["line"].as_u64(), kept["text"].as_str()),
+            (Some(line as u64), Some(bad))
+        );
+        assert!(kept["why"].as_str().unwrap().contains(why), "{kept}");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(beside(&path, ".quarantine"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+
+        // The file works: appends land, the reader follows the rewritten file, a reopen finds
+        // nothing more to move.
+        sink.park(&letter("M-3", "2026-08-19T03:00:00Z"))
+            .await
+            .unwrap();
+        assert_eq!(pending_ids(&reader).await, ["M-1", "M-2", "M-3"]);
+        drop((sink, reader));
+        let sink = JsonlSink::open(&path).unwrap();
+        assert!(sink.quarantined().is_empty());
+        assert_eq!(pending_ids(&sink).await, ["M-1", "M-2", "M-3"]);
+    }
+    let warned: Vec<_> = warnings_about(&warnings, &path)
+        .into_iter()
+        .filter(|w| w.contains("unreadable line"))
+        .collect();
+    assert!(
+        warned
+            .iter()
+            .any(|w| w.contains("line=2") && w.contains("kept_in=")),
+        "{warned:?}"
+    );
+
+    // Blank lines are not unreadable.
     std::fs::write(&path, format!("{one}\n\n  \n{two}\n")).unwrap();
     let sink = JsonlSink::open(&path).unwrap();
     assert_eq!(sink.stats().await.unwrap().pending, 2);

@@ -44,7 +44,9 @@ The store:
   The file of --jsonl/--sqlite must exist: a mistyped path is an error, never an empty store.
   A JSONL file is read as it is, beside the service writing it, and never changed: a torn
   last line (a write cut short by a crash; that letter was never parked) is reported on stderr
-  and left for the writer, which moves it to PATH.torn when it opens the file.";
+  and left for the writer, which moves it to PATH.torn when it opens the file. A complete line
+  that cannot be read is reported and skipped (ack and redrive, which write, move it to
+  PATH.quarantine); the rest of the file is used as usual.";
 
 const EXIT_HELP: &str = "\
 Exit status:
@@ -363,13 +365,40 @@ fn existing_file(path: &Path, what: &str) -> Result<(), Failure> {
     }
 }
 
+/// Says on stderr which lines of a JSONL file could not be read, and where they are kept
+/// (`what` says what became of them): the command goes on with the rest of the file.
+fn warn_quarantined(sink: &JsonlSink, what: &str) {
+    let found = sink.quarantined();
+    if found.is_empty() {
+        return;
+    }
+    let numbers: Vec<String> = found.iter().map(|q| q.line.to_string()).collect();
+    let quarantine = format!("{}.quarantine", sink.path().display());
+    eprintln!(
+        "retry-dlq: warning: {}: {} unreadable line{} (line {}) {what} {quarantine}",
+        sink.path().display(),
+        found.len(),
+        if found.len() == 1 { "" } else { "s" },
+        numbers.join(", "),
+    );
+    for line in found {
+        eprintln!(
+            "retry-dlq: warning: line {}: {}",
+            line.line,
+            report::truncate(&report::one_line(&line.why), 200)
+        );
+    }
+}
+
 /// Opens the store; a JSONL file read-only unless `write`.
 async fn open(selection: &Selection, write: bool) -> Result<Store, Failure> {
     match selection {
         Selection::Jsonl(path) if write => {
             existing_file(path, "jsonl")?;
             // Beside the service: each sink locks the file only for its appends.
-            Ok(Store::Jsonl(JsonlSink::open(path).map_err(Failure::Store)?))
+            let sink = JsonlSink::open(path).map_err(Failure::Store)?;
+            warn_quarantined(&sink, "were moved to");
+            Ok(Store::Jsonl(sink))
         }
         Selection::Jsonl(path) => {
             existing_file(path, "jsonl")?;
@@ -385,6 +414,7 @@ async fn open(selection: &Selection, write: bool) -> Result<Store, Failure> {
                     report::truncate(&report::one_line(&torn.text), 200)
                 );
             }
+            warn_quarantined(&sink, "were skipped; its writer moves them to");
             Ok(Store::Jsonl(sink))
         }
         Selection::Sqlite(path) => {

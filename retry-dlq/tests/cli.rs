@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, SystemTime};
 
-use retry_core::dlq::{DeadLetter, DeadLetterSink, FailureClass, JsonlSink, SqliteDeadLetters};
+use retry_core::dlq::{
+    DeadLetter, DeadLetterSink, DlqError, FailureClass, JsonlSink, MAX_ORIGINAL_DEPTH,
+    SqliteDeadLetters,
+};
 use retry_core::time::format_rfc3339;
 
 /// A directory removed on drop.
@@ -534,21 +537,8 @@ fn an_unreadable_store_is_an_error() {
         stderr(&output)
     );
 
-    // A JSONL file whose complete lines are not letters.
-    let jsonl = dir.path("garbage.jsonl");
-    Kind::Jsonl.park(&jsonl, &three_letters());
-    let mut text = std::fs::read_to_string(&jsonl).unwrap();
-    text.insert_str(0, "not a letter\n");
-    std::fs::write(&jsonl, text).unwrap();
-    for command in [&["stats", "--check"][..], &["list"], &["export"]] {
-        let output = run(Kind::Jsonl, &jsonl, command);
-        assert_status(&output, 2);
-        assert!(
-            stderr(&output).starts_with("retry-dlq: error: "),
-            "{}",
-            stderr(&output)
-        );
-    }
+    // (A JSONL file with unreadable lines is read without them: see
+    // `unreadable_jsonl_lines_are_reported_and_every_command_goes_on`.)
 
     // No read permission (meaningless for root, who reads anyway).
     use std::os::unix::fs::PermissionsExt as _;
@@ -564,6 +554,172 @@ fn an_unreadable_store_is_an_error() {
             stderr(&output)
         );
     }
+}
+
+/// A letter nested `depth` levels deep in its original, objects and arrays in turn.
+fn nested_letter(id: &str, depth: usize) -> DeadLetter {
+    let mut original = serde_json::json!("innermost");
+    for level in 0..depth {
+        original = if level % 2 == 0 {
+            serde_json::json!([original])
+        } else {
+            serde_json::json!({ "level": original })
+        };
+    }
+    DeadLetter {
+        original,
+        ..letter(id, FailureClass::System, "gave up", MINUTE)
+    }
+}
+
+/// The deepest original a service can park reads back in another process (this binary), from
+/// either file store; one level more is refused when parked, saying why, and the store stays
+/// readable.
+#[test]
+fn the_deepest_letter_parked_reads_back_and_one_level_more_is_refused() {
+    for kind in KINDS {
+        let dir = TempDir::new("deepest");
+        let path = dir.path(kind.file());
+        let deepest = nested_letter("M-deepest", MAX_ORIGINAL_DEPTH);
+        let too_deep = nested_letter("M-too-deep", MAX_ORIGINAL_DEPTH + 1);
+        Kind::park(kind, &path, std::slice::from_ref(&deepest));
+        let refused = {
+            let _serial = serial();
+            block_on(async {
+                match kind {
+                    Kind::Jsonl => JsonlSink::open(&path).unwrap().park(&too_deep).await,
+                    Kind::Sqlite => {
+                        SqliteDeadLetters::open(&path)
+                            .unwrap()
+                            .park(&too_deep)
+                            .await
+                    }
+                }
+            })
+        };
+        let Err(DlqError::Serialize(why)) = refused else {
+            panic!("{kind:?}: parked: {refused:?}");
+        };
+        assert!(
+            why.contains("`M-too-deep`")
+                && why.contains("nested 127 deep")
+                && why.contains("at most 126 levels so that their letters can be read back"),
+            "{why}"
+        );
+
+        let stats = run(kind, &path, &["stats"]);
+        assert_status(&stats, 0);
+        assert!(
+            stdout(&stats).starts_with("pending: 1\n"),
+            "{}",
+            stdout(&stats)
+        );
+        assert_eq!(stderr(&stats), "", "{kind:?}");
+        let shown = run(kind, &path, &["show", "M-deepest"]);
+        assert_status(&shown, 0);
+        let shown: DeadLetter = serde_json::from_str(&stdout(&shown)).unwrap();
+        assert_eq!(shown, deepest, "{kind:?}");
+        let exported = run(kind, &path, &["export"]);
+        assert_status(&exported, 0);
+        let exported: DeadLetter = serde_json::from_str(stdout(&exported).trim_end()).unwrap();
+        assert_eq!(exported, deepest, "{kind:?}: the exported line reads back");
+        assert_status(&run(kind, &path, &["show", "M-too-deep"]), 1);
+    }
+}
+
+/// A JSONL file with lines that cannot be read (a letter nested past serde_json's limit, as an
+/// older version parked it, and a line of garbage) is read without them by every command, which
+/// says so on stderr; a command that writes moves them to `<path>.quarantine`.
+#[test]
+fn unreadable_jsonl_lines_are_reported_and_every_command_goes_on() {
+    let dir = TempDir::new("quarantine");
+    let path = dir.path("dlq.jsonl");
+    Kind::Jsonl.park(&path, &three_letters());
+    let good = std::fs::read_to_string(&path).unwrap();
+    let good: Vec<&str> = good.lines().collect();
+    let deep = format!(
+        "{{\"msg_id\":\"M-deep\",\"original\":{}1{}}}",
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let text = format!(
+        "{}\n{deep}\n{}\n%% not a letter\n{}\n",
+        good[0], good[1], good[2]
+    );
+    std::fs::write(&path, &text).unwrap();
+    let quarantine = format!("{}.quarantine", path.display());
+
+    for (command, status) in [
+        (&["stats", "--check"][..], 1),
+        (&["stats"], 0),
+        (&["list"], 0),
+        (&["export"], 0),
+        (&["show", "M-1"], 0),
+    ] {
+        let output = run(Kind::Jsonl, &path, command);
+        assert_status(&output, status);
+        let warning = stderr(&output);
+        assert!(
+            warning.starts_with(&format!(
+                "retry-dlq: warning: {}: 2 unreadable lines (line 2, 4) were skipped; its \
+                 writer moves them to {quarantine}\n",
+                path.display()
+            )),
+            "{command:?}: {warning}"
+        );
+        assert!(
+            warning.contains("retry-dlq: warning: line 2: ")
+                && warning.contains("recursion limit exceeded"),
+            "{warning}"
+        );
+        assert!(!stdout(&output).contains("M-deep"), "{}", stdout(&output));
+    }
+    let list = run(Kind::Jsonl, &path, &["list"]);
+    let list = stdout(&list);
+    let listed: Vec<&str> = list
+        .lines()
+        .map(|l| l.split('\t').next().unwrap())
+        .collect();
+    assert_eq!(listed, ["M-1", "M-2", "M-3"]);
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        text,
+        "reading changed nothing"
+    );
+
+    // A command that writes moves them aside, and the file is clean from then on.
+    let ack = run(Kind::Jsonl, &path, &["ack", "M-3", "--who", "carol"]);
+    assert_status(&ack, 0);
+    assert!(
+        stderr(&ack).starts_with(&format!(
+            "retry-dlq: warning: {}: 2 unreadable lines (line 2, 4) were moved to {quarantine}\n",
+            path.display()
+        )),
+        "{}",
+        stderr(&ack)
+    );
+    let kept = std::fs::read_to_string(&quarantine).unwrap();
+    let kept: Vec<serde_json::Value> = kept
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(kept.len(), 2);
+    assert_eq!(
+        (kept[0]["line"].as_u64(), kept[0]["text"].as_str()),
+        (Some(2), Some(deep.as_str()))
+    );
+    assert_eq!(
+        (kept[1]["line"].as_u64(), kept[1]["text"].as_str()),
+        (Some(4), Some("%% not a letter"))
+    );
+    let stats = run(Kind::Jsonl, &path, &["stats"]);
+    assert_status(&stats, 0);
+    assert_eq!(stderr(&stats), "");
+    assert!(
+        stdout(&stats).starts_with("pending: 2\n"),
+        "{}",
+        stdout(&stats)
+    );
 }
 
 #[test]

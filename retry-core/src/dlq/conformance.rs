@@ -26,7 +26,8 @@
 use std::time::{Duration, SystemTime};
 
 use super::{
-    AuditEntry, DeadLetter, DeadLetterStore, Failure, FailureClass, Page, RedriveRecord, Resolution,
+    AuditEntry, DeadLetter, DeadLetterStore, DlqError, Failure, FailureClass, MAX_ORIGINAL_DEPTH,
+    Page, RedriveRecord, Resolution,
 };
 pub use crate::conformance::{CheckResult, Report};
 use crate::conformance::{check, join_all};
@@ -42,6 +43,7 @@ const CONCURRENT: usize = 32;
 /// The checks, in the order [`check_all`] runs them.
 pub const CHECKS: &[&str] = &[
     "parked_letter_reads_back_whole",
+    "only_letters_that_read_back_are_parked",
     "reparking_keeps_the_first_original",
     "pages_follow_the_order_and_the_cursor",
     "pages_filter_by_class_and_source",
@@ -100,6 +102,7 @@ where
     }
     checks!(
         parked_letter_reads_back_whole,
+        only_letters_that_read_back_are_parked,
         reparking_keeps_the_first_original,
         pages_follow_the_order_and_the_cursor,
         pages_filter_by_class_and_source,
@@ -167,6 +170,53 @@ pub async fn parked_letter_reads_back_whole<S: DeadLetterStore + ?Sized>(store: 
         stats.oldest_first_failed_at.as_deref(),
         Some(sent.first_failed_at.as_str())
     );
+}
+
+/// A letter whose original nests [`MAX_ORIGINAL_DEPTH`] levels parks and reads back whole; one
+/// level more is refused with [`DlqError::Serialize`] ([`DeadLetter::check_readable`]) before
+/// anything is written, as a new letter and as a re-park of a parked one, and the store goes on.
+pub async fn only_letters_that_read_back_are_parked<S: DeadLetterStore + ?Sized>(store: &S) {
+    let mut deepest = letter("M-deepest", "2026-08-19T02:00:00Z");
+    deepest.original = nested(MAX_ORIGINAL_DEPTH);
+    ok(store.park(&deepest).await, "park the deepest letter");
+    assert_eq!(
+        ok(store.get("M-deepest").await, "get"),
+        Some(deepest.clone()),
+        "the deepest letter reads back whole"
+    );
+
+    let mut too_deep = letter("M-too-deep", "2026-08-19T03:00:00Z");
+    too_deep.original = nested(MAX_ORIGINAL_DEPTH + 1);
+    match store.park(&too_deep).await {
+        Err(DlqError::Serialize(_)) => {}
+        other => panic!(
+            "a letter nested one level deeper than it could be read back: expected \
+             Err(DlqError::Serialize), got {other:?}"
+        ),
+    }
+    let mut again = letter("M-deepest", "2026-08-19T04:00:00Z");
+    again.original = nested(MAX_ORIGINAL_DEPTH + 1);
+    assert!(
+        matches!(store.park(&again).await, Err(DlqError::Serialize(_))),
+        "a re-park with a too deep original is refused too"
+    );
+
+    assert_eq!(
+        ok(store.get("M-too-deep").await, "get"),
+        None,
+        "nothing parked"
+    );
+    assert_eq!(
+        ok(store.get("M-deepest").await, "get"),
+        Some(deepest.clone()),
+        "the refused re-park changed nothing"
+    );
+    assert_eq!(
+        ok(store.page(&Page::first(10)).await, "page"),
+        vec![deepest],
+        "the store still reads"
+    );
+    assert_eq!(ok(store.stats().await, "stats").pending, 1);
 }
 
 /// Parking a `msg_id` again keeps the first original and first failure, adds the attempts and
@@ -634,6 +684,19 @@ fn letter(msg_id: &str, at: &str) -> DeadLetter {
         history: Vec::new(),
         resolved: None,
     }
+}
+
+/// An original nested `depth` levels deep, objects and arrays in turn, a string innermost.
+fn nested(depth: usize) -> serde_json::Value {
+    let mut value = serde_json::json!("innermost");
+    for level in 0..depth {
+        value = if level % 2 == 0 {
+            serde_json::json!([value])
+        } else {
+            serde_json::json!({ "level": value })
+        };
+    }
+    value
 }
 
 fn instant(text: &str) -> Option<SystemTime> {

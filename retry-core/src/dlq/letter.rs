@@ -108,6 +108,29 @@ pub struct DeadLetter {
 /// How many earlier give-ups a letter keeps in [`DeadLetter::history`]; older ones are dropped.
 pub const HISTORY_LIMIT: usize = 16;
 
+/// How deep a letter's [`original`](DeadLetter::original) may nest (arrays and objects; a
+/// scalar is 0 deep, `[]` is 1): 126. Every store refuses a deeper one when it is parked
+/// ([`DeadLetter::check_readable`]), because it could not be read back: letters are read with
+/// serde_json, which stops at 128 levels, so the letter around the original (one level more)
+/// may nest 127. A body serde_json itself parsed nests at most 127, so this refuses only the
+/// deepest bodies, with an error, instead of a letter nobody can read.
+///
+/// ```
+/// # use retry_core::dlq::{DeadLetter, MAX_ORIGINAL_DEPTH};
+/// # let mut letter: DeadLetter = serde_json::from_value(serde_json::json!({
+/// #   "msg_id": "M-1", "original": null, "reason": "r", "attempts": 1,
+/// #   "first_failed_at": "2026-08-19T02:00:00Z", "last_failed_at": "2026-08-19T02:00:00Z",
+/// #   "trace_id": "t", "class": "system", "error_type": "E" })).unwrap();
+/// let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+/// letter.original = serde_json::from_str(&nested(MAX_ORIGINAL_DEPTH)).unwrap();
+/// let line = serde_json::to_string(&letter).unwrap();
+/// assert!(serde_json::from_str::<DeadLetter>(&line).is_ok(), "the deepest letter reads back");
+/// letter.original = serde_json::from_str(&nested(MAX_ORIGINAL_DEPTH + 1)).unwrap();
+/// let line = serde_json::to_string(&letter).unwrap();
+/// assert!(serde_json::from_str::<DeadLetter>(&line).is_err(), "one level more does not");
+/// ```
+pub const MAX_ORIGINAL_DEPTH: usize = 126;
+
 /// One give-up of a letter's message, as its history keeps it.
 ///
 /// ```
@@ -165,6 +188,39 @@ impl Resolution {
 }
 
 impl DeadLetter {
+    /// Whether every store can read this letter back once it is parked: its `original` nests
+    /// at most [`MAX_ORIGINAL_DEPTH`] levels. Every store calls this before it writes anything
+    /// (the conformance suite holds stores to it), so a letter that parks is a letter that
+    /// reads back, and one that could not is refused, not parked, with the reason.
+    ///
+    /// # Errors
+    ///
+    /// [`DlqError::Serialize`] saying how deep the original is and how deep it may be.
+    ///
+    /// ```
+    /// # use retry_core::dlq::{DeadLetter, DlqError, MAX_ORIGINAL_DEPTH};
+    /// # let mut letter: DeadLetter = serde_json::from_value(serde_json::json!({
+    /// #   "msg_id": "M-1", "original": null, "reason": "r", "attempts": 1,
+    /// #   "first_failed_at": "2026-08-19T02:00:00Z", "last_failed_at": "2026-08-19T02:00:00Z",
+    /// #   "trace_id": "t", "class": "system", "error_type": "E" })).unwrap();
+    /// let depth = MAX_ORIGINAL_DEPTH + 1;
+    /// letter.original = serde_json::from_str(&format!("{}{}", "[".repeat(depth), "]".repeat(depth))).unwrap();
+    /// let Err(DlqError::Serialize(why)) = letter.check_readable() else { panic!("accepted") };
+    /// assert!(why.contains("nested 127 deep"), "{why}");
+    /// ```
+    pub fn check_readable(&self) -> Result<(), DlqError> {
+        let depth = nesting(&self.original);
+        if depth > MAX_ORIGINAL_DEPTH {
+            return Err(DlqError::Serialize(format!(
+                "dead letter `{}`: the letter's original is nested {depth} deep; originals nest \
+                 at most {MAX_ORIGINAL_DEPTH} levels so that their letters can be read back \
+                 (serde_json reads at most 128)",
+                self.msg_id
+            )));
+        }
+        Ok(())
+    }
+
     /// Whether the letter is still waiting (not [`resolved`](Self::resolved)).
     pub fn is_pending(&self) -> bool {
         self.resolved.is_none()
@@ -248,6 +304,23 @@ impl DeadLetter {
         self.attempts = self.attempts.saturating_add(attempts);
         self.resolved = None;
     }
+}
+
+/// How many arrays and objects deep `value` nests (a scalar: 0), without recursion: a value
+/// built in memory can be far deeper than the stack.
+fn nesting(value: &serde_json::Value) -> usize {
+    let mut deepest = 0;
+    let mut todo = vec![(value, 0)];
+    while let Some((value, above)) = todo.pop() {
+        let depth = above + 1;
+        match value {
+            serde_json::Value::Array(items) => todo.extend(items.iter().map(|v| (v, depth))),
+            serde_json::Value::Object(fields) => todo.extend(fields.values().map(|v| (v, depth))),
+            _ => continue,
+        }
+        deepest = deepest.max(depth);
+    }
+    deepest
 }
 
 /// A dead-letter sink or store failed.
@@ -361,5 +434,81 @@ impl fmt::Display for DlqFailed {
 impl std::error::Error for DlqFailed {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.sink_error().map(|e| e as _)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn letter(original: serde_json::Value) -> DeadLetter {
+        DeadLetter {
+            msg_id: "M-1".into(),
+            original,
+            reason: "r".into(),
+            attempts: 1,
+            first_failed_at: "2026-08-19T02:00:00Z".into(),
+            last_failed_at: "2026-08-19T02:00:00Z".into(),
+            trace_id: "t".into(),
+            class: FailureClass::System,
+            error_type: "E".into(),
+            idempotency_key: None,
+            source: None,
+            redacted: false,
+            key_scope: None,
+            key_expires_at: None,
+            history: vec![Failure {
+                at: "2026-08-19T01:00:00Z".into(),
+                reason: "r".into(),
+                trace_id: "t".into(),
+            }],
+            resolved: Some(Resolution::new("alice", "2026-08-20T00:00:00Z")),
+        }
+    }
+
+    /// The check must agree with the reader itself at the boundary, for arrays and objects
+    /// alike: what it accepts serde_json reads back as a letter, what it refuses it cannot.
+    #[test]
+    fn the_depth_check_is_exactly_what_serde_json_reads() {
+        for (open, close) in [("[", "]"), ("{\"k\":", "}")] {
+            for depth in MAX_ORIGINAL_DEPTH - 2..=MAX_ORIGINAL_DEPTH + 2 {
+                // The innermost level holds a scalar, so objects are well formed.
+                let text = format!("{}1{}", open.repeat(depth), close.repeat(depth));
+                let Ok(original) = serde_json::from_str::<serde_json::Value>(&text) else {
+                    // Deeper than serde_json parses on its own: build it by hand.
+                    assert!(depth > MAX_ORIGINAL_DEPTH);
+                    continue;
+                };
+                let letter = letter(original);
+                assert_eq!(nesting(&letter.original), depth);
+                let line = serde_json::to_string(&letter).unwrap();
+                let read = serde_json::from_str::<DeadLetter>(&line);
+                assert_eq!(
+                    letter.check_readable().is_ok(),
+                    read.is_ok(),
+                    "{open} nested {depth} deep: {read:?}"
+                );
+                if let Ok(read) = read {
+                    assert_eq!(read, letter);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn originals_built_deeper_than_any_parser_allows_are_refused_with_their_depth() {
+        let mut original = serde_json::json!(1);
+        for _ in 0..1000 {
+            original = serde_json::Value::Array(vec![original]);
+        }
+        let Err(DlqError::Serialize(why)) = letter(original).check_readable() else {
+            panic!("accepted");
+        };
+        assert!(
+            why.contains("`M-1`")
+                && why.contains("nested 1000 deep")
+                && why.contains("at most 126"),
+            "{why}"
+        );
     }
 }

@@ -76,7 +76,10 @@ fn order_key(first_failed_at: &str, msg_id: &str) -> (Option<SystemTime>, String
 }
 
 impl DeadLetterSink for MemoryDeadLetters {
+    /// Refuses a letter no durable store could read back ([`DeadLetter::check_readable`]),
+    /// so that tests on memory see what production will.
     async fn park(&self, letter: &DeadLetter) -> Result<(), DlqError> {
+        letter.check_readable()?;
         let mut state = self.state();
         match state.letter(&letter.msg_id) {
             Some(first) => first.absorb(letter),

@@ -31,9 +31,10 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 pub use audit::{AuditEntry, RedriveRecord};
-pub use jsonl::{JsonlSink, TornLine};
+pub use jsonl::{JsonlSink, QuarantinedLine, TornLine};
 pub use letter::{
-    DeadLetter, DlqError, DlqFailed, Failure, FailureClass, HISTORY_LIMIT, NotParked, Resolution,
+    DeadLetter, DlqError, DlqFailed, Failure, FailureClass, HISTORY_LIMIT, MAX_ORIGINAL_DEPTH,
+    NotParked, Resolution,
 };
 pub use memory::MemoryDeadLetters;
 pub use monitor::{Pending, pending, spawn_monitor};

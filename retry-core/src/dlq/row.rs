@@ -62,6 +62,7 @@ impl ResolvedRow {
 
 impl NewRow {
     pub(super) fn new(letter: &DeadLetter) -> Result<Self, DlqError> {
+        letter.check_readable()?;
         let first = instant(letter, "first_failed_at", &letter.first_failed_at)?;
         instant(letter, "last_failed_at", &letter.last_failed_at)?;
         let original = serde_json::to_string(&letter.original).map_err(|e| {

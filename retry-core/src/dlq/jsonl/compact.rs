@@ -10,7 +10,7 @@
 //! the rename when they next take the lock (the path's inode changed) and read the new file.
 
 use std::collections::HashSet;
-use std::io::{self, Write as _};
+use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
 use std::time::SystemTime;
 
 use super::file::{self, FileId, io_error};
@@ -108,6 +108,46 @@ impl Core {
     /// Writes `rendered` to `<path>.compact`, syncs it, renames it over the file and syncs
     /// the directory; from then on the sink appends to the new file.
     fn replace_with(&mut self, rendered: &Rendered) -> Result<(), DlqError> {
+        let (new, id) = self.write_new(|new| new.write_all(&rendered.bytes))?;
+        let position = Position {
+            offset: rendered.bytes.len() as u64,
+            lines: rendered.lines,
+        };
+        self.adopt(new, id, position);
+        Ok(())
+    }
+
+    /// Rewrites the file as it was read, without the `lines` (each `(offset, bytes)`, whole
+    /// lines in file order): unreadable lines that were kept aside. Everything else stays byte
+    /// for byte; what comes after the read part (a torn line) is left out too.
+    pub(super) fn cut_out(&mut self, lines: &[(u64, u64)]) -> Result<(), DlqError> {
+        let removed: u64 = lines.iter().map(|&(_, bytes)| bytes).sum();
+        let position = Position {
+            offset: self.at.offset - removed,
+            lines: self.at.lines - lines.len(),
+        };
+        let (old, end) = (&self.file, self.at.offset);
+        let copied = |new: &mut std::fs::File| -> io::Result<()> {
+            let mut from = 0;
+            for &(offset, bytes) in lines.iter().chain([(end, 0)].iter()) {
+                let mut old = old;
+                old.seek(SeekFrom::Start(from))?;
+                io::copy(&mut old.take(offset - from), new)?;
+                from = offset + bytes;
+            }
+            Ok(())
+        };
+        let (new, id) = self.write_new(copied)?;
+        self.adopt(new, id, position);
+        Ok(())
+    }
+
+    /// Writes `<path>.compact` with `write`, syncs it, renames it over the file and syncs the
+    /// directory.
+    fn write_new(
+        &self,
+        write: impl FnOnce(&mut std::fs::File) -> io::Result<()>,
+    ) -> Result<(std::fs::File, FileId), DlqError> {
         let temporary = file::beside(&self.path, ".compact");
         // A leftover of a compaction that died before its rename: nobody else writes it
         // (they would hold the lock we hold).
@@ -118,27 +158,28 @@ impl Core {
         }
         let written = (|| {
             let mut new = file::create_owner_only(&temporary)?;
-            new.write_all(&rendered.bytes)?;
+            write(&mut new)?;
             new.sync_all()?;
             let id = FileId::of(&new.metadata()?);
             std::fs::rename(&temporary, &self.path)?;
             Ok((new, id))
         })();
-        let (new, id) = match written {
-            Ok(written) => written,
+        match written {
+            Ok(written) => {
+                file::sync_parent(&self.path);
+                Ok(written)
+            }
             Err(e) => {
                 let _ = std::fs::remove_file(&temporary);
-                return Err(io_error("cannot compact", &self.path, &e));
+                Err(io_error("cannot compact", &self.path, &e))
             }
-        };
-        file::sync_parent(&self.path);
+        }
+    }
+
+    fn adopt(&mut self, new: std::fs::File, id: FileId, position: Position) {
         self.file = new;
         self.id = id;
-        self.at = Position {
-            offset: rendered.bytes.len() as u64,
-            lines: rendered.lines,
-        };
+        self.at = position;
         self.dirty = None;
-        Ok(())
     }
 }

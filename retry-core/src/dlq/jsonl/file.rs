@@ -1,5 +1,5 @@
 //! The file itself: opening it without following links, checking who owns it and who may read
-//! it, the advisory lock a group commit holds, and the `.torn` file beside it.
+//! it, the advisory lock a group commit holds, and the `.torn` and `.quarantine` files beside it.
 
 use std::ffi::OsString;
 use std::fs::{File, Metadata, OpenOptions, TryLockError};
@@ -9,7 +9,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
-use super::TornLine;
 use super::index::to_line;
 use crate::dlq::DlqError;
 use crate::time::format_rfc3339;
@@ -313,28 +312,43 @@ pub(super) fn beside(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Appends `torn` to `<path>.torn` (owner-only), as `{"line":N,"found_at":"...","text":"..."}`,
-/// and fsyncs it, before the main file is cut: a crash in between leaves the line in both.
-pub(super) fn keep_torn(path: &Path, torn: &TornLine) -> Result<(), DlqError> {
+/// The file beside the dead-letter file that torn lines are kept in.
+pub(super) const TORN: &str = ".torn";
+/// The file beside the dead-letter file that unreadable complete lines are kept in.
+pub(super) const QUARANTINE: &str = ".quarantine";
+
+/// Appends a line taken out of the dead-letter file to `<path><suffix>` (owner-only), as
+/// `{"line":N,"found_at":"...","why":"...","text":"..."}` (`why` for unreadable lines), and
+/// fsyncs it, before the main file is changed: a crash in between leaves the line in both.
+pub(super) fn keep_aside(
+    path: &Path,
+    suffix: &str,
+    line: usize,
+    why: Option<&str>,
+    text: &str,
+) -> Result<(), DlqError> {
     #[derive(Serialize)]
     struct Kept<'a> {
         line: usize,
         found_at: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        why: Option<&'a str>,
         text: &'a str,
     }
-    let torn_path = beside(path, ".torn");
+    let kept_path = beside(path, suffix);
     let line = to_line(&Kept {
-        line: torn.line,
+        line,
         found_at: format_rfc3339(SystemTime::now()),
-        text: &torn.text,
+        why,
+        text,
     })?;
     let (mut file, created) =
-        open_owner_only(&torn_path, true).map_err(|e| open_error(&torn_path, &e))?;
+        open_owner_only(&kept_path, true).map_err(|e| open_error(&kept_path, &e))?;
     file.write_all(&line)
         .and_then(|()| file.sync_data())
-        .map_err(|e| io_error("cannot append to", &torn_path, &e))?;
+        .map_err(|e| io_error("cannot append to", &kept_path, &e))?;
     if created {
-        sync_parent(&torn_path);
+        sync_parent(&kept_path);
     }
     Ok(())
 }

@@ -13,8 +13,8 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use super::TornLine;
 use super::file::io_error;
+use super::{QuarantinedLine, TornLine};
 use crate::dlq::{
     AuditEntry, DeadLetter, DlqError, FailureClass, Page, RedriveRecord, Resolution, Stats,
 };
@@ -166,19 +166,11 @@ impl Line {
     }
 }
 
-/// Why a line could not be read.
-enum Bad {
-    /// Not JSON at all: torn if it is the last line (a crash mid-write), corrupt if not.
-    NotJson(serde_json::Error),
-    /// JSON, but not a line this file holds: always corrupt (no crash writes that).
-    NotEntry(serde_json::Error),
-}
-
 /// An ack if the object has an `"ack"` key, a lease if `"lease"`, and so on; a letter if none.
-fn parse(body: &[u8]) -> Result<Line, Bad> {
-    let value: serde_json::Value = serde_json::from_slice(body).map_err(Bad::NotJson)?;
+fn parse(body: &[u8]) -> Result<Line, serde_json::Error> {
+    let value: serde_json::Value = serde_json::from_slice(body)?;
     let has = |key: &str| value.get(key).is_some();
-    let line = if has("ack") {
+    if has("ack") {
         serde_json::from_value::<AckLine<String>>(value).map(|line| Line::Ack {
             msg_id: line.ack,
             resolution: Resolution {
@@ -215,8 +207,7 @@ fn parse(body: &[u8]) -> Result<Line, Bad> {
             .map(|line| Line::Redrive(line.redrive))
     } else {
         serde_json::from_value::<DeadLetter>(value).map(|letter| Line::Letter(Arc::new(letter)))
-    };
-    line.map_err(Bad::NotEntry)
+    }
 }
 
 // ---- the index ----
@@ -547,24 +538,42 @@ pub(super) struct Position {
     pub(super) lines: usize,
 }
 
-/// Reads the lines after `at` and applies them to `index`, moving `at` past each line it
-/// applies. Stops at the end of the file, or at a torn last line, which it returns (without
-/// moving past it). A line that cannot be a crash artefact (JSON that is not a line of this
-/// file, a line that is not JSON with more lines after it, a line longer than [`MAX_LINE`]) is
-/// [`DlqError::Corrupt`] naming it, with `at` left before it.
+/// What [`replay`] found besides the lines it applied.
+#[derive(Debug, Default)]
+pub(super) struct Replayed {
+    /// The unterminated last line (a crash mid-write), not moved past.
+    pub(super) torn: Option<TornLine>,
+    /// The complete lines that are not lines of this file, moved past, in file order.
+    pub(super) unreadable: Vec<Unreadable>,
+}
+
+/// A complete line [`replay`] could not read, and where it is in the file.
+#[derive(Debug)]
+pub(super) struct Unreadable {
+    pub(super) line: QuarantinedLine,
+    /// Its first byte's offset.
+    pub(super) offset: u64,
+    /// Its length, newline included.
+    pub(super) bytes: u64,
+}
+
+/// Reads the lines after `at` and applies them to `index`, moving `at` past each complete line.
+/// A complete line that cannot be read (not JSON, JSON that is not a line of this file, longer
+/// than [`MAX_LINE`]) is skipped and returned, so that one bad line never keeps the rest of
+/// the file from being read. Stops at the end of the file, or at an unterminated last line
+/// (torn), which it returns without moving past it.
 pub(super) fn replay(
     file: &File,
     path: &Path,
     at: &mut Position,
     index: &mut Index,
-) -> Result<Option<TornLine>, DlqError> {
+) -> Result<Replayed, DlqError> {
     let mut reader = BufReader::with_capacity(64 << 10, file);
     reader
         .seek(SeekFrom::Start(at.offset))
         .map_err(|e| io_error("cannot read", path, &e))?;
     let mut line = Vec::new();
-    // A newline-terminated line that is not JSON: torn if it is the last one, corrupt if not.
-    let mut not_json: Option<(serde_json::Error, Vec<u8>)> = None;
+    let mut found = Replayed::default();
     loop {
         line.clear();
         let read =
@@ -572,41 +581,45 @@ pub(super) fn replay(
         if read.bytes == 0 {
             break;
         }
-        if let Some((error, _)) = not_json {
-            return Err(corrupt(path, at.lines + 1, &error));
-        }
         let number = at.lines + 1;
         if !read.complete {
             // Only the last line can lack its newline.
-            return Ok(Some(TornLine {
+            found.torn = Some(TornLine {
                 line: number,
                 text: String::from_utf8_lossy(&line).into_owned(),
-            }));
+            });
+            break;
         }
-        if read.oversized {
-            return Err(DlqError::Corrupt(format!(
-                "{} line {number}: longer than {MAX_LINE} bytes, more than a dead-letter file \
-                 line may hold",
-                path.display()
-            )));
-        }
-        if !line.trim_ascii().is_empty() {
+        let why = if read.oversized {
+            Some(format!(
+                "longer than {MAX_LINE} bytes, more than a dead-letter file line may hold"
+            ))
+        } else if line.trim_ascii().is_empty() {
+            None
+        } else {
             match parse(&line) {
-                Ok(entry) => index.apply(entry),
-                Err(Bad::NotJson(error)) => {
-                    not_json = Some((error, std::mem::take(&mut line)));
-                    continue;
+                Ok(entry) => {
+                    index.apply(entry);
+                    None
                 }
-                Err(Bad::NotEntry(error)) => return Err(corrupt(path, number, &error)),
+                Err(error) => Some(unreadable_because(&error)),
             }
+        };
+        if let Some(why) = why {
+            found.unreadable.push(Unreadable {
+                line: QuarantinedLine {
+                    line: number,
+                    why,
+                    text: String::from_utf8_lossy(&line).into_owned(),
+                },
+                offset: at.offset,
+                bytes: read.bytes,
+            });
         }
         at.offset += read.bytes;
         at.lines += 1;
     }
-    Ok(not_json.map(|(_, text)| TornLine {
-        line: at.lines + 1,
-        text: String::from_utf8_lossy(&text).into_owned(),
-    }))
+    Ok(found)
 }
 
 /// One line as [`read_line`] read it.
@@ -653,22 +666,19 @@ fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> io::Result<Read> 
     }
 }
 
-/// `DlqError::Corrupt` naming the file and line; `serde_json`'s own "at line 1 column N" (of the
-/// line alone) becomes the column.
-fn corrupt(path: &Path, line: usize, error: &serde_json::Error) -> DlqError {
+/// Why a line is not one of this file's: `serde_json`'s error, its "at line 1 column N" (of the
+/// line alone) said as the column.
+fn unreadable_because(error: &serde_json::Error) -> String {
     let text = error.to_string();
     let position = format!(" at line {} column {}", error.line(), error.column());
     let what = match text.strip_suffix(&position) {
-        Some(what) if error.line() != 0 => {
-            format!("line {line}, column {}: {what}", error.column())
-        }
-        _ => format!("line {line}: {text}"),
+        Some(what) if error.line() != 0 => format!("column {}: {what}", error.column()),
+        _ => text,
     };
-    DlqError::Corrupt(format!(
-        "{} {what} (expected a dead letter, an ack, a lease, a release, an audit row or a \
-         redrive record)",
-        path.display()
-    ))
+    format!(
+        "{what} (expected a dead letter, an ack, a lease, a release, an audit row or a redrive \
+         record)"
+    )
 }
 
 #[cfg(test)]

@@ -49,6 +49,46 @@ pub struct TornLine {
     pub text: String,
 }
 
+/// A complete line of the file that is not one of its lines (not JSON, JSON that is not a
+/// letter or another line the file holds, or longer than [`JsonlSink::MAX_LINE`]), found by
+/// [`JsonlSink::open`]: it was appended to `<path>.quarantine` and taken out of the file, so
+/// the rest of the file reads as before. No write of a sink makes one: a hand edit, another
+/// program, a disk that changed bytes, or a letter an older version parked that cannot be read
+/// back.
+///
+/// ```
+/// use retry_core::dlq::{DeadLetterStore, JsonlSink, QuarantinedLine};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let path = std::env::temp_dir().join(format!("dlq-doc-quarantine-{}.jsonl", std::process::id()));
+/// let letter = r#"{"msg_id":"M-1","original":null,"reason":"r","attempts":1,"first_failed_at":"2026-08-19T02:00:00Z","last_failed_at":"2026-08-19T02:00:00Z","trace_id":"t","class":"system","error_type":"E"}"#;
+/// std::fs::write(&path, format!("garbage\n{letter}\n")).unwrap();
+///
+/// let sink = JsonlSink::open(&path).unwrap();
+/// let [QuarantinedLine { line: 1, text, .. }] = sink.quarantined() else { panic!() };
+/// assert_eq!(text, "garbage");
+/// assert_eq!(sink.stats().await.unwrap().pending, 1, "the rest of the file reads");
+/// assert_eq!(std::fs::read_to_string(&path).unwrap(), format!("{letter}\n"));
+/// # drop(sink);
+/// # let mut kept = path.clone().into_os_string();
+/// # kept.push(".quarantine");
+/// assert!(std::fs::read_to_string(&kept).unwrap().contains(r#""text":"garbage""#));
+/// # std::fs::remove_file(&kept).unwrap();
+/// # std::fs::remove_file(&path).unwrap();
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuarantinedLine {
+    /// Its line number in the file as it was read, from 1.
+    pub line: usize,
+    /// Why it could not be read.
+    pub why: String,
+    /// Its text, without the newline (bytes that were not UTF-8 are shown as U+FFFD; of a line
+    /// longer than [`JsonlSink::MAX_LINE`], its first `MAX_LINE` bytes).
+    pub text: String,
+}
+
 /// A [`DeadLetterStore`] on one append-only, owner-only JSON Lines file.
 ///
 /// ```
@@ -125,7 +165,8 @@ pub struct TornLine {
 /// - An **audit line** is an [`AuditEntry`]: the intent, and later the same `(run_id, msg_id)`
 ///   with its outcome, which replaces it. A **redrive line** is a [`RedriveRecord`].
 /// - An object with an `"ack"`, `"lease"`, `"release"`, `"audit"` or `"redrive"` key is that
-///   line; every other line must be a letter. Blank lines are ignored.
+///   line; every other line must be a letter. Blank lines are ignored; a line that is none of
+///   these is moved aside (below, "Crashes and unreadable lines").
 ///
 /// Nothing is deleted from the file but by compaction, below.
 ///
@@ -149,7 +190,7 @@ pub struct TornLine {
 /// gets letters again. A line longer than [`MAX_LINE`](JsonlSink::MAX_LINE) is refused before
 /// anything is written, for that caller alone.
 ///
-/// # Crashes
+/// # Crashes and unreadable lines
 ///
 /// A crash *during* a write can leave at most the last line torn: a prefix of it with no
 /// newline (a `SIGKILL` that lands while the kernel copies a group stops the copy), or garbage
@@ -158,9 +199,18 @@ pub struct TornLine {
 /// appended to `<path>.torn` (never deleted) and cut off, so appends continue cleanly. A torn
 /// line belongs to a group whose callers never heard `Ok`: a torn letter's message was not
 /// acknowledged and will come again; a torn ack leaves its letter pending (redrive targets are
-/// idempotent, so redriving it again is safe). A corrupt line anywhere *before* the last one
-/// is not a crash artefact: `open` fails with [`DlqError::Corrupt`] naming the line, and
-/// changes nothing. Reading is bounded: a line longer than `MAX_LINE` is corrupt (torn, if it
+/// idempotent, so redriving it again is safe).
+///
+/// A complete line (newline-terminated, wherever it is) that is none of the lines above is not
+/// a crash artefact: a hand edit, another program, a disk that changed bytes, or a letter an
+/// older version parked that cannot be read back (see
+/// [`MAX_ORIGINAL_DEPTH`](crate::dlq::MAX_ORIGINAL_DEPTH)). One such line must not make every
+/// other letter unreadable, so it is quarantined: logged with a warning naming the file and the
+/// line, appended to `<path>.quarantine` (owner-only, never deleted) with why it could not be
+/// read, and taken out of the file, which is rewritten without it as `<path>.compact` and
+/// renamed over the path (every other line byte for byte); see
+/// [`quarantined`](JsonlSink::quarantined). Reading is bounded: a line longer than `MAX_LINE`
+/// is unreadable (torn, if it
 /// is an unterminated last line), and no more than `MAX_LINE` bytes of it are ever held.
 ///
 /// # Several processes on one file
@@ -193,7 +243,7 @@ pub struct TornLine {
 ///
 /// [`open`](JsonlSink::open) never follows a symbolic link at the path (`O_NOFOLLOW`: it is
 /// refused with an error saying so), refuses a file owned by another user, and creates the file
-/// (and `<path>.torn`, `<path>.compact`) with mode 0600. An existing file that others may read
+/// (and `<path>.torn`, `<path>.quarantine`, `<path>.compact`) with mode 0600. An existing file that others may read
 /// or write is narrowed to 0600 (`fchmod`) with a warning naming the mode it had, rather than
 /// refused: the letters hold the originals, which is what a wider mode leaks; the file is this
 /// user's own (checked just before); and refusing it would stop the service from starting over
@@ -209,13 +259,14 @@ pub struct TornLine {
 pub struct JsonlSink {
     path: PathBuf,
     torn: Vec<TornLine>,
+    quarantined: Vec<QuarantinedLine>,
     writer: Writer,
 }
 
 impl JsonlSink {
     /// The longest line the file may hold, newline excluded: 4 MiB. Parking a letter whose
     /// line would be longer (its original, reason and history together) fails with
-    /// [`DlqError::Serialize`]; a line longer than this in the file is reported as corrupt, or
+    /// [`DlqError::Serialize`]; a line longer than this in the file is quarantined, or
     /// torn when it is an unterminated last line, and never read into memory whole. Generous
     /// for any message a queue would carry (SQS and Kafka stop at 1 MiB by default).
     ///
@@ -238,13 +289,16 @@ impl JsonlSink {
     pub const MAX_LINE: usize = index::MAX_LINE;
 
     /// Opens the dead-letter file at `path`, creating it (mode 0600) if needed, and reads it
-    /// under its lock: every line must be a letter, an ack, a lease, a release, an audit row or
+    /// under its lock: every line should be a letter, an ack, a lease, a release, an audit row or
     /// a redrive record. Blocks while it reads (call it at start-up, or in `spawn_blocking`).
     ///
     /// - A symbolic link at `path` is refused; so is a file owned by another user. A file that
     ///   others may read or write is narrowed to 0600, with a warning.
-    /// - A torn last line (no trailing newline, or not JSON: a crash mid-write) is logged with a
-    ///   warning, appended to `<path>.torn` and cut off the file; see [`torn`](Self::torn).
+    /// - A torn last line (no trailing newline: a crash mid-write) is logged with a warning,
+    ///   appended to `<path>.torn` and cut off the file; see [`torn`](Self::torn).
+    /// - A complete line that is none of those above, wherever it is, is logged with a warning,
+    ///   appended to `<path>.quarantine` and taken out of the file, and the rest is read; see
+    ///   [`quarantined`](Self::quarantined).
     /// - A file with more than 1 MiB of dead history, more than four times its live state, is
     ///   compacted.
     ///
@@ -255,9 +309,7 @@ impl JsonlSink {
     ///
     /// [`DlqError::Io`] if the file cannot be created, opened, locked (within 5 s), read or
     /// repaired, is a symbolic link, is not a regular file, or is owned by another user.
-    /// [`DlqError::Corrupt`], naming the line, if a line other than the last is not one of the
-    /// lines above (or is longer than [`MAX_LINE`](Self::MAX_LINE)); the file is then left
-    /// untouched.
+    /// Never [`DlqError::Corrupt`]: an unreadable line is quarantined, not an error.
     ///
     /// ```
     /// use retry_core::dlq::{DlqError, JsonlSink};
@@ -283,11 +335,12 @@ impl JsonlSink {
     /// let second = JsonlSink::open(&path).unwrap();
     /// drop((sink, second));
     ///
-    /// // A corrupt line that is not the last one is an error, never skipped.
+    /// // An unreadable line is moved aside, never a reason to refuse the file.
     /// std::fs::write(&path, "{\"msg_id\": \n{\"ack\":\"M-1\"}\n").unwrap();
-    /// let error = JsonlSink::open(&path).unwrap_err();
-    /// assert!(matches!(error, DlqError::Corrupt(_)));
-    /// assert!(error.to_string().contains("line 1"), "{error}");
+    /// let sink = JsonlSink::open(&path).unwrap();
+    /// assert_eq!(sink.quarantined()[0].line, 1);
+    /// assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"ack\":\"M-1\"}\n");
+    /// # drop(sink);
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<Self, DlqError> {
@@ -297,7 +350,8 @@ impl JsonlSink {
     /// Opens `path` to read only, beside the processes that write it: for monitoring and the
     /// `retry-dlq` command. Creates nothing, repairs nothing, needs no write permission and
     /// takes only a shared lock while it catches up: a torn last line is reported in
-    /// [`torn`](Self::torn) but left where it is (a writer moves it aside), and every write
+    /// [`torn`](Self::torn) and unreadable lines in [`quarantined`](Self::quarantined) (and
+    /// skipped), but left where they are (a writer moves them aside), and every write
     /// fails with [`DlqError::Io`]. Each read first catches up with what the writers appended.
     ///
     /// ```
@@ -325,10 +379,11 @@ impl JsonlSink {
     }
 
     fn start(path: &Path, access: Access) -> Result<Self, DlqError> {
-        let (core, torn) = Core::load(path.to_path_buf(), access)?;
+        let (core, found) = Core::load(path.to_path_buf(), access)?;
         Ok(JsonlSink {
             path: path.to_path_buf(),
-            torn: torn.into_iter().collect(),
+            torn: found.torn.into_iter().collect(),
+            quarantined: found.quarantined,
             writer: Writer::start(core)?,
         })
     }
@@ -349,6 +404,24 @@ impl JsonlSink {
     /// ```
     pub fn torn(&self) -> &[TornLine] {
         &self.torn
+    }
+
+    /// The unreadable lines [`open`](Self::open) found and moved to `<path>.quarantine` (or
+    /// that [`open_read_only`](Self::open_read_only) found, skipped and left), in file order.
+    /// Lines found later (written by something else while the sink was open) are moved aside
+    /// and logged, not listed here.
+    ///
+    /// ```
+    /// use retry_core::dlq::JsonlSink;
+    ///
+    /// let path = std::env::temp_dir().join(format!("dlq-doc-quarantined-{}.jsonl", std::process::id()));
+    /// let sink = JsonlSink::open(&path).unwrap();
+    /// assert!(sink.quarantined().is_empty(), "a new file has no unreadable line");
+    /// # drop(sink);
+    /// # std::fs::remove_file(&path).unwrap();
+    /// ```
+    pub fn quarantined(&self) -> &[QuarantinedLine] {
+        &self.quarantined
     }
 
     /// The file's path, as given to [`open`](Self::open).
@@ -410,6 +483,7 @@ impl fmt::Debug for JsonlSink {
         f.debug_struct("JsonlSink")
             .field("path", &self.path)
             .field("torn", &self.torn)
+            .field("quarantined", &self.quarantined)
             .field("group_commits", &self.group_commits())
             .finish_non_exhaustive()
     }
@@ -423,8 +497,9 @@ impl DeadLetterSink for JsonlSink {
     /// # Errors
     ///
     /// [`DlqError::Io`] if the group cannot be written or synced (nothing of it stays in the
-    /// file); [`DlqError::Serialize`] if the letter cannot be serialised or its line would be
-    /// longer than [`JsonlSink::MAX_LINE`].
+    /// file); [`DlqError::Serialize`] if the letter cannot be serialised, its line would be
+    /// longer than [`JsonlSink::MAX_LINE`], or its original nests deeper than
+    /// [`MAX_ORIGINAL_DEPTH`](crate::dlq::MAX_ORIGINAL_DEPTH) (nothing is written).
     ///
     /// ```
     /// # use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, JsonlSink};
@@ -446,6 +521,7 @@ impl DeadLetterSink for JsonlSink {
     /// # }
     /// ```
     async fn park(&self, letter: &DeadLetter) -> Result<(), DlqError> {
+        letter.check_readable()?;
         let letter = Box::new(letter.clone());
         self.write(|reply| Write::Park(letter, reply)).await
     }

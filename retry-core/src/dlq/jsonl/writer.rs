@@ -14,9 +14,9 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::oneshot;
 
-use super::TornLine;
 use super::file::{self, Access, FileId, Locked, io_error, same_error};
 use super::index::{self, Index, Lease, Line, Position, Undo};
+use super::{QuarantinedLine, TornLine};
 use crate::dlq::{
     AuditEntry, DeadLetter, DlqError, Failure, Page, RedriveRecord, Resolution, Stats,
 };
@@ -211,6 +211,13 @@ fn run(mut core: Core, shared: Arc<Shared>) {
     }
 }
 
+/// The lines a catch-up could not read.
+#[derive(Debug, Default)]
+pub(super) struct Found {
+    pub(super) torn: Option<TornLine>,
+    pub(super) quarantined: Vec<QuarantinedLine>,
+}
+
 /// The open file and its index, owned by the thread.
 pub(super) struct Core {
     pub(super) path: PathBuf,
@@ -228,12 +235,9 @@ pub(super) struct Core {
 }
 
 impl Core {
-    /// Opens the file, reads it whole under the lock (moving a torn last line aside, for
-    /// [`Access::Write`]), and compacts it if it holds far more dead history than live state.
-    pub(super) fn load(
-        path: PathBuf,
-        access: Access,
-    ) -> Result<(Core, Option<TornLine>), DlqError> {
+    /// Opens the file, reads it whole under the lock (moving unreadable lines and a torn last
+    /// line aside, for [`Access::Write`]), and compacts it if it holds far more dead history than live state.
+    pub(super) fn load(path: PathBuf, access: Access) -> Result<(Core, Found), DlqError> {
         let (file, id, _) = file::open(&path, access)?;
         let mut core = Core {
             path,
@@ -246,7 +250,7 @@ impl Core {
             commits: Arc::default(),
         };
         let locked = core.lock(access == Access::Write)?;
-        let torn = core.catch_up()?;
+        let found = core.catch_up()?;
         if access == Access::Write
             && let Err(e) = core.compact_if_worth_it()
         {
@@ -255,11 +259,11 @@ impl Core {
         }
         drop(locked);
         if access == Access::Read
-            && let Some(torn) = &torn
+            && let Some(torn) = &found.torn
         {
             tracing::warn!(path = %core.path.display(), line = torn.line, "the dead-letter file ends in a torn line (a crash mid-write?)");
         }
-        Ok((core, torn))
+        Ok((core, found))
     }
 
     fn serve(&mut self, batch: Vec<Op>) {
@@ -529,28 +533,57 @@ impl Core {
         Ok(())
     }
 
-    /// Reads what was appended since the index was last brought up to date. A torn last line
-    /// (a process killed mid-write) is moved to `<path>.torn` and cut off, for
-    /// [`Access::Write`], under the exclusive lock; a reader only reports it.
-    fn catch_up(&mut self) -> Result<Option<TornLine>, DlqError> {
-        let Some(torn) = index::replay(&self.file, &self.path, &mut self.at, &mut self.index)?
-        else {
-            return Ok(None);
-        };
-        if self.access == Access::Write {
-            file::keep_torn(&self.path, &torn)?;
-            self.file
-                .set_len(self.at.offset)
-                .and_then(|()| self.file.sync_data())
-                .map_err(|e| io_error("cannot cut a torn line off", &self.path, &e))?;
-            tracing::warn!(
-                path = %self.path.display(),
-                line = torn.line,
-                kept_in = %file::beside(&self.path, ".torn").display(),
-                "the dead-letter file ended in a torn line (a crash mid-write?); moved it aside"
-            );
+    /// Reads what was appended since the index was last brought up to date. For
+    /// [`Access::Write`], under the exclusive lock: unreadable complete lines are kept in
+    /// `<path>.quarantine` and a torn last line (a process killed mid-write) in `<path>.torn`,
+    /// then both are taken out of the file. A reader only reports them, and reads on.
+    fn catch_up(&mut self) -> Result<Found, DlqError> {
+        let replayed = index::replay(&self.file, &self.path, &mut self.at, &mut self.index)?;
+        let quarantine = file::beside(&self.path, file::QUARANTINE);
+        for bad in &replayed.unreadable {
+            let QuarantinedLine { line, why, text } = &bad.line;
+            if self.access == Access::Write {
+                file::keep_aside(&self.path, file::QUARANTINE, *line, Some(why), text)?;
+                tracing::warn!(path = %self.path.display(), line, why = %why, kept_in = %quarantine.display(), "an unreadable line of the dead-letter file was moved aside");
+            } else {
+                tracing::warn!(path = %self.path.display(), line, why = %why, "an unreadable line of the dead-letter file was skipped (a writer moves it to {})", quarantine.display());
+            }
         }
-        Ok(Some(torn))
+        if self.access == Access::Write {
+            if let Some(torn) = &replayed.torn {
+                file::keep_aside(&self.path, file::TORN, torn.line, None, &torn.text)?;
+            }
+            if !replayed.unreadable.is_empty() {
+                // Also leaves the torn line out: only what was read is copied.
+                let lines: Vec<(u64, u64)> = replayed
+                    .unreadable
+                    .iter()
+                    .map(|bad| (bad.offset, bad.bytes))
+                    .collect();
+                self.cut_out(&lines)?;
+            } else if replayed.torn.is_some() {
+                self.file
+                    .set_len(self.at.offset)
+                    .and_then(|()| self.file.sync_data())
+                    .map_err(|e| io_error("cannot cut a torn line off", &self.path, &e))?;
+            }
+            if let Some(torn) = &replayed.torn {
+                tracing::warn!(
+                    path = %self.path.display(),
+                    line = torn.line,
+                    kept_in = %file::beside(&self.path, file::TORN).display(),
+                    "the dead-letter file ended in a torn line (a crash mid-write?); moved it aside"
+                );
+            }
+        }
+        Ok(Found {
+            torn: replayed.torn,
+            quarantined: replayed
+                .unreadable
+                .into_iter()
+                .map(|bad| bad.line)
+                .collect(),
+        })
     }
 
     /// Before answering a read: if the file at the path is not exactly what the index was read

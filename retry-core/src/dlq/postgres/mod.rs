@@ -264,7 +264,8 @@ impl DeadLetterSink for PgDeadLetters {
     ///
     /// # Errors
     /// [`DlqError::Corrupt`] when `first_failed_at` or `last_failed_at` is not RFC 3339, and
-    /// [`DlqError::Serialize`] when a text holds a NUL (the server is not asked);
+    /// [`DlqError::Serialize`] when a text holds a NUL or the original nests deeper than
+    /// [`MAX_ORIGINAL_DEPTH`](crate::dlq::MAX_ORIGINAL_DEPTH) (the server is not asked);
     /// [`DlqError::Io`] naming the server when it cannot be reached or fails, for this letter
     /// and every other written with it.
     async fn park(&self, letter: &DeadLetter) -> Result<(), DlqError> {

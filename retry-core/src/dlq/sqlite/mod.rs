@@ -276,7 +276,9 @@ impl DeadLetterSink for SqliteDeadLetters {
     ///
     /// # Errors
     /// [`DlqError::Corrupt`] when `first_failed_at` or `last_failed_at` is not RFC 3339 (nothing
-    /// is written), or the stored letter it merges into cannot be read; [`DlqError::Io`]
+    /// is written), or the stored letter it merges into cannot be read; [`DlqError::Serialize`]
+    /// when its original nests deeper than [`MAX_ORIGINAL_DEPTH`](crate::dlq::MAX_ORIGINAL_DEPTH)
+    /// (nothing is written); [`DlqError::Io`]
     /// naming the file when the group's transaction fails or the file stays locked.
     ///
     /// ```
