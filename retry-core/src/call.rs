@@ -11,15 +11,12 @@ use pin_project_lite::pin_project;
 
 use crate::attempt::{Bounded, OnTimeout};
 use crate::classify::{ByClassify, Classifier, Decision, Elapsed};
-use crate::metrics::Site;
 use crate::policy::Policy;
 use crate::retrying::{Retrying, SingleAttempt};
+use crate::site::{CLOSURE_NAME, Site};
 use crate::state::{
     Hook, Next, NoHook, RetryContext, RetryHook, State, ThreeArguments, WithContext,
 };
-
-/// What tracing and metrics call a closure retry that was not given a [`RetryCall::name`].
-pub(crate) const DEFAULT_NAME: &str = "closure";
 
 /// What a closure retry that cannot report its policy's `attempt_timeout` is told to write.
 const CLOSURE_FIX: &str = "call `.timed()` (needs `E: From<Elapsed>`)";
@@ -70,7 +67,7 @@ impl Policy {
             op,
             classify: ByClassify,
             on_retry: NoHook,
-            name: DEFAULT_NAME,
+            name: CLOSURE_NAME,
             caller: Location::caller(),
             on_timeout: OnTimeout::RunOn { fix: CLOSURE_FIX },
             output: PhantomData,

@@ -111,6 +111,7 @@ pub mod reqwest;
 pub mod reqwest_middleware;
 mod retrying;
 pub mod scope;
+mod site;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 mod state;

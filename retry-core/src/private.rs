@@ -10,7 +10,7 @@ pub use crate::state::{Hook, LazyState, Next, NoHook, State};
 pub use crate::{Classify, Decision, Elapsed, Jitter, Policy, RetryBudget, Retrying};
 pub use core;
 
-pub use crate::metrics::Site;
+pub use crate::site::Site;
 pub use ::metrics;
 
 /// Wraps a generated retry loop in the named future type.
@@ -502,7 +502,7 @@ pub async fn park_on_give_up<T, E>(
             result
         }
         Err(error) => {
-            crate::metrics::park_failed(site);
+            crate::site::park_failed(site);
             tracing::error!(function = site.function(), msg_id = %letter.msg_id, error = %crate::error_chain(&error), "dead letter NOT parked");
             Err(not_parked(DlqFailed::new(letter, NotParked::Sink(error))))
         }

@@ -1,15 +1,14 @@
 //! The future a retrying call returns.
 
 use std::future::Future;
-use std::mem::ManuallyDrop;
 use std::panic::Location;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use crate::metrics::{self, Site};
 use crate::scope::{self, Frame};
+use crate::site::{self, Site, Warning, first_time_at};
 
 pin_project! {
     /// The future returned by a `#[retryable]` function and by [`Policy::retry`](crate::Policy::retry).
@@ -39,26 +38,27 @@ pin_project! {
     /// ```
     #[must_use = "futures do nothing unless you `.await` or poll them"]
     pub struct Retrying<F> {
-        // Dropped in place as soon as it finishes (see `Retrying`'s drop), so dropping the
-        // finished call, what every `.await` does next, is one check.
+        // Replaced by `Finished` as soon as it finishes, so dropping the finished call, what
+        // every `.await` does next, drops nothing.
         #[pin]
-        inner: ManuallyDrop<F>,
-        // The call's retry scope, made current while `inner` is polled: kept here, so a poll
-        // only swaps its address into the thread-local and back. Before the first poll its
-        // `outer` is this call's own site.
+        call: Call<F>,
+        // The call's retry scope, made current while `call` is polled. Before the first poll
+        // its `outer` is this call's own site.
         frame: Frame,
         stage: Stage,
-        // The `retry` span a subscriber wanted (boxed: a span takes 40 bytes); dropped with
-        // `inner`.
-        span: ManuallyDrop<Option<Box<tracing::Span>>>,
+        // The `retry` span a subscriber wanted (boxed: a span takes 40 bytes). Declared after
+        // `call`: fields drop in order, so the span outlives the future it describes.
+        span: Option<Box<tracing::Span>>,
     }
+}
 
-    impl<F> PinnedDrop for Retrying<F> {
-        fn drop(this: Pin<&mut Self>) {
-            if !matches!(this.stage, Stage::Done) {
-                this.release_unfinished();
-            }
-        }
+pin_project! {
+    /// The retry loop while it runs, and nothing once it has finished.
+    #[project = CallProj]
+    #[project_replace = CallReplace]
+    enum Call<F> {
+        Running { #[pin] future: F },
+        Finished,
     }
 }
 
@@ -94,26 +94,14 @@ impl<F> Retrying<F> {
     #[inline]
     pub(crate) fn new(site: &'static Site, caller: &'static Location<'static>, inner: F) -> Self {
         Retrying {
-            inner: ManuallyDrop::new(inner),
+            call: Call::Running { future: inner },
             frame: Frame::outermost(site, 0),
             stage: Stage::NotStarted {
                 caller,
                 single: false,
             },
-            span: ManuallyDrop::new(None),
+            span: None,
         }
-    }
-
-    /// Drops the inner future in place and the span: the call is dropped before it finished.
-    #[cold]
-    #[inline(never)]
-    fn release_unfinished(self: Pin<&mut Self>) {
-        let this = self.project();
-        *this.stage = Stage::Done;
-        // SAFETY: `inner` is dropped in place, not moved (what a pinned value needs), and never
-        // touched again: the stage is `Done`, which neither the poll nor the drop gets past.
-        unsafe { ManuallyDrop::drop(this.inner.get_unchecked_mut()) };
-        drop_span(this.span);
     }
 
     /// The retrying function: the frame's until the first poll, and of the outermost layer.
@@ -187,9 +175,9 @@ impl<F: Future> Future for Retrying<F> {
             // Three loads on the common first poll: no single attempt was asked for, no retry
             // is running here, and nobody listens at debug level.
             Stage::NotStarted { single: false, .. }
-                if previous.is_null() && !tracing::level_enabled!(tracing::Level::DEBUG) =>
+                if previous.is_none() && !tracing::level_enabled!(tracing::Level::DEBUG) =>
             {
-                metrics::call_started(this.frame.outer);
+                site::call_started(this.frame.outer);
                 *this.stage = Stage::Outermost;
             }
             Stage::Done => panic!("`Retrying` polled after completion"),
@@ -198,19 +186,17 @@ impl<F: Future> Future for Retrying<F> {
             _ => return self.poll_prepared(cx),
         }
         let entered = scope::enter_over(this.frame, previous);
-        let mut inner = this.inner;
-        // SAFETY: `inner` is pinned as `self` is (never moved out of its `ManuallyDrop`), and
-        // still there: it is dropped only with the stage set to `Done`, checked above.
-        let poll = unsafe { inner.as_mut().map_unchecked_mut(|inner| &mut **inner) }.poll(cx);
+        let mut call = this.call;
+        let poll = match call.as_mut().project() {
+            CallProj::Running { future } => future.poll(cx),
+            CallProj::Finished => panic!("`Retrying` polled after completion"),
+        };
         if poll.is_ready() {
-            // `Done` before the drop: should the inner future's drop panic, this call's own
-            // drop (during the unwinding) must not drop it a second time.
+            // `Done` before the drop: should the future's drop panic, nothing polls it again.
             *this.stage = Stage::Done;
-            // SAFETY: dropped in place, not moved (what a pinned value needs), and never
-            // touched again: the stage is `Done`, which neither the poll nor the drop gets
-            // past. Dropped right after its last poll, inside its scope: a finished future
-            // holds little or nothing, which the compiler can then see.
-            unsafe { ManuallyDrop::drop(inner.get_unchecked_mut()) };
+            // Dropped right after its last poll, inside its scope: a finished future holds
+            // little or nothing, which the compiler can then see.
+            call.project_replace(Call::Finished);
         }
         drop(entered);
         poll
@@ -229,7 +215,7 @@ impl<F: Future> Retrying<F> {
         let stage = std::mem::replace(this.stage, Stage::Outermost);
         // Out of the call for the length of the poll, which never reads it: should the poll
         // panic, the unwinding drops it here, and the call's drop finds `None`.
-        let span = std::mem::take(&mut **this.span);
+        let span = this.span.take();
         let entered = span.as_deref().map(tracing::Span::enter);
         let poll = self.as_mut().poll(cx);
         drop(entered);
@@ -239,20 +225,11 @@ impl<F: Future> Retrying<F> {
             true => drop(span),
             false => {
                 *this.stage = stage;
-                **this.span = span;
+                *this.span = span;
             }
         }
         poll
     }
-}
-
-/// Drops the span, if any, of a call whose stage has just become `Done` (so nothing reads it
-/// again).
-#[cold]
-#[inline(never)]
-fn drop_span(span: &mut ManuallyDrop<Option<Box<tracing::Span>>>) {
-    // SAFETY: called once, as the stage becomes `Done`, after which the span is never read.
-    drop(unsafe { ManuallyDrop::take(span) });
 }
 
 /// Everything but the outermost layer with nobody listening: the first poll's decision (see
@@ -285,7 +262,7 @@ fn start(
     single: bool,
 ) -> Stage {
     let site = frame.outer;
-    metrics::call_started(site);
+    site::call_started(site);
     if tracing::level_enabled!(tracing::Level::DEBUG)
         && let Some((started, trace_id)) = start_span(site)
     {
@@ -353,33 +330,7 @@ fn nested(
             outer_function,
         );
     }
-    metrics::nested_suppressed(site);
-}
-
-/// What a call site is told once, at WARN: once per call site is news, once per call would flood
-/// the log during an outage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Warning {
-    /// A retry started inside another, so it made a single attempt.
-    Nested,
-    /// A policy's `attempt_timeout` that the call cannot apply (see `State::bound`).
-    Untimed,
-}
-
-/// Whether `what` was not said at `caller` yet (and marks it said). Only the calls that have
-/// something to say come here, so the lock is off the common path.
-pub(crate) fn first_time_at(what: Warning, caller: &'static Location<'static>) -> bool {
-    static SAID: std::sync::Mutex<Vec<(Warning, &'static str, u32, u32)>> =
-        std::sync::Mutex::new(Vec::new());
-    let key = (what, caller.file(), caller.line(), caller.column());
-    let mut said = SAID
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if said.contains(&key) {
-        return false;
-    }
-    said.push(key);
-    true
+    site::nested_suppressed(site);
 }
 
 impl<F> std::fmt::Debug for Retrying<F> {

@@ -12,23 +12,20 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
-use std::ptr;
-use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context, Poll};
 
 use ::metrics::Label;
 use pin_project_lite::pin_project;
 
-use crate::metrics::Site;
+use crate::site::Site;
 use crate::sync::thread_local_cell;
 
 /// A retry running on this thread's current poll.
 ///
-/// It lives on the stack of the poll that entered it (or in an [`InScope`]); the thread-local
-/// holds only its address, so entering and leaving a scope is one pointer swap each way, not a
-/// copy of the frame in and out.
-#[derive(Debug)]
+/// Plain data, copied into the thread-local while its retry is polled and copied back when the
+/// poll leaves it (with the trace id or attempt set meanwhile): a few words each way, and no
+/// reference into another future's memory.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Frame {
     /// The outermost retrying function: the one layer that retries.
     pub(crate) outer: &'static Site,
@@ -40,13 +37,12 @@ pub(crate) struct Frame {
     /// The logical call's trace id: on its tracing events and its dead letter. `0` until
     /// something asks for it ([`current_trace_id`]): a call that succeeds at once and that no
     /// subscriber watches never draws one.
-    ///
-    /// Atomic only so that futures holding a frame stay `Sync`: a frame is read and written by
-    /// the one thread polling it, and a relaxed load or store costs what a `Cell`'s does.
-    trace_id: AtomicU64,
-    /// The attempt the retrying layer is on; a single-attempt frame inside another has the
-    /// outer one's.
-    pub(crate) attempt: AttemptCell,
+    trace_id: u64,
+    /// The attempt the retrying layer is on (1 for the first; `0` before it); a single-attempt
+    /// frame inside another has the outer one's. Read by `send_checked` for
+    /// `http.request.resend_count` (features `opentelemetry` and `reqwest`), and only written
+    /// when that reader is built.
+    attempt: u32,
 }
 
 impl Frame {
@@ -62,8 +58,8 @@ impl Frame {
             outer,
             single,
             quiet,
-            trace_id: AtomicU64::new(trace_id),
-            attempt: AttemptCell::new(0),
+            trace_id,
+            attempt: 0,
         }
     }
 
@@ -78,75 +74,27 @@ impl Frame {
     #[inline]
     pub(crate) fn single_inside(&self, trace_id: u64) -> Frame {
         let trace_id = match trace_id {
-            0 => self.trace_id(),
+            0 => self.trace_id,
             id => id,
         };
-        let inside = Frame::new(self.outer, true, self.quiet, trace_id);
-        inside.attempt.set(self.attempt.get());
-        inside
+        Frame {
+            attempt: self.attempt,
+            ..Frame::new(self.outer, true, self.quiet, trace_id)
+        }
     }
 
     /// The trace id, `0` if none has been drawn.
     #[inline]
     pub(crate) fn trace_id(&self) -> u64 {
-        self.trace_id.load(Relaxed)
+        self.trace_id
     }
 
     /// The trace id, drawn now if the frame has none yet.
-    fn trace_id_or_draw(&self) -> u64 {
-        match self.trace_id.load(Relaxed) {
-            0 => {
-                let id = new_trace_id();
-                self.trace_id.store(id, Relaxed);
-                id
-            }
-            id => id,
+    fn trace_id_or_draw(&mut self) -> u64 {
+        if self.trace_id == 0 {
+            self.trace_id = new_trace_id();
         }
-    }
-}
-
-/// The attempt a retry is on (1 for the first; `0` before it, or outside any retry), kept in
-/// its frame (which its `Retrying` keeps between polls) so that code running inside the attempt
-/// can read it: `send_checked` records `http.request.resend_count` from it. Kept only with the
-/// `opentelemetry` and `reqwest` features, its one reader: without them this holds nothing, and
-/// keeping it costs nothing on the retry path.
-#[derive(Debug)]
-pub(crate) struct AttemptCell(
-    #[cfg(all(feature = "opentelemetry", feature = "reqwest"))] std::sync::atomic::AtomicU32,
-);
-
-impl AttemptCell {
-    #[inline]
-    pub(crate) const fn new(attempt: u32) -> Self {
-        #[cfg(all(feature = "opentelemetry", feature = "reqwest"))]
-        {
-            AttemptCell(std::sync::atomic::AtomicU32::new(attempt))
-        }
-        #[cfg(not(all(feature = "opentelemetry", feature = "reqwest")))]
-        {
-            let _ = attempt;
-            AttemptCell()
-        }
-    }
-
-    #[inline]
-    pub(crate) fn get(&self) -> u32 {
-        #[cfg(all(feature = "opentelemetry", feature = "reqwest"))]
-        {
-            self.0.load(Relaxed)
-        }
-        #[cfg(not(all(feature = "opentelemetry", feature = "reqwest")))]
-        {
-            0
-        }
-    }
-
-    #[inline]
-    pub(crate) fn set(&self, attempt: u32) {
-        #[cfg(all(feature = "opentelemetry", feature = "reqwest"))]
-        self.0.store(attempt, Relaxed);
-        #[cfg(not(all(feature = "opentelemetry", feature = "reqwest")))]
-        let _ = attempt;
+        self.trace_id
     }
 }
 
@@ -155,9 +103,9 @@ impl AttemptCell {
 #[inline(always)]
 pub(crate) fn note_attempt(attempt: u32) {
     #[cfg(all(feature = "opentelemetry", feature = "reqwest"))]
-    with_current(|frame| {
+    update_current(|frame| {
         if let Some(frame) = frame.filter(|frame| !frame.single) {
-            frame.attempt.set(attempt);
+            frame.attempt = attempt;
         }
     });
     #[cfg(not(all(feature = "opentelemetry", feature = "reqwest")))]
@@ -167,7 +115,7 @@ pub(crate) fn note_attempt(attempt: u32) {
 /// The attempt of the retry running here (1 for the first), `0` outside any retry.
 #[cfg(all(feature = "opentelemetry", feature = "reqwest"))]
 pub(crate) fn current_attempt() -> u32 {
-    with_current(|frame| frame.map_or(0, |frame| frame.attempt.get()))
+    with_current(|frame| frame.map_or(0, |frame| frame.attempt))
 }
 
 thread_local_cell! {
@@ -204,25 +152,30 @@ pub(crate) fn new_trace_id() -> u64 {
 /// The trace id of the call running here (drawn now if it has none yet, and kept in its frame),
 /// or a fresh one outside any retry.
 pub(crate) fn current_trace_id() -> u64 {
-    with_current(|frame| frame.map_or_else(new_trace_id, Frame::trace_id_or_draw))
+    update_current(|frame| frame.map_or_else(new_trace_id, Frame::trace_id_or_draw))
 }
 
 thread_local_cell! {
-    /// The frame of the retry being polled on this thread: null outside any. Non-null only
-    /// between [`enter`] and the drop of its guard, which borrows the frame.
-    static CURRENT: Cell<*const Frame> = Cell::new(ptr::null());
+    /// A copy of the frame of the retry being polled on this thread: `None` outside any. Set
+    /// by [`enter`] and restored when its guard drops, which writes the copy back to the frame.
+    static CURRENT: Cell<Option<Frame>> = Cell::new(None);
 }
 
 /// Runs `f` with the frame of the retry being polled on this thread, if any.
 #[inline]
 pub(crate) fn with_current<R>(f: impl FnOnce(Option<&Frame>) -> R) -> R {
-    let current = CURRENT.with(Cell::get);
-    // SAFETY: a non-null pointer was stored by `enter` from a `&'a Frame` held by the guard it
-    // returned, and is replaced by the previous value when that guard drops. Guards are locals
-    // of nested polls, so they drop in reverse order of entry: while the pointer is current,
-    // its guard, and so the borrow of the frame, is alive further up this thread's stack.
-    // Frames are only mutated through atomics, so a shared reference is all anyone takes.
-    f(unsafe { current.as_ref() })
+    f(CURRENT.with(Cell::get).as_ref())
+}
+
+/// Runs `f` with the frame of the retry being polled on this thread, if any, keeping what `f`
+/// changes in it.
+fn update_current<R>(f: impl FnOnce(Option<&mut Frame>) -> R) -> R {
+    CURRENT.with(|current| {
+        let mut frame = current.get();
+        let result = f(frame.as_mut());
+        current.set(frame);
+        result
+    })
 }
 
 /// Whether the retry being polled here must make a single attempt (nested in another, or
@@ -232,59 +185,61 @@ pub(crate) fn single_attempt_here() -> bool {
     with_current(|frame| frame.is_some_and(|frame| frame.single))
 }
 
-/// The frame current now, as a pointer: null outside any retry. For [`enter_over`], which
-/// restores it.
+/// The frame current now: `None` outside any retry. For [`enter_over`], which restores it.
 #[inline(always)]
-pub(crate) fn current() -> *const Frame {
+pub(crate) fn current() -> Option<Frame> {
     CURRENT.with(Cell::get)
 }
 
 /// Makes `frame` current until the guard drops, then restores the previous one (also on
-/// panic), passing a trace id drawn inside `frame` on to it.
+/// panic), writing back to `frame` what changed in it meanwhile, and passing a trace id drawn
+/// inside `frame` on to the previous one.
 #[inline]
-pub(crate) fn enter(frame: &Frame) -> Entered<'_> {
+pub(crate) fn enter(frame: &mut Frame) -> Entered<'_> {
     enter_over(frame, current())
 }
 
 /// [`enter`], where the caller has just read the current frame (`previous`, from [`current`]).
 #[inline(always)]
-pub(crate) fn enter_over(frame: &Frame, previous: *const Frame) -> Entered<'_> {
-    CURRENT.with(|c| c.set(frame));
+pub(crate) fn enter_over(frame: &mut Frame, previous: Option<Frame>) -> Entered<'_> {
+    CURRENT.with(|c| c.set(Some(*frame)));
     Entered { frame, previous }
 }
 
-/// See [`enter`]. Never forgotten: its drop is what keeps the thread-local valid.
+/// See [`enter`].
 pub(crate) struct Entered<'a> {
-    frame: &'a Frame,
-    previous: *const Frame,
+    frame: &'a mut Frame,
+    previous: Option<Frame>,
 }
 
 impl Drop for Entered<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        CURRENT.with(|c| c.set(self.previous));
+        // Guards drop in the reverse order of entry, so the copy current now is this frame's.
+        if let Some(left) = CURRENT.with(|c| c.replace(self.previous)) {
+            *self.frame = left;
+        }
         // A trace id drawn inside the frame being left belongs to the same logical call as the
         // previous frame (every nested frame is derived from its outer one), so an outer frame
         // without one adopts it. Outside any retry (the common case) there is none.
-        if !self.previous.is_null() {
-            adopt_trace_id(self.frame, self.previous);
+        if self.previous.is_some() {
+            adopt_trace_id(self.frame.trace_id);
         }
     }
 }
 
-/// See [`Entered`]'s drop.
+/// See [`Entered`]'s drop: the frame current again takes `id` if it has none.
 #[cold]
 #[inline(never)]
-fn adopt_trace_id(left: &Frame, previous: *const Frame) {
-    let id = left.trace_id();
-    // SAFETY: `previous` was current when the guard leaving `left` was made, so its own guard
-    // is still alive further up the stack (see `with_current`).
-    if let Some(previous) = unsafe { previous.as_ref() }
-        && id != 0
-        && previous.trace_id() == 0
-    {
-        previous.trace_id.store(id, Relaxed);
-    }
+fn adopt_trace_id(id: u64) {
+    update_current(|previous| {
+        if let Some(previous) = previous
+            && id != 0
+            && previous.trace_id == 0
+        {
+            previous.trace_id = id;
+        }
+    });
 }
 
 /// Whether a retry is running in the current task (on the current poll).
@@ -330,7 +285,12 @@ pub fn in_current_scope<F: Future>(future: F) -> InScope<F> {
     InScope {
         future,
         // The id is drawn now, so a copy polled on another thread shares it.
-        frame: with_current(|frame| frame.map(|f| f.single_inside(f.trace_id_or_draw()))),
+        frame: update_current(|frame| {
+            frame.map(|f| {
+                let trace_id = f.trace_id_or_draw();
+                f.single_inside(trace_id)
+            })
+        }),
     }
 }
 
@@ -441,20 +401,18 @@ impl<F: Future> Future for Isolated<F> {
 #[inline]
 fn leave() -> Left {
     Left {
-        previous: CURRENT.with(|c| c.replace(ptr::null())),
+        previous: CURRENT.with(|c| c.replace(None)),
     }
 }
 
-/// See [`leave`]. Never forgotten: its drop is what keeps the thread-local valid.
+/// See [`leave`].
 struct Left {
-    previous: *const Frame,
+    previous: Option<Frame>,
 }
 
 impl Drop for Left {
     #[inline]
     fn drop(&mut self) {
-        // `previous` was current when this guard was made, so its own guard is still alive
-        // further up the stack (see `with_current`): restoring it keeps the invariant.
         CURRENT.with(|c| c.set(self.previous));
     }
 }
@@ -483,7 +441,7 @@ impl<F: Future> Future for InScope<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let Some(frame) = this.frame else {
+        let Some(frame) = this.frame.as_mut() else {
             return this.future.poll(cx);
         };
         let _entered = enter(frame);
@@ -513,13 +471,13 @@ mod tests {
     #[test]
     fn frames_nest_and_each_guard_restores_the_one_before_it() {
         assert!(!is_active());
-        let outer = Frame::outermost(&OUTER, 1);
+        let mut outer = Frame::outermost(&OUTER, 1);
         {
-            let _outer = enter(&outer);
+            let _outer = enter(&mut outer);
             assert_eq!(current_trace_id_here(), Some(1));
-            let inner = outer.single_inside(0);
+            let mut inner = with_current(|f| f.unwrap().single_inside(0));
             {
-                let _inner = enter(&inner);
+                let _inner = enter(&mut inner);
                 assert!(with_current(|f| f.is_some_and(|f| f.single)));
                 assert_eq!(
                     current_trace_id_here(),
@@ -534,11 +492,11 @@ mod tests {
 
     #[test]
     fn a_panic_inside_a_frame_restores_the_frame_outside_it() {
-        let outer = Frame::outermost(&OUTER, 7);
-        let _outer = enter(&outer);
+        let mut outer = Frame::outermost(&OUTER, 7);
+        let _outer = enter(&mut outer);
         let caught = std::panic::catch_unwind(|| {
-            let inner = Frame::new(&OUTER, true, true, 9);
-            let _inner = enter(&inner);
+            let mut inner = Frame::new(&OUTER, true, true, 9);
+            let _inner = enter(&mut inner);
             panic!("inside the inner frame");
         });
         assert!(caught.is_err());
@@ -548,36 +506,38 @@ mod tests {
 
     #[test]
     fn leaving_the_scope_hides_it_until_the_guard_drops() {
-        let outer = Frame::outermost(&OUTER, 3);
-        let _outer = enter(&outer);
+        let mut outer = Frame::outermost(&OUTER, 3);
         {
-            let _left = leave();
-            assert!(!is_active());
-            let inner = Frame::outermost(&OUTER, 4);
-            let _inner = enter(&inner);
-            assert_eq!(current_trace_id_here(), Some(4));
+            let _outer = enter(&mut outer);
+            {
+                let _left = leave();
+                assert!(!is_active());
+                let mut inner = Frame::outermost(&OUTER, 4);
+                let _inner = enter(&mut inner);
+                assert_eq!(current_trace_id_here(), Some(4));
+            }
+            assert_eq!(current_trace_id_here(), Some(3));
         }
-        assert_eq!(current_trace_id_here(), Some(3));
         assert_eq!(outer.trace_id(), 3, "an isolated call's id is its own");
     }
 
     #[test]
     fn a_trace_id_drawn_inside_is_adopted_by_an_outer_frame_without_one() {
-        let outer = Frame::outermost(&OUTER, 0);
+        let mut outer = Frame::outermost(&OUTER, 0);
         let drawn = {
-            let _outer = enter(&outer);
-            let inner = outer.single_inside(0);
-            let _inner = enter(&inner);
+            let _outer = enter(&mut outer);
+            let mut inner = with_current(|f| f.unwrap().single_inside(0));
+            let _inner = enter(&mut inner);
             current_trace_id()
         };
         assert_ne!(drawn, 0);
         assert_eq!(outer.trace_id(), drawn);
 
-        let kept = Frame::outermost(&OUTER, 5);
+        let mut kept = Frame::outermost(&OUTER, 5);
         {
-            let _kept = enter(&kept);
-            let inner = Frame::new(&OUTER, true, false, 6);
-            let _inner = enter(&inner);
+            let _kept = enter(&mut kept);
+            let mut inner = Frame::new(&OUTER, true, false, 6);
+            let _inner = enter(&mut inner);
         }
         assert_eq!(
             kept.trace_id(),

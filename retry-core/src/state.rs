@@ -11,10 +11,10 @@ use crate::attempt::{Bounded, OnTimeout};
 use crate::backoff;
 use crate::budget::RetryBudget;
 use crate::classify::{Classifier, Decision};
-use crate::metrics::{self, Site};
 use crate::policy::{Jitter, Policy};
-use crate::retrying::{Warning, first_time_at};
 use crate::scope;
+use crate::site::{self, Site};
+use crate::site::{Warning, first_time_at};
 
 /// Why a retrying call stopped trying and returned its last error.
 ///
@@ -607,7 +607,7 @@ impl<'p> State<'p> {
                 if tracing::enabled!(tracing::Level::INFO) {
                     retrying_event(site, self.attempt, decision, classifier.reason(error), wait);
                 }
-                metrics::retried(site);
+                site::retried(site);
                 on_retry.before_wait(&RetryContext {
                     site,
                     attempt: self.attempt,
@@ -672,7 +672,7 @@ impl<'p> State<'p> {
         } else {
             giving_up!(debug);
         }
-        metrics::gave_up(site, give_up.label());
+        site::gave_up(site, give_up.label());
         let failing = self.failing();
         failing.gave_up = Some(give_up);
         failing.decision = Some(decision);
@@ -723,7 +723,7 @@ impl<'p> State<'p> {
         }
         // Last, so a retry that would not happen anyway does not spend the budget.
         if self.budget.is_some_and(|budget| !budget.withdraw()) {
-            metrics::budget_refused(site);
+            site::budget_refused(site);
             return Err(GiveUp::BudgetExhausted);
         }
         Ok(wait)
