@@ -98,6 +98,7 @@
 //! | the layer refused (`400`, `401`, `409`, `413`, `422`, `503`) | nothing claimed     | judged anew   |
 //! | the handler answered, any status                        | done: response stored    | the stored response |
 //! | the handler answered with [`NotApplied`] in its extensions | **freed** (not stored) | a new run  |
+//! | the handler (or an extractor before it) answered a not-processed status: `405`, `406`, `411`, `413`, `414`, `415`, `422` | **freed** (not stored) | a new run |
 //! | the inner service returned `Err`                        | failed: outcome unknown  | `500` problem |
 //! | the response body failed while it was read              | failed: outcome unknown  | `500` problem |
 //! | the handler panicked (its client gets the `500` problem) | failed: outcome unknown | `500` problem |
@@ -105,6 +106,19 @@
 //! | the client disconnected while the handler ran           | the handler runs on; its response is stored | the stored response |
 //! | the process died while the handler ran                  | in progress until the lease runs out | `409` until then, then a new run |
 //! | the store failed to take the response                   | in progress until the lease runs out | `409` until then, then a new run |
+//!
+//! **Refusals before the handler's body.** axum's extractors answer before the handler's body
+//! runs: `415` for a wrong `Content-Type`, `422` for JSON that does not fit the type, `405` for
+//! a method the route does not take. Nothing happened, so storing that answer would hand it
+//! back to the corrected resend for the whole retention; such statuses free the key instead
+//! (as Stripe stores nothing when a request fails validation). The layer cannot tell an
+//! extractor's `422` from the handler's own, so the rule under uncertainty is the handler's to
+//! keep: **a handler must never answer one of these statuses after it had an effect**, or that
+//! effect is repeated by the resend. A service whose handlers do (a `422` for a card declined
+//! after the attempt was booked) leaves the status out with
+//! [`not_processed_statuses`](IdempotencyLayer::not_processed_statuses), and it is stored like
+//! any other answer. JSON that is not JSON at all gets `400` from axum, which is stored: add
+//! `400` to the set if no handler answers it after an effect.
 //!
 //! A key kept failed is never run again: whether the first run had its effect is for a person
 //! to find out, and the problem's `detail` says so; a new operation needs a new key. The
@@ -195,7 +209,7 @@
 //! |---------------------------------------------------------------|------------|---------|---------------|
 //! | never asked for the transaction                               | its own business | the non-transactional rules (above) | |
 //! | answered below `500`, body complete                           | committed with the response | done | the stored response |
-//! | answered `5xx`, or with [`NotApplied`]                        | rolled back | **freed** | a new run |
+//! | answered `5xx`, a not-processed status (`422`, ...), or with [`NotApplied`] | rolled back | **freed** | a new run |
 //! | returned `Err`, panicked, or its body failed or was too large to keep | rolled back | **freed** | a new run (the first client got the `Err`, or a `500` problem) |
 //! | answered while a `TransactionGuard` was still alive           | rolled back | **freed** | a new run (the first client got a `500` problem) |
 //! | asked, but `begin` failed                                     | none began | **freed** after a `5xx` or failure; an answer below `500` is stored | |
@@ -207,7 +221,9 @@
 //! A `5xx` rolls back rather than being stored: in this mode the handler's effects are its
 //! writes, so after the rollback nothing happened and a resend may run (the rule of
 //! [`crate::idempotency`]). A refusal the client must see again on every resend (a declined
-//! card) is a `4xx`: committed and replayed like any answer below `500`.
+//! card) is a `4xx`: committed and replayed like any answer below `500`, except the
+//! not-processed statuses, which roll back and free the key here too, so both modes answer a
+//! corrected resend alike (a declined card answered `422` needs `422` out of the set).
 //!
 //! **Asking for the transaction is a promise**: the handler's effects are its writes in it. A
 //! call to another service made from such a handler is repeated by the resend after a
@@ -344,6 +360,7 @@ pub use transactional::{InTransaction, Mode, Plain};
 
 use crate::idempotency::{DEFAULT_LEASE, DEFAULT_RETENTION, IdempotencyStore, TransactionalStore};
 use replay::ReplayHeaders;
+use settle::NotProcessed;
 
 /// Longest `Idempotency-Key` accepted by default, in bytes: 255, as Stripe allows; a UUID or an
 /// [`IdempotencyKey`](crate::http::IdempotencyKey) is 32 to 36.
@@ -432,6 +449,7 @@ pub struct IdempotencyLayer<St, M = Plain> {
     lease: Duration,
     retention: Duration,
     replay_headers: ReplayHeaders,
+    not_processed: NotProcessed,
     name: &'static str,
     namespace: Arc<str>,
     /// Transactional mode only: the handlers promised that their effects are their writes in
@@ -496,6 +514,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
             lease: DEFAULT_LEASE,
             retention: DEFAULT_RETENTION,
             replay_headers: ReplayHeaders::default(),
+            not_processed: NotProcessed::default(),
             name: "idempotency_layer",
             namespace: Arc::from(DEFAULT_NAMESPACE),
             claim_in_transaction: false,
@@ -542,6 +561,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
             lease: self.lease,
             retention: self.retention,
             replay_headers: self.replay_headers,
+            not_processed: self.not_processed,
             name: self.name,
             namespace: self.namespace,
             claim_in_transaction: false,
@@ -666,6 +686,38 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
         Ok(self)
     }
 
+    /// The statuses that mean "refused before anything was done", replacing the default set
+    /// (`405`, `406`, `411`, `413`, `414`, `415`, `422`): a handler's response with one of them
+    /// is not stored, and its key is freed as with [`NotApplied`], so the corrected resend runs.
+    /// These are what axum's extractors and router answer before a handler's body runs (a
+    /// wrong `Content-Type`, JSON that does not fit the type, a method not allowed).
+    ///
+    /// A handler must never answer one of these statuses **after** its effect: that effect
+    /// would be repeated by the resend. If one of your handlers does (say, `422` for a payment
+    /// the card network declined after booking it), leave that status out of the set, and it
+    /// is stored and replayed like any other answer. An empty set stores every answer.
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use retry_core::idempotency::MemoryStore;
+    /// use retry_core::tower::IdempotencyLayer;
+    ///
+    /// // Our handlers answer 422 for a declined card, after the attempt was recorded.
+    /// let layer = IdempotencyLayer::unauthenticated(MemoryStore::new()).not_processed_statuses([
+    ///     StatusCode::METHOD_NOT_ALLOWED,
+    ///     StatusCode::UNSUPPORTED_MEDIA_TYPE,
+    /// ]);
+    /// # drop(layer);
+    /// ```
+    #[must_use]
+    pub fn not_processed_statuses<I>(mut self, statuses: I) -> Self
+    where
+        I: IntoIterator<Item = ::http::StatusCode>,
+    {
+        self.not_processed = NotProcessed::new(statuses);
+        self
+    }
+
     /// The name of the guarded operation, used as the `function` label of the idempotency
     /// metrics and in log events (default `"idempotency_layer"`).
     ///
@@ -720,6 +772,7 @@ impl<St, M> Clone for IdempotencyLayer<St, M> {
             lease: self.lease,
             retention: self.retention,
             replay_headers: self.replay_headers.clone(),
+            not_processed: self.not_processed.clone(),
             name: self.name,
             namespace: Arc::clone(&self.namespace),
             claim_in_transaction: self.claim_in_transaction,
@@ -742,6 +795,7 @@ impl<St, M: Mode<St>> fmt::Debug for IdempotencyLayer<St, M> {
             .field("lease", &self.lease)
             .field("retention", &self.retention)
             .field("replay_headers", &self.replay_headers)
+            .field("not_processed", &self.not_processed)
             .finish_non_exhaustive()
     }
 }

@@ -194,7 +194,8 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
         };
         let request = Request::from_parts(parts, IdempotencyBody::new(Full::new(body)));
         let max = self.store.limits().max_response_bytes;
-        let ran = run_handler(&held, call_ready(inner, request), max).await;
+        let handler = call_ready(inner, request);
+        let ran = run_handler(&held, handler, max, &self.not_processed).await;
         settle(held, ran, max, &self.replay_headers, self.name).await
     }
 

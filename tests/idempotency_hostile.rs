@@ -1,0 +1,136 @@
+//! `IdempotencyLayer` against careless clients and hostile input, with a real `curl` over
+//! loopback against an axum server: requests axum refuses before the handler runs are not
+//! stored (the corrected resend runs), bodies that differ in ways `serde_json::Value` hides are
+//! other requests, scopes and keys that are not what they claim are refused, and a response
+//! header off the replay allow-list never reaches another client.
+//!
+//! These tests need `/usr/bin/curl` (or `curl` on `PATH`); without it they fail, never pass.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use axum::Router;
+use axum::extract::{Json, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use retry_core::idempotency::MemoryStore;
+use retry_core::tower::IdempotencyLayer;
+use serde::Deserialize;
+
+use crate::curl;
+use curl::{curl, curl_as};
+
+/// A payment as the handler's `Json` extractor reads it.
+#[derive(Deserialize)]
+struct Payment {
+    to: String,
+    cents: u64,
+}
+
+/// Counts its effects: one per payment booked.
+#[derive(Clone, Default)]
+struct Ledger(Arc<AtomicU32>);
+
+impl Ledger {
+    fn booked(&self) -> u32 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Books a payment: axum refuses the request before this runs when its body is not JSON of
+/// this shape.
+async fn pay(State(ledger): State<Ledger>, Json(payment): Json<Payment>) -> (StatusCode, String) {
+    let booking = ledger.0.fetch_add(1, Ordering::SeqCst) + 1;
+    let Payment { to, cents } = payment;
+    (
+        StatusCode::CREATED,
+        format!("booking {booking}: {cents} to {to}"),
+    )
+}
+
+/// Serves `/payments` behind `layer`; returns the URL.
+async fn serve(ledger: &Ledger, layer: IdempotencyLayer<MemoryStore>) -> String {
+    let router = Router::new()
+        .route("/payments", post(pay))
+        .layer(layer)
+        .with_state(ledger.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    format!("{base}/payments")
+}
+
+const PAYMENT: &str = r#"{"to":"alice","cents":500}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_content_type_is_not_stored_and_the_corrected_resend_runs() {
+    let ledger = Ledger::default();
+    let url = serve(
+        &ledger,
+        IdempotencyLayer::unauthenticated(MemoryStore::new()),
+    )
+    .await;
+
+    let refused = curl_as(url.clone(), "ct-1", "text/plain", PAYMENT, None).await;
+    assert_eq!(refused.status, 415, "{refused:?}");
+    assert_eq!(ledger.booked(), 0);
+
+    let corrected = curl(url.clone(), "ct-1", PAYMENT, None).await;
+    assert_eq!(
+        corrected.status, 201,
+        "the same key runs anew: {corrected:?}"
+    );
+    assert!(!corrected.replayed(), "{corrected:?}");
+    assert_eq!(corrected.body, "booking 1: 500 to alice");
+
+    let again = curl(url, "ct-1", PAYMENT, None).await;
+    assert_eq!((again.status, &again.body), (201, &corrected.body));
+    assert!(again.replayed(), "the answer that ran is stored: {again:?}");
+    assert_eq!(ledger.booked(), 1, "one effect");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_typo_refused_with_422_is_not_stored_and_the_fix_runs() {
+    let ledger = Ledger::default();
+    let url = serve(
+        &ledger,
+        IdempotencyLayer::unauthenticated(MemoryStore::new()),
+    )
+    .await;
+
+    let typo = curl(url.clone(), "typo-1", r#"{"to":"alice","cnets":500}"#, None).await;
+    assert_eq!(typo.status, 422, "{typo:?}");
+    assert!(!typo.replayed());
+
+    let fixed = curl(url.clone(), "typo-1", PAYMENT, None).await;
+    assert_eq!(fixed.status, 201, "the fixed body runs: {fixed:?}");
+    let again = curl(url, "typo-1", PAYMENT, None).await;
+    assert!(again.replayed(), "{again:?}");
+    assert_eq!(ledger.booked(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_left_out_of_the_not_processed_set_is_stored() {
+    let ledger = Ledger::default();
+    // This service answers 422 after effects of its own, so 422 must be kept.
+    let layer = IdempotencyLayer::unauthenticated(MemoryStore::new())
+        .not_processed_statuses([StatusCode::UNSUPPORTED_MEDIA_TYPE]);
+    let url = serve(&ledger, layer).await;
+
+    let typo = r#"{"to":"alice","cnets":500}"#;
+    let first = curl(url.clone(), "kept-422", typo, None).await;
+    assert_eq!(first.status, 422, "{first:?}");
+    let resent = curl(url.clone(), "kept-422", typo, None).await;
+    assert_eq!((resent.status, &resent.body), (422, &first.body));
+    assert!(resent.replayed(), "the 422 was stored: {resent:?}");
+    let fixed = curl(url.clone(), "kept-422", PAYMENT, None).await;
+    assert_eq!(fixed.status, 422, "the key is used: {fixed:?}");
+    assert!(fixed.body.contains("already used"), "{fixed:?}");
+
+    // 415 is still in the set.
+    let refused = curl_as(url.clone(), "kept-415", "text/plain", PAYMENT, None).await;
+    assert_eq!(refused.status, 415, "{refused:?}");
+    let corrected = curl(url, "kept-415", PAYMENT, None).await;
+    assert_eq!(corrected.status, 201, "{corrected:?}");
+    assert_eq!(ledger.booked(), 1);
+}
