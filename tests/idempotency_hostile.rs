@@ -48,10 +48,17 @@ async fn pay(State(ledger): State<Ledger>, Json(payment): Json<Payment>) -> (Sta
     )
 }
 
-/// Serves `/payments` behind `layer`; returns the URL.
+/// Books whatever body it gets, read as text: the layer alone tells bodies apart.
+async fn book(State(ledger): State<Ledger>, body: String) -> (StatusCode, String) {
+    let booking = ledger.0.fetch_add(1, Ordering::SeqCst) + 1;
+    (StatusCode::CREATED, format!("booking {booking}: {body}"))
+}
+
+/// Serves `/payments` and `/bookings` behind `layer`; returns the URL of `/payments`.
 async fn serve(ledger: &Ledger, layer: IdempotencyLayer<MemoryStore>) -> String {
     let router = Router::new()
         .route("/payments", post(pay))
+        .route("/bookings", post(book))
         .layer(layer)
         .with_state(ledger.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -132,5 +139,62 @@ async fn a_status_left_out_of_the_not_processed_set_is_stored() {
     assert_eq!(refused.status, 415, "{refused:?}");
     let corrected = curl(url, "kept-415", PAYMENT, None).await;
     assert_eq!(corrected.status, 201, "{corrected:?}");
+    assert_eq!(ledger.booked(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_serde_json_value_confuses_are_another_request() {
+    let ledger = Ledger::default();
+    let url = serve(
+        &ledger,
+        IdempotencyLayer::unauthenticated(MemoryStore::new()),
+    )
+    .await;
+    let url = url.replace("/payments", "/bookings");
+    let pairs = [
+        (
+            r#"{"to":"alice","cents":12345678901234567890123}"#,
+            r#"{"to":"alice","cents":12345678901234567890124}"#,
+        ),
+        (r#"{"rate":0.1}"#, r#"{"rate":0.10000000000000001}"#),
+        (r#"{"to":"alice","to":"mallory"}"#, r#"{"to":"mallory"}"#),
+    ];
+    for (i, (first, other)) in pairs.into_iter().enumerate() {
+        let key = format!("confused-{i}");
+        let booked = curl(url.clone(), &key, first, None).await;
+        assert_eq!(booked.status, 201, "{booked:?}");
+        let reused = curl(url.clone(), &key, other, None).await;
+        assert_eq!(reused.status, 422, "{other} is not {first}: {reused:?}");
+        assert!(reused.body.contains("already used"), "{reused:?}");
+        assert!(!reused.replayed(), "{reused:?}");
+    }
+    assert_eq!(ledger.booked(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_order_whitespace_and_a_redrive_resend_are_the_same_request() {
+    let ledger = Ledger::default();
+    let url = serve(
+        &ledger,
+        IdempotencyLayer::unauthenticated(MemoryStore::new()),
+    )
+    .await;
+    let url = url.replace("/payments", "/bookings");
+    let sent = r#"{"to":"al\u00efce","cents":500,"memo":{"z":[1.5,true],"a":null}}"#;
+    let first = curl(url.clone(), "same-1", sent, None).await;
+    assert_eq!(first.status, 201, "{first:?}");
+
+    let reordered = r#" { "memo" : { "a" : null , "z" : [ 1.5 , true ] } , "cents" : 500 ,
+        "to" : "al\u00efce" } "#;
+    let again = curl(url.clone(), "same-1", reordered, None).await;
+    assert!(again.replayed(), "{again:?}");
+    // A redrive resends a dead letter's `original`, which went through `serde_json::Value`.
+    let redriven = serde_json::from_str::<serde_json::Value>(sent)
+        .unwrap()
+        .to_string();
+    assert_ne!(redriven, sent);
+    let redrive = curl(url, "same-1", &redriven, None).await;
+    assert!(redrive.replayed(), "{redrive:?}");
+    assert_eq!(redrive.body, first.body);
     assert_eq!(ledger.booked(), 1);
 }

@@ -85,6 +85,15 @@
 //! method, path, query and body. Headers are not part of it: a resend may carry a new date or
 //! trace id.
 //!
+//! A JSON body counts by its canonical form: object keys sorted and whitespace dropped (a
+//! redrive resends a dead letter's `original` as `serde_json::Value` wrote it, keys sorted, and
+//! must find the first answer), but numbers exactly as written: `0.1` and
+//! `0.10000000000000001`, or two 23-digit amounts that one `f64` holds alike, are other
+//! requests, and so are `100` and `1e2`. A body whose objects repeat a key
+//! (`{"to":"alice","to":"mallory"}`, which parsers read differently) counts by its bytes, as
+//! does one nested deeper than 128 levels or that is not JSON at all. The fingerprint stored is
+//! a SHA-256 digest of all this.
+//!
 //! # Which responses are stored
 //!
 //! **A key is freed for a second run only when the layer knows the first run's effect did not
