@@ -147,8 +147,9 @@ fn key_like() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
-/// Keys that can be sent bare: printable ASCII without space, `"`, `\`, `,` or `;`.
-const BARE_KEY: &str = "[!#-+\\--:<-\\[\\]-~]{1,40}";
+/// Keys that can be sent bare: printable ASCII without space, `"`, `\`, `,` or `;`, starting
+/// with a letter (a bare `?1`, `:YWJj:`, `@1` or `42` is another structured-field type).
+const BARE_KEY: &str = "[a-zA-Z][!#-+\\--:<-\\[\\]-~]{0,39}";
 
 fn bare(key: &str) -> HeaderValue {
     HeaderValue::from_str(key).unwrap()
