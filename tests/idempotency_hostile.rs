@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use axum::Router;
 use axum::extract::{Json, State};
-use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::routing::post;
 use retry_core::idempotency::MemoryStore;
 use retry_core::tower::IdempotencyLayer;
@@ -197,4 +199,173 @@ async fn key_order_whitespace_and_a_redrive_resend_are_the_same_request() {
     assert!(redrive.replayed(), "{redrive:?}");
     assert_eq!(redrive.body, first.body);
     assert_eq!(ledger.booked(), 1);
+}
+
+// ---- scopes, keys and replayed headers, with reqwest ----
+
+const ECHO_AUTH: HeaderName = HeaderName::from_static("x-echo-auth");
+
+/// The test's authentication: the tenant a request names is its client.
+fn tenant(parts: &Parts) -> Option<String> {
+    let value = parts.headers.get("x-tenant")?.to_str().ok()?;
+    Some(value.to_owned())
+}
+
+/// Answers with the caller's `X-Echo-Auth` echoed in a header of the same name (a credential
+/// of that one caller), after counting its effect.
+async fn echo(State(ledger): State<Ledger>, headers: HeaderMap) -> (StatusCode, HeaderMap, String) {
+    let booking = ledger.0.fetch_add(1, Ordering::SeqCst) + 1;
+    let mut out = HeaderMap::new();
+    if let Some(auth) = headers.get(&ECHO_AUTH) {
+        out.insert(ECHO_AUTH, auth.clone());
+    }
+    out.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    (StatusCode::CREATED, out, format!("booking {booking}"))
+}
+
+/// Serves `/echo` behind an authenticated `layer`; returns its URL.
+async fn serve_echo(ledger: &Ledger, layer: IdempotencyLayer<MemoryStore>) -> String {
+    let router = Router::new()
+        .route("/echo", post(echo))
+        .layer(layer)
+        .with_state(ledger.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    format!("{base}/echo")
+}
+
+/// A response, read whole.
+struct Answer {
+    status: u16,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Answer {
+    fn detail(&self) -> String {
+        let problem: serde_json::Value = serde_json::from_str(&self.body).unwrap();
+        problem["detail"].as_str().unwrap_or_default().to_owned()
+    }
+}
+
+/// POSTs `{}` to `url` with `headers` through reqwest.
+async fn post_with(url: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut request = reqwest::Client::new().post(url).body("{}");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.unwrap();
+    Answer {
+        status: response.status().as_u16(),
+        headers: response.headers().clone(),
+        body: response.text().await.unwrap(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_credential_header_never_reaches_another_client() {
+    let layer = || IdempotencyLayer::new(MemoryStore::new(), tenant);
+    let refused = layer()
+        .replay_headers([CONTENT_TYPE, ECHO_AUTH])
+        .unwrap_err();
+    assert_eq!(refused.name(), &ECHO_AUTH);
+
+    let ledger = Ledger::default();
+    let url = serve_echo(&ledger, layer()).await;
+    let alice = [
+        ("x-tenant", "acme"),
+        ("x-echo-auth", "alice-secret"),
+        ("idempotency-key", "\"op-1\""),
+    ];
+    let first = post_with(&url, &alice).await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    assert_eq!(
+        first.headers[&ECHO_AUTH], "alice-secret",
+        "the first answer is the handler's own"
+    );
+
+    let bob = [
+        ("x-tenant", "acme"),
+        ("x-echo-auth", "bob-secret"),
+        ("idempotency-key", "\"op-1\""),
+    ];
+    let replay = post_with(&url, &bob).await;
+    assert_eq!(replay.headers["idempotent-replayed"], "?1");
+    assert_eq!(replay.body, first.body);
+    assert!(
+        replay.headers.get(&ECHO_AUTH).is_none(),
+        "{:?}",
+        replay.headers
+    );
+    assert_eq!(replay.headers[CONTENT_TYPE], "text/plain");
+    assert_eq!(ledger.booked(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_too_long_for_the_store_is_named_not_the_key() {
+    let ledger = Ledger::default();
+    let url = serve_echo(&ledger, IdempotencyLayer::new(MemoryStore::new(), tenant)).await;
+    let long = "t".repeat(600);
+    let answer = post_with(&url, &[("x-tenant", &long), ("idempotency-key", "\"k\"")]).await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    let detail = answer.detail();
+    assert!(
+        detail.contains("client id") && detail.contains("600 bytes"),
+        "{detail}"
+    );
+    assert!(!detail.contains("the key is"), "{detail}");
+
+    // With a short scope, the key is what is too long, and its own length is named.
+    let wide = IdempotencyLayer::new(MemoryStore::new(), tenant).max_key_bytes(10_000);
+    let url = serve_echo(&ledger, wide).await;
+    let key = format!("\"{}\"", "k".repeat(500));
+    let answer = post_with(&url, &[("x-tenant", "acme"), ("idempotency-key", &key)]).await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert!(
+        answer.detail().starts_with("the key is 500 bytes"),
+        "{}",
+        answer.detail()
+    );
+    assert_eq!(ledger.booked(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_scope_is_not_a_client() {
+    let ledger = Ledger::default();
+    let url = serve_echo(&ledger, IdempotencyLayer::new(MemoryStore::new(), tenant)).await;
+    let answer = post_with(&url, &[("x-tenant", ""), ("idempotency-key", "\"k-1\"")]).await;
+    assert_eq!(answer.status, 401, "{}", answer.body);
+    assert_eq!(ledger.booked(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_are_other_structured_field_types_are_400() {
+    let ledger = Ledger::default();
+    let url = serve_echo(
+        &ledger,
+        IdempotencyLayer::unauthenticated(MemoryStore::new()),
+    )
+    .await;
+    for key in ["?1", ":YWJj:", "42"] {
+        let answer = post_with(&url, &[("idempotency-key", key)]).await;
+        assert_eq!(answer.status, 400, "{key}: {}", answer.body);
+        assert!(
+            answer.body.contains("Idempotency-Key is malformed"),
+            "{}",
+            answer.body
+        );
+        assert!(
+            answer.detail().contains("structured-field"),
+            "{key}: {}",
+            answer.detail()
+        );
+    }
+    assert_eq!(ledger.booked(), 0);
+    // The bare token form and bare UUIDs are still keys.
+    for key in ["8e03978e", "123e4567-e89b-12d3-a456-426614174000"] {
+        let answer = post_with(&url, &[("idempotency-key", key)]).await;
+        assert_eq!(answer.status, 201, "{key}: {}", answer.body);
+    }
+    assert_eq!(ledger.booked(), 2);
 }

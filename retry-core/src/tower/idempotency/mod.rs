@@ -10,9 +10,10 @@
 //!
 //! | the request                                        | the answer                          |
 //! |----------------------------------------------------|-------------------------------------|
-//! | no client scope on an authenticated layer          | `401`, nothing runs                 |
+//! | no client scope (or an empty one) on an authenticated layer | `401`, nothing runs        |
+//! | client scope too long for the store's keys         | `400` naming the scope              |
 //! | no key, on a layer that requires one               | `400` "Idempotency-Key is missing"  |
-//! | key malformed, or longer than `max_key_bytes`      | `400`                               |
+//! | key malformed (a bare `?1`, `:YWJj:` or `42` included), or longer than `max_key_bytes` | `400` |
 //! | body larger than `max_body_bytes`                  | `413`                               |
 //! | the store cannot be reached                        | `503`, nothing runs (fail closed)   |
 //! | first use of the key                               | the handler runs; its response      |
@@ -37,7 +38,10 @@
 //! (RFC 8941: printable ASCII, `\"` and `\\` escaped, no parameters). Many clients send the key
 //! bare (`Idempotency-Key: 8e03978e`), as Stripe documents it; the layer accepts that too when
 //! the value has no space, quote, backslash, `,` or `;`, and reads both forms as the same key,
-//! so a client that switches form cannot run an operation twice. A request with more than one
+//! so a client that switches form cannot run an operation twice. A bare value that is a
+//! structured-field item of another type is refused (`400`): a boolean (`?1`), a byte sequence
+//! (`:YWJj:`), a date (`@1659578233`) or a number (`42`, `3.14`), which a parser of the field
+//! reads as something else than its text (`007` is `7`); quoted, each is a key like any other. A request with more than one
 //! `Idempotency-Key` field is malformed. Keys are at most [`DEFAULT_MAX_KEY_BYTES`] bytes
 //! unless [`max_key_bytes`](IdempotencyLayer::max_key_bytes) says otherwise.
 //!
@@ -47,7 +51,8 @@
 //! with a function from the request head to the authenticated client
 //! ([`IdempotencyLayer::new`]), and every key is stored under that scope: client B sending
 //! client A's key runs its own request and never sees A's response. A request for which the
-//! function finds no client gets `401`. Put your authentication in front of this layer: its
+//! function finds no client, or an empty id, gets `401`. A client id so long that no key fits
+//! beside it within the store's key limit gets `400` naming the id, not the key. Put your authentication in front of this layer: its
 //! `401` carries the proper `WWW-Authenticate` challenge, this one is a backstop. A route
 //! without authentication must say so with [`IdempotencyLayer::unauthenticated`]; there, the
 //! key alone finds the response, so it must be unguessable (as
@@ -167,9 +172,13 @@
 //! allow-list ([`replay_headers`](IdempotencyLayer::replay_headers); by default
 //! `Content-Type`, `Content-Language`, `Content-Location`, `Location`, `ETag` and
 //! `Last-Modified`) and `Idempotent-Replayed: ?1` ([`IDEMPOTENT_REPLAYED`]: a structured-field
-//! boolean, the name Stripe uses). Credentials are never stored or replayed, even if asked for:
-//! `Set-Cookie` would hand a session to whoever holds the key, and `Authorization`,
-//! `WWW-Authenticate` and the like belong to one exchange. Framing headers (`Content-Length`,
+//! boolean, the name Stripe uses). Only headers that describe the response itself can be on
+//! that list (those six, `Content-Encoding`, `Content-Disposition`, `Cache-Control`, `Expires`
+//! and `Vary`); nothing else is ever stored or replayed, even if asked for: `Set-Cookie` would
+//! hand a session to whoever holds the key, `Authorization`, `WWW-Authenticate` and the like
+//! belong to one exchange, and a custom header (an `X-Echo-Auth` echoing the caller's
+//! credential) would carry one client's secret to another client of the same scope. Framing
+//! headers (`Content-Length`,
 //! `Transfer-Encoding`, ...) are computed for the replay instead. Trailers are not stored.
 //!
 //! # Limits
@@ -667,24 +676,32 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
     }
 
     /// The response headers stored and replayed, replacing the default list (`Content-Type`,
-    /// `Content-Language`, `Content-Location`, `Location`, `ETag`, `Last-Modified`). Credentials
-    /// (`Set-Cookie`, `Authorization`, `WWW-Authenticate`, ...) and framing headers
-    /// (`Content-Length`, `Transfer-Encoding`, ...) are refused.
+    /// `Content-Language`, `Content-Location`, `Location`, `ETag`, `Last-Modified`), chosen
+    /// from the headers that describe the response itself: those, `Content-Encoding`,
+    /// `Content-Disposition`, `Cache-Control`, `Expires` and `Vary`. Any other is refused:
+    /// credentials (`Set-Cookie`, `Authorization`, ...), framing (`Content-Length`, ...), and
+    /// custom headers, which may carry one client's credentials or state (an `X-Echo-Auth`
+    /// would hand it to another client of the same scope). Put what a resend needs in the body.
     ///
     /// ```
-    /// use http::header::{CONTENT_TYPE, LOCATION, SET_COOKIE};
+    /// use http::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
     /// use http::HeaderName;
     /// use retry_core::idempotency::MemoryStore;
     /// use retry_core::tower::IdempotencyLayer;
     ///
     /// let layer = IdempotencyLayer::unauthenticated(MemoryStore::new())
-    ///     .replay_headers([CONTENT_TYPE, LOCATION, HeaderName::from_static("x-charge-id")])
+    ///     .replay_headers([CONTENT_TYPE, LOCATION, CACHE_CONTROL])
     ///     .unwrap();
     ///
     /// let refused = IdempotencyLayer::unauthenticated(MemoryStore::new())
     ///     .replay_headers([CONTENT_TYPE, SET_COOKIE])
     ///     .unwrap_err();
     /// assert_eq!(refused.name(), &SET_COOKIE);
+    /// let custom = HeaderName::from_static("x-charge-id");
+    /// let refused = IdempotencyLayer::unauthenticated(MemoryStore::new())
+    ///     .replay_headers([custom.clone()])
+    ///     .unwrap_err();
+    /// assert_eq!(refused.name(), &custom);
     /// # drop(layer);
     /// ```
     pub fn replay_headers<I>(mut self, names: I) -> Result<Self, RefusedHeader>
