@@ -494,6 +494,42 @@ async fn a_5xx_rolls_the_write_back_and_frees_the_key() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_not_processed_status_rolls_the_write_back_and_frees_the_key() {
+    for claim in BOTH {
+        let (bench, store) = Bench::new(&format!("http-tx-422-{claim:?}"));
+        let handler = post(
+            |State(runs): State<Arc<AtomicU32>>, Extension(tx): Tx| async move {
+                match book(&runs, &tx).await {
+                    1 => (StatusCode::UNPROCESSABLE_ENTITY, "cents missing").into_response(),
+                    run => (StatusCode::CREATED, format!("booked on run {run}")).into_response(),
+                }
+            },
+        );
+        let mut app = transactional(store, claim, &bench.runs, handler);
+
+        let refused = send(&mut app, "k-422").await;
+        assert_eq!(
+            refused,
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                false,
+                "cents missing".into()
+            )
+        );
+        assert_eq!(bench.bookings(), 0, "its write rolled back");
+        let resent = send(&mut app, "k-422").await;
+        assert_eq!(
+            resent,
+            (StatusCode::CREATED, false, "booked on run 2".into()),
+            "ran again"
+        );
+        let again = send(&mut app, "k-422").await;
+        assert_eq!(again, (StatusCode::CREATED, true, "booked on run 2".into()));
+        assert_eq!(bench.bookings(), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_4xx_commits_with_its_writes_and_is_replayed() {
     for claim in BOTH {
         let (bench, store) = Bench::new(&format!("http-tx-4xx-{claim:?}"));

@@ -42,6 +42,7 @@ mod herd;
 mod http_classify;
 mod http_transactional;
 mod http_unknown_outcome;
+mod idempotency_hostile;
 mod idempotency_key;
 mod idempotency_layer;
 mod idempotent;

@@ -40,11 +40,22 @@ fn curl_program() -> &'static str {
 /// POSTs `body` to `url` with `Idempotency-Key: "<key>"` through a real curl process, waiting
 /// at most `max_time` seconds (curl's `--max-time`) when given.
 pub(crate) async fn curl(url: String, key: &str, body: &str, max_time: Option<&str>) -> Answer {
+    curl_as(url, key, "application/json", body, max_time).await
+}
+
+/// [`curl`] with another `Content-Type`.
+pub(crate) async fn curl_as(
+    url: String,
+    key: &str,
+    content_type: &str,
+    body: &str,
+    max_time: Option<&str>,
+) -> Answer {
     let mut command = Command::new(curl_program());
     command
         .args(["--silent", "--show-error", "--include", "--request", "POST"])
         .args(["--header", &format!("Idempotency-Key: \"{key}\"")])
-        .args(["--header", "Content-Type: application/json"])
+        .args(["--header", &format!("Content-Type: {content_type}")])
         .args(["--data-binary", body]);
     if let Some(seconds) = max_time {
         command.args(["--max-time", seconds]);

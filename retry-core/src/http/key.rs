@@ -251,6 +251,35 @@ fn is_bare_char(byte: u8) -> bool {
     (0x21..=0x7e).contains(&byte) && !matches!(byte, b'"' | b'\\' | b',' | b';')
 }
 
+/// Why a bare value is a structured-field item of another type than String or Token (RFC 8941
+/// §3.3, RFC 9651's Date): a peer that parses the field reads `?1` as the boolean true and
+/// `:YWJj:` as the bytes `abc`, and re-serialises `007` as `7`, so none of them is a key whose
+/// text every hop agrees on. Bare keys that are no structured-field item at all (a UUID
+/// starting with a digit, base64 with `=`) stay accepted, as documented.
+fn other_item(text: &[u8]) -> Option<&'static str> {
+    let number = text.strip_prefix(b"-").unwrap_or(text);
+    let (whole, fraction) = match number.iter().position(|&byte| byte == b'.') {
+        Some(dot) => (&number[..dot], Some(&number[dot + 1..])),
+        None => (number, None),
+    };
+    let digits = |part: &[u8]| !part.is_empty() && part.iter().all(u8::is_ascii_digit);
+    match text.first() {
+        Some(b'?') => Some(
+            "a bare value starting with `?` is a structured-field boolean (`?1`), not a key; send the key as a quoted string",
+        ),
+        Some(b':') => Some(
+            "a bare value starting with `:` is a structured-field byte sequence (`:YWJj:`), not a key; send the key as a quoted string",
+        ),
+        Some(b'@') => Some(
+            "a bare value starting with `@` is a structured-field date (`@1659578233`), not a key; send the key as a quoted string",
+        ),
+        _ if digits(whole) && fraction.is_none_or(digits) => Some(
+            "the value is a structured-field number, which a parser may rewrite (`007` as `7`); send the key as a quoted string, e.g. Idempotency-Key: \"007\"",
+        ),
+        _ => None,
+    }
+}
+
 /// The key in an `Idempotency-Key` header value, or why it is malformed: a structured-field
 /// String (`"abc"`, with `\"` and `\\` escapes and no parameters) or a bare value (`abc`), both
 /// meaning the key `abc`.
@@ -265,6 +294,9 @@ pub(crate) fn parse_key_header(value: &HeaderValue) -> Result<String, &'static s
             return Err(
                 "an unquoted key may only hold printable ASCII without spaces, quotes, backslashes, `,` or `;`; send it as a quoted structured-field string",
             );
+        }
+        if let Some(kind) = other_item(text) {
+            return Err(kind);
         }
         return Ok(text.iter().copied().map(char::from).collect());
     };
@@ -305,6 +337,31 @@ mod tests {
         assert_eq!(parse("abc-1").unwrap(), "abc-1");
         assert_eq!(parse(r#""a \"b\" \\ c""#).unwrap(), r#"a "b" \ c"#);
         assert_eq!(parse("dGVzdA==/+:").unwrap(), "dGVzdA==/+:");
+        assert_eq!(parse("8e03978e").unwrap(), "8e03978e");
+        let uuid = "123e4567-e89b-12d3-a456-426614174000";
+        assert_eq!(parse(uuid).unwrap(), uuid);
+        assert_eq!(parse("1.2.3").unwrap(), "1.2.3");
+        // Quoted, anything printable is a key.
+        assert_eq!(parse("\"?1\"").unwrap(), "?1");
+        assert_eq!(parse("\"007\"").unwrap(), "007");
+    }
+
+    #[test]
+    fn bare_items_of_other_types_are_refused() {
+        for item in [
+            "?1",
+            "?0",
+            ":YWJj:",
+            "@1659578233",
+            "42",
+            "-7",
+            "007",
+            "3.14",
+            "-0.5",
+        ] {
+            let reason = parse(item).unwrap_err();
+            assert!(reason.contains("structured-field"), "{item}: {reason}");
+        }
     }
 
     #[test]
@@ -375,7 +432,9 @@ mod tests {
 
     /// A key that can be sent both ways: printable ASCII without space, quote, backslash, `,`
     /// or `;`.
-    const BARE_KEY: &str = "[!#-+\\--:<-\\[\\]-~]{1,40}";
+    /// It starts with a letter: a bare `?1`, `:YWJj:`, `@1` or `42` is another structured-field
+    /// type, refused.
+    const BARE_KEY: &str = "[a-zA-Z][!#-+\\--:<-\\[\\]-~]{0,39}";
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]

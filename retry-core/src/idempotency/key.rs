@@ -181,14 +181,20 @@ tuples!(
     (A, B, C, D, E, F, G, H)
 );
 
-/// A stable 64-bit FNV-1a digest, hex: how fingerprints are stored (payloads may be large).
+/// SHA-256 of `text`, as 64 lowercase hex digits: how fingerprints are stored (payloads may be
+/// large). A checksum would do for honest clients; a digest without known collisions keeps a
+/// hostile one from finding a second payload that passes for the first.
 pub(crate) fn digest(text: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    use sha2::Digest as _;
+    use std::fmt::Write as _;
+
+    let hash = sha2::Sha256::digest(text.as_bytes());
+    let mut hex = String::with_capacity(2 * hash.len());
+    for byte in hash {
+        // Writing to a String cannot fail.
+        let _ = write!(hex, "{byte:02x}");
     }
-    format!("{hash:016x}")
+    hex
 }
 
 #[cfg(test)]
@@ -214,7 +220,15 @@ mod tests {
             encode_scoped_key("client-9", &("a", 1u8)),
             "@s8:client-9/s1:a,n1"
         );
-        assert_eq!(digest("s5:alice"), "124c09ae05838d8f");
+    }
+
+    /// Stored beside each key: a change makes resends of keys stored before it `KeyReused`.
+    #[test]
+    fn the_fingerprint_digest_is_sha256() {
+        assert_eq!(
+            digest("s5:alice"),
+            "948b0d094e942b322a8d70aa3e600a16e3a6e4374bd57c5ba9ba64ecc9497862"
+        );
     }
 
     #[test]
@@ -250,17 +264,16 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
 
-        /// Fingerprints are stored as 16 lowercase hex digits, whatever the payload.
+        /// Fingerprints are stored as 64 lowercase hex digits, whatever the payload.
         #[test]
-        fn digests_are_sixteen_hex_digits(text in ".*") {
+        fn digests_are_sixty_four_hex_digits(text in ".*") {
             let hex = digest(&text);
-            prop_assert_eq!(hex.len(), 16);
+            prop_assert_eq!(hex.len(), 64);
             prop_assert!(hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)), "{}", hex);
         }
 
-        /// Two payloads of the same length that differ in one byte never share a fingerprint
-        /// (FNV-1a's xor and odd multiply are both bijections), so a resend with one changed
-        /// character is `KeyReused`, never mistaken for the first request.
+        /// Two payloads that differ in one byte do not share a fingerprint, so a resend with one
+        /// changed character is `KeyReused`, never mistaken for the first request.
         #[test]
         fn a_one_byte_change_changes_the_digest(
             text in "[ -~]{1,64}",

@@ -10,9 +10,10 @@
 //!
 //! | the request                                        | the answer                          |
 //! |----------------------------------------------------|-------------------------------------|
-//! | no client scope on an authenticated layer          | `401`, nothing runs                 |
+//! | no client scope (or an empty one) on an authenticated layer | `401`, nothing runs        |
+//! | client scope too long for the store's keys         | `400` naming the scope              |
 //! | no key, on a layer that requires one               | `400` "Idempotency-Key is missing"  |
-//! | key malformed, or longer than `max_key_bytes`      | `400`                               |
+//! | key malformed (a bare `?1`, `:YWJj:` or `42` included), or longer than `max_key_bytes` | `400` |
 //! | body larger than `max_body_bytes`                  | `413`                               |
 //! | the store cannot be reached                        | `503`, nothing runs (fail closed)   |
 //! | first use of the key                               | the handler runs; its response      |
@@ -37,7 +38,10 @@
 //! (RFC 8941: printable ASCII, `\"` and `\\` escaped, no parameters). Many clients send the key
 //! bare (`Idempotency-Key: 8e03978e`), as Stripe documents it; the layer accepts that too when
 //! the value has no space, quote, backslash, `,` or `;`, and reads both forms as the same key,
-//! so a client that switches form cannot run an operation twice. A request with more than one
+//! so a client that switches form cannot run an operation twice. A bare value that is a
+//! structured-field item of another type is refused (`400`): a boolean (`?1`), a byte sequence
+//! (`:YWJj:`), a date (`@1659578233`) or a number (`42`, `3.14`), which a parser of the field
+//! reads as something else than its text (`007` is `7`); quoted, each is a key like any other. A request with more than one
 //! `Idempotency-Key` field is malformed. Keys are at most [`DEFAULT_MAX_KEY_BYTES`] bytes
 //! unless [`max_key_bytes`](IdempotencyLayer::max_key_bytes) says otherwise.
 //!
@@ -47,7 +51,8 @@
 //! with a function from the request head to the authenticated client
 //! ([`IdempotencyLayer::new`]), and every key is stored under that scope: client B sending
 //! client A's key runs its own request and never sees A's response. A request for which the
-//! function finds no client gets `401`. Put your authentication in front of this layer: its
+//! function finds no client, or an empty id, gets `401`. A client id so long that no key fits
+//! beside it within the store's key limit gets `400` naming the id, not the key. Put your authentication in front of this layer: its
 //! `401` carries the proper `WWW-Authenticate` challenge, this one is a backstop. A route
 //! without authentication must say so with [`IdempotencyLayer::unauthenticated`]; there, the
 //! key alone finds the response, so it must be unguessable (as
@@ -85,6 +90,15 @@
 //! method, path, query and body. Headers are not part of it: a resend may carry a new date or
 //! trace id.
 //!
+//! A JSON body counts by its canonical form: object keys sorted and whitespace dropped (a
+//! redrive resends a dead letter's `original` as `serde_json::Value` wrote it, keys sorted, and
+//! must find the first answer), but numbers exactly as written: `0.1` and
+//! `0.10000000000000001`, or two 23-digit amounts that one `f64` holds alike, are other
+//! requests, and so are `100` and `1e2`. A body whose objects repeat a key
+//! (`{"to":"alice","to":"mallory"}`, which parsers read differently) counts by its bytes, as
+//! does one nested deeper than 128 levels or that is not JSON at all. The fingerprint stored is
+//! a SHA-256 digest of all this.
+//!
 //! # Which responses are stored
 //!
 //! **A key is freed for a second run only when the layer knows the first run's effect did not
@@ -98,6 +112,7 @@
 //! | the layer refused (`400`, `401`, `409`, `413`, `422`, `503`) | nothing claimed     | judged anew   |
 //! | the handler answered, any status                        | done: response stored    | the stored response |
 //! | the handler answered with [`NotApplied`] in its extensions | **freed** (not stored) | a new run  |
+//! | the handler (or an extractor before it) answered a not-processed status: `405`, `406`, `411`, `413`, `414`, `415`, `422` | **freed** (not stored) | a new run |
 //! | the inner service returned `Err`                        | failed: outcome unknown  | `500` problem |
 //! | the response body failed while it was read              | failed: outcome unknown  | `500` problem |
 //! | the handler panicked (its client gets the `500` problem) | failed: outcome unknown | `500` problem |
@@ -105,6 +120,19 @@
 //! | the client disconnected while the handler ran           | the handler runs on; its response is stored | the stored response |
 //! | the process died while the handler ran                  | in progress until the lease runs out | `409` until then, then a new run |
 //! | the store failed to take the response                   | in progress until the lease runs out | `409` until then, then a new run |
+//!
+//! **Refusals before the handler's body.** axum's extractors answer before the handler's body
+//! runs: `415` for a wrong `Content-Type`, `422` for JSON that does not fit the type, `405` for
+//! a method the route does not take. Nothing happened, so storing that answer would hand it
+//! back to the corrected resend for the whole retention; such statuses free the key instead
+//! (as Stripe stores nothing when a request fails validation). The layer cannot tell an
+//! extractor's `422` from the handler's own, so the rule under uncertainty is the handler's to
+//! keep: **a handler must never answer one of these statuses after it had an effect**, or that
+//! effect is repeated by the resend. A service whose handlers do (a `422` for a card declined
+//! after the attempt was booked) leaves the status out with
+//! [`not_processed_statuses`](IdempotencyLayer::not_processed_statuses), and it is stored like
+//! any other answer. JSON that is not JSON at all gets `400` from axum, which is stored: add
+//! `400` to the set if no handler answers it after an effect.
 //!
 //! A key kept failed is never run again: whether the first run had its effect is for a person
 //! to find out, and the problem's `detail` says so; a new operation needs a new key. The
@@ -144,16 +172,23 @@
 //! allow-list ([`replay_headers`](IdempotencyLayer::replay_headers); by default
 //! `Content-Type`, `Content-Language`, `Content-Location`, `Location`, `ETag` and
 //! `Last-Modified`) and `Idempotent-Replayed: ?1` ([`IDEMPOTENT_REPLAYED`]: a structured-field
-//! boolean, the name Stripe uses). Credentials are never stored or replayed, even if asked for:
-//! `Set-Cookie` would hand a session to whoever holds the key, and `Authorization`,
-//! `WWW-Authenticate` and the like belong to one exchange. Framing headers (`Content-Length`,
+//! boolean, the name Stripe uses). Only headers that describe the response itself can be on
+//! that list (those six, `Content-Encoding`, `Content-Disposition`, `Cache-Control`, `Expires`
+//! and `Vary`); nothing else is ever stored or replayed, even if asked for: `Set-Cookie` would
+//! hand a session to whoever holds the key, `Authorization`, `WWW-Authenticate` and the like
+//! belong to one exchange, and a custom header (an `X-Echo-Auth` echoing the caller's
+//! credential) would carry one client's secret to another client of the same scope. Framing
+//! headers (`Content-Length`,
 //! `Transfer-Encoding`, ...) are computed for the replay instead. Trailers are not stored.
 //!
 //! # Limits
 //!
 //! The request body is buffered to fingerprint it: at most [`DEFAULT_MAX_BODY_BYTES`] unless
 //! [`max_body_bytes`](IdempotencyLayer::max_body_bytes) says otherwise; a larger one gets `413`
-//! (at once when `Content-Length` says so) and nothing runs. The response is buffered to store
+//! (at once when `Content-Length` says so) and nothing runs. The layer puts no time limit on
+//! that read: put a timeout outside it (tower-http's `TimeoutLayer`, as the README shows), so a
+//! client that trickles its body cannot hold a connection and its buffer for ever. The key is
+//! claimed only once the body is read, so a request cut off before then leaves nothing behind. The response is buffered to store
 //! it, up to the store's [`Limits::max_response_bytes`](crate::idempotency::Limits). A larger
 //! response is still sent to the first client in full (what does not fit is streamed, not
 //! buffered), but it cannot be kept: its effect happened, so the key is marked failed, never
@@ -195,7 +230,7 @@
 //! |---------------------------------------------------------------|------------|---------|---------------|
 //! | never asked for the transaction                               | its own business | the non-transactional rules (above) | |
 //! | answered below `500`, body complete                           | committed with the response | done | the stored response |
-//! | answered `5xx`, or with [`NotApplied`]                        | rolled back | **freed** | a new run |
+//! | answered `5xx`, a not-processed status (`422`, ...), or with [`NotApplied`] | rolled back | **freed** | a new run |
 //! | returned `Err`, panicked, or its body failed or was too large to keep | rolled back | **freed** | a new run (the first client got the `Err`, or a `500` problem) |
 //! | answered while a `TransactionGuard` was still alive           | rolled back | **freed** | a new run (the first client got a `500` problem) |
 //! | asked, but `begin` failed                                     | none began | **freed** after a `5xx` or failure; an answer below `500` is stored | |
@@ -207,7 +242,9 @@
 //! A `5xx` rolls back rather than being stored: in this mode the handler's effects are its
 //! writes, so after the rollback nothing happened and a resend may run (the rule of
 //! [`crate::idempotency`]). A refusal the client must see again on every resend (a declined
-//! card) is a `4xx`: committed and replayed like any answer below `500`.
+//! card) is a `4xx`: committed and replayed like any answer below `500`, except the
+//! not-processed statuses, which roll back and free the key here too, so both modes answer a
+//! corrected resend alike (a declined card answered `422` needs `422` out of the set).
 //!
 //! **Asking for the transaction is a promise**: the handler's effects are its writes in it. A
 //! call to another service made from such a handler is repeated by the resend after a
@@ -344,6 +381,7 @@ pub use transactional::{InTransaction, Mode, Plain};
 
 use crate::idempotency::{DEFAULT_LEASE, DEFAULT_RETENTION, IdempotencyStore, TransactionalStore};
 use replay::ReplayHeaders;
+use settle::NotProcessed;
 
 /// Longest `Idempotency-Key` accepted by default, in bytes: 255, as Stripe allows; a UUID or an
 /// [`IdempotencyKey`](crate::http::IdempotencyKey) is 32 to 36.
@@ -432,6 +470,7 @@ pub struct IdempotencyLayer<St, M = Plain> {
     lease: Duration,
     retention: Duration,
     replay_headers: ReplayHeaders,
+    not_processed: NotProcessed,
     name: &'static str,
     namespace: Arc<str>,
     /// Transactional mode only: the handlers promised that their effects are their writes in
@@ -496,6 +535,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
             lease: DEFAULT_LEASE,
             retention: DEFAULT_RETENTION,
             replay_headers: ReplayHeaders::default(),
+            not_processed: NotProcessed::default(),
             name: "idempotency_layer",
             namespace: Arc::from(DEFAULT_NAMESPACE),
             claim_in_transaction: false,
@@ -542,6 +582,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
             lease: self.lease,
             retention: self.retention,
             replay_headers: self.replay_headers,
+            not_processed: self.not_processed,
             name: self.name,
             namespace: self.namespace,
             claim_in_transaction: false,
@@ -638,24 +679,32 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
     }
 
     /// The response headers stored and replayed, replacing the default list (`Content-Type`,
-    /// `Content-Language`, `Content-Location`, `Location`, `ETag`, `Last-Modified`). Credentials
-    /// (`Set-Cookie`, `Authorization`, `WWW-Authenticate`, ...) and framing headers
-    /// (`Content-Length`, `Transfer-Encoding`, ...) are refused.
+    /// `Content-Language`, `Content-Location`, `Location`, `ETag`, `Last-Modified`), chosen
+    /// from the headers that describe the response itself: those, `Content-Encoding`,
+    /// `Content-Disposition`, `Cache-Control`, `Expires` and `Vary`. Any other is refused:
+    /// credentials (`Set-Cookie`, `Authorization`, ...), framing (`Content-Length`, ...), and
+    /// custom headers, which may carry one client's credentials or state (an `X-Echo-Auth`
+    /// would hand it to another client of the same scope). Put what a resend needs in the body.
     ///
     /// ```
-    /// use http::header::{CONTENT_TYPE, LOCATION, SET_COOKIE};
+    /// use http::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
     /// use http::HeaderName;
     /// use retry_core::idempotency::MemoryStore;
     /// use retry_core::tower::IdempotencyLayer;
     ///
     /// let layer = IdempotencyLayer::unauthenticated(MemoryStore::new())
-    ///     .replay_headers([CONTENT_TYPE, LOCATION, HeaderName::from_static("x-charge-id")])
+    ///     .replay_headers([CONTENT_TYPE, LOCATION, CACHE_CONTROL])
     ///     .unwrap();
     ///
     /// let refused = IdempotencyLayer::unauthenticated(MemoryStore::new())
     ///     .replay_headers([CONTENT_TYPE, SET_COOKIE])
     ///     .unwrap_err();
     /// assert_eq!(refused.name(), &SET_COOKIE);
+    /// let custom = HeaderName::from_static("x-charge-id");
+    /// let refused = IdempotencyLayer::unauthenticated(MemoryStore::new())
+    ///     .replay_headers([custom.clone()])
+    ///     .unwrap_err();
+    /// assert_eq!(refused.name(), &custom);
     /// # drop(layer);
     /// ```
     pub fn replay_headers<I>(mut self, names: I) -> Result<Self, RefusedHeader>
@@ -664,6 +713,38 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
     {
         self.replay_headers = ReplayHeaders::new(names)?;
         Ok(self)
+    }
+
+    /// The statuses that mean "refused before anything was done", replacing the default set
+    /// (`405`, `406`, `411`, `413`, `414`, `415`, `422`): a handler's response with one of them
+    /// is not stored, and its key is freed as with [`NotApplied`], so the corrected resend runs.
+    /// These are what axum's extractors and router answer before a handler's body runs (a
+    /// wrong `Content-Type`, JSON that does not fit the type, a method not allowed).
+    ///
+    /// A handler must never answer one of these statuses **after** its effect: that effect
+    /// would be repeated by the resend. If one of your handlers does (say, `422` for a payment
+    /// the card network declined after booking it), leave that status out of the set, and it
+    /// is stored and replayed like any other answer. An empty set stores every answer.
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use retry_core::idempotency::MemoryStore;
+    /// use retry_core::tower::IdempotencyLayer;
+    ///
+    /// // Our handlers answer 422 for a declined card, after the attempt was recorded.
+    /// let layer = IdempotencyLayer::unauthenticated(MemoryStore::new()).not_processed_statuses([
+    ///     StatusCode::METHOD_NOT_ALLOWED,
+    ///     StatusCode::UNSUPPORTED_MEDIA_TYPE,
+    /// ]);
+    /// # drop(layer);
+    /// ```
+    #[must_use]
+    pub fn not_processed_statuses<I>(mut self, statuses: I) -> Self
+    where
+        I: IntoIterator<Item = ::http::StatusCode>,
+    {
+        self.not_processed = NotProcessed::new(statuses);
+        self
     }
 
     /// The name of the guarded operation, used as the `function` label of the idempotency
@@ -720,6 +801,7 @@ impl<St, M> Clone for IdempotencyLayer<St, M> {
             lease: self.lease,
             retention: self.retention,
             replay_headers: self.replay_headers.clone(),
+            not_processed: self.not_processed.clone(),
             name: self.name,
             namespace: Arc::clone(&self.namespace),
             claim_in_transaction: self.claim_in_transaction,
@@ -742,6 +824,7 @@ impl<St, M: Mode<St>> fmt::Debug for IdempotencyLayer<St, M> {
             .field("lease", &self.lease)
             .field("retention", &self.retention)
             .field("replay_headers", &self.replay_headers)
+            .field("not_processed", &self.not_processed)
             .finish_non_exhaustive()
     }
 }

@@ -30,6 +30,12 @@ pub(super) enum Problem {
         len: usize,
         max: usize,
     },
+    /// The client scope (the principal id, `len` bytes) leaves no room for a key within the
+    /// store's `max`.
+    ScopeTooLong {
+        len: usize,
+        max: usize,
+    },
     BodyTooLarge {
         max: usize,
     },
@@ -90,6 +96,11 @@ impl Problem {
                 StatusCode::BAD_REQUEST,
                 Some("Idempotency-Key is too long"),
                 format!("the key is {len} bytes; at most {max} are allowed"),
+            ),
+            Problem::ScopeTooLong { len, max } => (
+                StatusCode::BAD_REQUEST,
+                None,
+                format!("the client id this request is authenticated as is {len} bytes, too long for a stored Idempotency-Key (at most {max} bytes with the key); the request was not processed, whatever its key"),
             ),
             Problem::BodyTooLarge { max } => (
                 StatusCode::PAYLOAD_TOO_LARGE,

@@ -37,7 +37,7 @@ impl ReplayHeaders {
         Ok(ReplayHeaders(names.into()))
     }
 
-    /// Whether `name` is stored and replayed. Credentials are checked again here: a row may
+    /// Whether `name` is stored and replayed. The allow-list is checked again here: a row may
     /// have been written under another list.
     pub(super) fn replays(&self, name: &HeaderName) -> bool {
         self.0.contains(name) && refusal(name).is_none()
@@ -72,7 +72,9 @@ pub(super) fn replay(
     response
 }
 
-/// Why a header may never be stored and replayed.
+/// Why a header may never be stored and replayed: anything off [`REPLAYABLE`]. A deny-list
+/// would let through whatever it forgot to name (an `X-Api-Token`, a tenant's session id in a
+/// header of its own); an allow-list of headers that describe the response itself cannot.
 fn refusal(name: &HeaderName) -> Option<&'static str> {
     const CREDENTIALS: [&str; 9] = [
         "set-cookie",
@@ -85,26 +87,37 @@ fn refusal(name: &HeaderName) -> Option<&'static str> {
         "authentication-info",
         "proxy-authentication-info",
     ];
-    const FRAMING: [&str; 9] = [
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "upgrade",
-        "idempotent-replayed",
-    ];
-    let name = name.as_str();
-    if CREDENTIALS.contains(&name) {
-        Some("it carries credentials, which must never be handed to whoever resends a key")
-    } else if FRAMING.contains(&name) {
-        Some("it is set for each response, not stored")
-    } else {
+    if REPLAYABLE.contains(name) {
         None
+    } else if CREDENTIALS.contains(&name.as_str()) {
+        // Named apart so the refusal says why this one is never coming back.
+        Some("it carries credentials, which must never be handed to whoever resends a key")
+    } else {
+        Some(
+            "only headers that describe the response itself are replayed (Content-Type, \
+             Content-Language, Content-Encoding, Content-Location, Content-Disposition, Location, \
+             ETag, Last-Modified, Cache-Control, Expires, Vary): another may carry one client's \
+             credentials or state",
+        )
     }
 }
+
+/// Every header that may be stored and replayed: what the body is (its type, language,
+/// encoding, name), where it lives, and how it may be cached. None of them can carry a
+/// credential, and none is framing, which is computed for each response.
+const REPLAYABLE: [HeaderName; 11] = [
+    header::CONTENT_TYPE,
+    header::CONTENT_LANGUAGE,
+    header::CONTENT_ENCODING,
+    header::CONTENT_LOCATION,
+    header::CONTENT_DISPOSITION,
+    header::LOCATION,
+    header::ETAG,
+    header::LAST_MODIFIED,
+    header::CACHE_CONTROL,
+    header::EXPIRES,
+    header::VARY,
+];
 
 const DEFAULT_REPLAY_HEADERS: [HeaderName; 6] = [
     header::CONTENT_TYPE,
@@ -173,6 +186,26 @@ mod tests {
         assert!(replay.headers().get(header::SET_COOKIE).is_none());
         assert_eq!(replay.headers()[header::CONTENT_TYPE], "text/plain");
         assert_eq!(replay.headers()[IDEMPOTENT_REPLAYED], "?1");
+    }
+
+    /// A header off the allow-list is neither stored nor replayed, even when a list names it
+    /// (as a row written under an older version's list might).
+    #[test]
+    fn a_header_off_the_allow_list_is_never_stored_or_replayed() {
+        let echo = HeaderName::from_static("x-echo-auth");
+        let headers = ReplayHeaders(Arc::from([echo.clone(), header::CONTENT_TYPE].as_slice()));
+        let mut response = Response::new(());
+        response
+            .headers_mut()
+            .insert(&echo, HeaderValue::from_static("secret-of-alice"));
+        let (parts, ()) = response.into_parts();
+        let kept = super::super::stored::stored_form(&parts, b"ok", &headers, "test").unwrap();
+        assert!(!kept.contains("secret-of-alice"), "{kept}");
+
+        let stored = r#"{"status":200,"headers":[["x-echo-auth","secret-of-alice"]],"body":"ok"}"#;
+        let replay = replay(stored, &headers, "test");
+        assert!(replay.headers().get(&echo).is_none());
+        assert!(ReplayHeaders::new([echo]).is_err());
     }
 
     #[test]

@@ -15,14 +15,14 @@ use ::http_body::Body;
 use pin_project_lite::pin_project;
 
 use super::body::{BoxError, Buffered, IdempotencyBody, buffer};
-use super::settle::NotApplied;
+use super::settle::{NotApplied, NotProcessed};
 use crate::idempotency::{HeldClaim, IdempotencyStore};
 
 /// How the handler's run ended.
 pub(super) enum Ran<E> {
-    /// It answered, and its response says its effect did not happen ([`NotApplied`], taken out
-    /// of the response).
-    NotApplied(Response<IdempotencyBody>),
+    /// It answered, and its response says its effect did not happen (why): [`NotApplied`] (taken
+    /// out of the response), or a status of [`NotProcessed`].
+    NotApplied(Response<IdempotencyBody>, &'static str),
     /// It answered: the response head, and its body read as far as the store keeps it.
     Answered { parts: Parts, body: Buffered },
     /// The inner service returned `Err`: the outcome is unknown.
@@ -33,11 +33,13 @@ pub(super) enum Ran<E> {
 
 /// Runs `handler` under `held` (lease renewed every `lease / 3`, the claim visible to
 /// `idempotency::current()`) and reads its response body, at most `max` bytes of it: a
-/// streaming body is part of the handler's work, so the lease is kept while it streams.
+/// streaming body is part of the handler's work, so the lease is kept while it streams. A
+/// response whose status is in `not_processed` is a refusal before the handler's body ran.
 pub(super) async fn run_handler<St, F, RB, E>(
     held: &HeldClaim<'_, St>,
     handler: F,
     max: usize,
+    not_processed: &NotProcessed,
 ) -> Ran<E>
 where
     St: IdempotencyStore + ?Sized,
@@ -53,7 +55,12 @@ where
         let body = IdempotencyBody::new(body);
         // The marker is for this layer only: it is never sent on, nor stored.
         if parts.extensions.remove::<NotApplied>().is_some() {
-            return Ran::NotApplied(Response::from_parts(parts, body));
+            let why = "the handler marked its response NotApplied";
+            return Ran::NotApplied(Response::from_parts(parts, body), why);
+        }
+        if not_processed.contains(parts.status) {
+            let why = "the response's status says the request was refused before it was processed";
+            return Ran::NotApplied(Response::from_parts(parts, body), why);
         }
         let body = buffer(body, max).await;
         Ran::Answered { parts, body }

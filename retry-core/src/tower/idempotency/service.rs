@@ -123,9 +123,11 @@ impl<St: IdempotencyStore + 'static, M: Mode<St>> IdempotencyLayer<St, M> {
         // Authenticate before judging the key, so an anonymous caller learns nothing more.
         let scope = match &self.scope {
             None => None,
+            // An empty id names nobody: taken as a client, it would pool every request whose
+            // authentication came up empty into one scope.
             Some(scope) => match scope(&parts) {
-                Some(client) => Some(client),
-                None => return Ok(Problem::Unauthenticated.response()),
+                Some(client) if !client.is_empty() => Some(client),
+                _ => return Ok(Problem::Unauthenticated.response()),
             },
         };
         let key = match field.key(self.max_key_bytes) {
@@ -137,10 +139,11 @@ impl<St: IdempotencyStore + 'static, M: Mode<St>> IdempotencyLayer<St, M> {
             Err(problem) => return Ok(problem.response()),
         };
 
-        let mut call = Settings::new(
-            encode_namespaced_key(&self.namespace, scope.as_deref(), key.as_str()),
-            self.name,
-        );
+        let stored_key = encode_namespaced_key(&self.namespace, scope.as_deref(), key.as_str());
+        if let Err(problem) = self.fits(&stored_key, scope.as_deref(), &key) {
+            return Ok(problem.response());
+        }
+        let mut call = Settings::new(stored_key, self.name);
         call.fingerprint = Some(fingerprint(&parts, &body));
         call.biz_key = Some(key);
         call.lease = self.lease;
@@ -174,6 +177,33 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
         }
     }
 
+    /// Whether `stored_key` (namespace, `scope` and `key` encoded) fits the store, or the
+    /// problem naming what is too long: the scope, when no key at all would fit beside it
+    /// (the client cannot shorten that), otherwise the key.
+    fn fits(&self, stored_key: &str, scope: Option<&str>, key: &str) -> Result<(), Problem> {
+        let max = self.store.limits().max_key_bytes;
+        if stored_key.len() <= max {
+            return Ok(());
+        }
+        let shortest = encode_namespaced_key(&self.namespace, scope, "k").len();
+        if let Some(scope) = scope.filter(|_| shortest > max) {
+            tracing::warn!(
+                function = self.name,
+                scope_bytes = scope.len(),
+                max,
+                "the client scope is too long for the store's keys: requests of this client are refused"
+            );
+            return Err(Problem::ScopeTooLong {
+                len: scope.len(),
+                max,
+            });
+        }
+        Err(Problem::KeyTooLong {
+            len: key.len(),
+            max: max.saturating_sub(stored_key.len() - key.len()),
+        })
+    }
+
     /// Claims the key, then replays what is stored, refuses, or runs the handler and settles
     /// the claim with its outcome (non-transactional mode).
     pub(super) async fn claim_and_run<S, RB>(
@@ -194,7 +224,8 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
         };
         let request = Request::from_parts(parts, IdempotencyBody::new(Full::new(body)));
         let max = self.store.limits().max_response_bytes;
-        let ran = run_handler(&held, call_ready(inner, request), max).await;
+        let handler = call_ready(inner, request);
+        let ran = run_handler(&held, handler, max, &self.not_processed).await;
         settle(held, ran, max, &self.replay_headers, self.name).await
     }
 

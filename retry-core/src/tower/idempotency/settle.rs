@@ -1,7 +1,9 @@
 //! What becomes of a claim once its handler started: every answer stored, a run whose outcome is
 //! unknown kept failed, and the key freed only when the handler says its effect did not happen.
 
-use ::http::Response;
+use std::sync::Arc;
+
+use ::http::{Response, StatusCode};
 
 use super::body::{Buffered, IdempotencyBody, Resumed, Tail};
 use super::problem::{NOT_KEPT, Problem};
@@ -76,6 +78,42 @@ use crate::metrics;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct NotApplied;
 
+/// The statuses that say a request was refused before anything was done: a response with one of
+/// them frees the key as [`NotApplied`] does
+/// ([`IdempotencyLayer::not_processed_statuses`](super::IdempotencyLayer::not_processed_statuses)).
+#[derive(Debug, Clone)]
+pub(super) struct NotProcessed(Arc<[StatusCode]>);
+
+impl NotProcessed {
+    pub(super) fn new(statuses: impl IntoIterator<Item = StatusCode>) -> Self {
+        NotProcessed(statuses.into_iter().collect())
+    }
+
+    pub(super) fn contains(&self, status: StatusCode) -> bool {
+        self.0.contains(&status)
+    }
+}
+
+impl Default for NotProcessed {
+    fn default() -> Self {
+        NotProcessed::new(DEFAULT_NOT_PROCESSED)
+    }
+}
+
+/// What frameworks answer when they refuse a request before its handler's body runs: axum's
+/// `Json` and `Form` extractors (`415` for the wrong `Content-Type`, `422` for a body that does
+/// not fit the type), its router (`405`), content negotiation (`406`), and the limits on a
+/// request (`411`, `413`, `414`).
+pub(super) const DEFAULT_NOT_PROCESSED: [StatusCode; 7] = [
+    StatusCode::METHOD_NOT_ALLOWED,
+    StatusCode::NOT_ACCEPTABLE,
+    StatusCode::LENGTH_REQUIRED,
+    StatusCode::PAYLOAD_TOO_LARGE,
+    StatusCode::URI_TOO_LONG,
+    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+    StatusCode::UNPROCESSABLE_ENTITY,
+];
+
 /// Settles the claim as the handler's run ended, and gives the first client its answer.
 /// `max`: the store's largest stored response.
 pub(super) async fn settle<St, E>(
@@ -89,8 +127,8 @@ where
     St: IdempotencyStore + ?Sized,
 {
     match ran {
-        Ran::NotApplied(response) => {
-            release(held, function, "the handler marked its response NotApplied").await;
+        Ran::NotApplied(response, why) => {
+            release(held, function, why).await;
             Ok(response)
         }
         Ran::Answered { parts, body } => {

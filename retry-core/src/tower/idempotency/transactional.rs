@@ -256,7 +256,8 @@ where
         let mut request = Request::from_parts(parts, IdempotencyBody::new(Full::new(body)));
         request.extensions_mut().insert(transaction.clone());
         let max = self.store.limits().max_response_bytes;
-        let ran = run_handler(&held, call_ready(inner, request), max).await;
+        let handler = call_ready(inner, request);
+        let ran = run_handler(&held, handler, max, &self.not_processed).await;
         let finished = Finished {
             call: &call,
             max,
@@ -394,8 +395,8 @@ impl Finished<'_> {
 }
 
 /// What a transactional handler's answer means: a complete answer below `500` commits;
-/// anything else (`5xx`, [`NotApplied`](super::NotApplied), an error, a panic, a body that
-/// failed or cannot be kept) rolls back.
+/// anything else (`5xx`, [`NotApplied`](super::NotApplied) or a not-processed status, an error,
+/// a panic, a body that failed or cannot be kept) rolls back.
 fn verdict<E>(ran: Ran<E>, function: &'static str) -> Verdict<E> {
     match ran {
         Ran::Answered {
@@ -428,7 +429,7 @@ fn verdict<E>(ran: Ran<E>, function: &'static str) -> Verdict<E> {
             };
             Verdict::RollBack(Ok(Response::from_parts(parts, IdempotencyBody::new(body))))
         }
-        Ran::NotApplied(response) => Verdict::RollBack(Ok(response)),
+        Ran::NotApplied(response, _) => Verdict::RollBack(Ok(response)),
         Ran::Failed(e) => Verdict::RollBack(Err(e)),
         Ran::Panicked(message) => {
             tracing::error!(function, panic = %message, "the handler panicked: its transaction was rolled back");
