@@ -9,9 +9,11 @@
 //! ([`NotParked::OuterLayer`]).
 
 mod audit;
+// Reached by generated code through `__private` only.
 #[cfg(feature = "test-suite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-suite")))]
 pub mod conformance;
+pub(crate) mod give_up;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod http;
