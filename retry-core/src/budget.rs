@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::sync::{AtomicU64, Mutex, MutexGuard};
+use crate::loom_sync::{AtomicU64, Mutex, MutexGuard};
 
 /// The window is kept as this many slots; a slot's deposits expire together.
 const SLOTS: usize = 10;

@@ -84,22 +84,26 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
 
-mod attempt;
+mod attempt_timeout;
 pub mod backoff;
 mod budget;
-mod call;
 mod classify;
+mod closure;
 #[cfg(feature = "serde")]
 mod config;
 #[cfg(feature = "test-suite")]
 mod conformance;
+mod decide;
 pub mod dlq;
 pub mod duration;
 mod error_chain;
+mod give_up;
+mod hook;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod idempotency;
+mod loom_sync;
 pub mod metrics;
 mod otel;
 mod policy;
@@ -114,8 +118,6 @@ pub mod scope;
 mod site;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
-mod state;
-mod sync;
 pub mod time;
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
@@ -125,13 +127,14 @@ pub mod tonic;
 pub mod tower;
 
 pub use budget::{BudgetSettings, RetryBudget};
-pub use call::{RetryCall, RetryFuture};
 pub use classify::{ByClassify, Classifier, Classify, Decision, Elapsed};
+pub use closure::{RetryCall, RetryFuture};
 pub use error_chain::error_chain;
+pub use give_up::GiveUp;
+pub use hook::{Hook, NoHook, RetryContext, RetryHook, ThreeArguments, WithContext};
 pub use idempotency::{IdempotencyError, Idempotent};
 pub use policy::{Jitter, Knobs, Policy, UnknownJitter};
 pub use retrying::{Retrying, SingleAttempt};
-pub use state::{GiveUp, Hook, NoHook, RetryContext, RetryHook, ThreeArguments, WithContext};
 
 /// Retries an `async fn` that returns `Result<T, E>`, with exponential backoff and jitter.
 ///

@@ -5,8 +5,9 @@ use std::future::Future;
 use std::panic::Location;
 use std::time::Duration;
 
-pub use crate::attempt::{Bounded, OnTimeout};
-pub use crate::state::{Hook, LazyState, Next, NoHook, State};
+pub use crate::attempt_timeout::{Bounded, OnTimeout};
+pub use crate::decide::{LazyState, Next, State};
+pub use crate::hook::{Hook, NoHook};
 pub use crate::{Classify, Decision, Elapsed, Jitter, Policy, RetryBudget, Retrying};
 pub use core;
 
@@ -372,7 +373,7 @@ impl<F> Probe<Idempotent<F, Retries>> {
 
 // ---- dlq(...) ----
 
-pub use crate::dlq::give_up::{
+pub use crate::dlq::parking::{
     LetterInput, LetterKey, ParkSink, letter_input, letter_on_give_up, park_on_give_up,
 };
 use crate::dlq::{DeadLetterSink, DlqFailed};

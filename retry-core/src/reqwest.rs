@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use ::http::{Method, StatusCode};
 use ::reqwest::{RequestBuilder, Response, Url};
 
-use crate::attempt;
+use crate::attempt_timeout;
 use crate::classify::{Classify, Decision, Elapsed};
 use crate::http::{
     CALLER_RETRIES, CALLER_RETRIES_VALUE, IDEMPOTENCY_KEY, IdempotencyKey, has_idempotency_key,
@@ -172,7 +172,7 @@ impl RequestBuilderExt for RequestBuilder {
         // attempt off must not resend it (see `Elapsed::unsafe_request`).
         let noted = !method.is_idempotent() && !keyed;
         if noted {
-            attempt::note_unsafe_send(method_name(&method));
+            attempt_timeout::note_unsafe_send(method_name(&method));
         }
         #[cfg(feature = "opentelemetry")]
         crate::otel::record_resend();
@@ -181,7 +181,7 @@ impl RequestBuilderExt for RequestBuilder {
             Err(e) => {
                 if noted && e.is_connect() {
                     // Never connected: nothing reached the server.
-                    attempt::note_not_sent();
+                    attempt_timeout::note_not_sent();
                 }
                 Err(HttpError {
                     method: Some(method),

@@ -17,8 +17,8 @@ use std::task::{Context, Poll};
 use ::metrics::Label;
 use pin_project_lite::pin_project;
 
+use crate::loom_sync::thread_local_cell;
 use crate::site::Site;
-use crate::sync::thread_local_cell;
 
 /// A retry running on this thread's current poll.
 ///

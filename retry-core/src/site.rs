@@ -78,7 +78,7 @@ impl Site {
     /// The site of a name other than the default: the last one this thread used when it is
     /// the same name (a loop calling one named retry takes no lock), else from the registry.
     fn interned(function: &'static str) -> &'static Site {
-        crate::sync::thread_local_cell! {
+        crate::loom_sync::thread_local_cell! {
             /// The site this thread looked up last.
             static LAST: std::cell::Cell<Option<&'static Site>> = std::cell::Cell::new(None);
         }

@@ -13,7 +13,6 @@ mod audit;
 #[cfg(feature = "test-suite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-suite")))]
 pub mod conformance;
-pub(crate) mod give_up;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod http;
@@ -21,6 +20,7 @@ mod jsonl;
 mod letter;
 mod memory;
 mod monitor;
+pub(crate) mod parking;
 #[cfg(feature = "postgres")]
 mod postgres;
 pub mod redrive;

@@ -13,7 +13,7 @@
 use ::http::{HeaderMap, Method, StatusCode};
 
 use super::classify::{guard_resend, has_idempotency_key, status_text};
-use crate::attempt;
+use crate::attempt_timeout;
 use crate::classify::{Classify, Decision, Elapsed};
 
 /// A `'static` name for a non-idempotent method, for [`Elapsed::unsafe_request`].
@@ -78,7 +78,7 @@ impl Sent {
     /// inside the attempt's future, just before sending.
     pub(crate) fn note_sending(&self) {
         if self.is_unsafe() {
-            attempt::note_unsafe_send(method_name(&self.method));
+            attempt_timeout::note_unsafe_send(method_name(&self.method));
         }
     }
 
@@ -86,7 +86,7 @@ impl Sent {
     /// connection was not made.
     pub(crate) fn note_not_sent(&self) {
         if self.is_unsafe() {
-            attempt::note_not_sent();
+            attempt_timeout::note_not_sent();
         }
     }
 

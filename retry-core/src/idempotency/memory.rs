@@ -5,7 +5,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use super::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, StoreError};
-use crate::sync::{Mutex, MutexGuard};
+use crate::loom_sync::{Mutex, MutexGuard};
 use crate::time::{Clock, SystemClock, later};
 
 /// Keeps claims in memory, with the same contract as the SQL stores: the `HashMap` entry plays

@@ -6,8 +6,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::{DeadLetter, DeadLetterSink, DlqError, DlqFailed, FailureClass, NotParked};
+use crate::decide::State;
 use crate::site::Site;
-use crate::state::State;
 
 /// What `dlq(id = ..., original = ...)` evaluated on give-up.
 #[derive(Debug)]

@@ -1,236 +1,22 @@
 //! The retry state machine: every decision between two attempts is taken here, once, for both
-//! the code `#[retryable]` emits and [`Policy::retry`](crate::Policy::retry).
+//! the code `#[retryable]` emits and [`Policy::retry`](crate::Policy::retry), and reported (its
+//! tracing events and counters).
 
-use std::fmt;
 use std::panic::Location;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::attempt::{Bounded, OnTimeout};
+use crate::attempt_timeout::{Bounded, OnTimeout};
 use crate::backoff;
 use crate::budget::RetryBudget;
 use crate::classify::{Classifier, Decision};
+use crate::give_up::GiveUp;
+use crate::hook::{RetryContext, RetryHook};
 use crate::policy::{Jitter, Policy};
 use crate::scope;
 use crate::site::{self, Site};
 use crate::site::{Warning, first_time_at};
-
-/// Why a retrying call stopped trying and returned its last error.
-///
-/// ```
-/// use retry_core::GiveUp;
-/// assert_eq!(GiveUp::Exhausted { attempts: 5 }.to_string(), "gave up after 5 attempts");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum GiveUp {
-    /// The error was classified [`Decision::Stop`].
-    NotRetryable,
-    /// Every attempt the policy allows failed.
-    Exhausted {
-        /// Attempts made.
-        attempts: u32,
-    },
-    /// The server asked for a longer wait than `max_retry_after`.
-    RetryAfterTooLong {
-        /// What the server asked for.
-        asked: Duration,
-        /// The policy's `max_retry_after`.
-        limit: Duration,
-    },
-    /// The shared [`RetryBudget`](crate::RetryBudget) had no retry left.
-    BudgetExhausted,
-    /// An outer retry is running in the same task (or `.single_attempt()` was asked for), so
-    /// this one made a single attempt and leaves the retrying, the budget and the dead letter
-    /// to the outer layer, whatever its error.
-    SingleAttempt,
-    /// The next wait would cross the policy's deadline.
-    Deadline {
-        /// The policy's deadline.
-        deadline: Duration,
-        /// Time already spent since the first attempt started.
-        spent: Duration,
-        /// The wait that did not fit.
-        wait: Duration,
-    },
-}
-
-impl GiveUp {
-    /// A short stable name, used as the `reason` label of metrics.
-    ///
-    /// ```
-    /// assert_eq!(retry_core::GiveUp::NotRetryable.label(), "not_retryable");
-    /// ```
-    pub const fn label(&self) -> &'static str {
-        match self {
-            GiveUp::NotRetryable => "not_retryable",
-            GiveUp::Exhausted { .. } => "exhausted",
-            GiveUp::SingleAttempt => "single_attempt",
-            GiveUp::BudgetExhausted => "budget_exhausted",
-            GiveUp::RetryAfterTooLong { .. } => "retry_after_too_long",
-            GiveUp::Deadline { .. } => "deadline",
-        }
-    }
-}
-
-impl fmt::Display for GiveUp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GiveUp::NotRetryable => f.write_str("not retryable"),
-            GiveUp::Exhausted { attempts } => write!(f, "gave up after {attempts} attempts"),
-            GiveUp::SingleAttempt => f.write_str("single attempt: the outer layer retries"),
-            GiveUp::BudgetExhausted => f.write_str("retry budget exhausted"),
-            GiveUp::RetryAfterTooLong { asked, limit } => write!(
-                f,
-                "Retry-After {} s exceeds max_retry_after {} s",
-                asked.as_secs(),
-                limit.as_secs()
-            ),
-            GiveUp::Deadline {
-                deadline,
-                spent,
-                wait,
-            } => write!(
-                f,
-                "a {wait:?} wait after {spent:?} would cross the {deadline:?} deadline"
-            ),
-        }
-    }
-}
-
-/// Sees each failed attempt before the wait that follows it, with its [`RetryContext`]:
-/// what `on_retry` and [`RetryCall::on_retry_context`](crate::RetryCall::on_retry_context)
-/// are made into, or [`NoHook`].
-#[diagnostic::on_unimplemented(
-    message = "`on_retry` takes a function of the wrong signature for the error `{E}`",
-    label = "expected `fn(u32, &{E}, Duration)` or `fn(&RetryContext<'_, {E}>)`",
-    note = "write `fn log_retry(attempt: u32, error: &{E}, wait: Duration)`, or `fn log_retry(context: &retry_core::RetryContext<'_, {E}>)` to also get the function name and trace id"
-)]
-pub trait RetryHook<E> {
-    /// Called once per failed attempt that will be retried, before the wait.
-    fn before_wait(&mut self, context: &RetryContext<'_, E>);
-}
-
-/// What a retry hook learns about the attempt that failed: which call (function, module, trace
-/// id, the same as on the call's tracing events, so a log line written here can be matched to
-/// them among many concurrent calls), which attempt, its error and the chosen wait.
-///
-/// ```
-/// use retry_core::{retryable, Classify, Decision, RetryContext};
-///
-/// #[derive(Debug)]
-/// struct Busy;
-/// impl Classify for Busy {
-///     fn classify(&self) -> Decision { Decision::Retry }
-/// }
-///
-/// fn log_retry(context: &RetryContext<'_, Busy>) {
-///     assert_eq!(context.function(), "pay");
-///     assert!(context.module().ends_with("main") || !context.module().is_empty());
-///     eprintln!(
-///         "{}::{} [trace {:016x}] attempt {} failed ({:?}); next in {:?}",
-///         context.module(), context.function(), context.trace_id(),
-///         context.attempt(), context.error(), context.wait(),
-///     );
-/// }
-///
-/// #[retryable(max = 3, base = "10ms", on_retry = log_retry)]
-/// async fn pay() -> Result<(), Busy> { Err(Busy) }
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() {
-/// assert!(pay().await.is_err());
-/// # }
-/// ```
-#[derive(Debug)]
-pub struct RetryContext<'a, E> {
-    site: &'a Site,
-    attempt: u32,
-    error: &'a E,
-    wait: Duration,
-}
-
-impl<'a, E> RetryContext<'a, E> {
-    /// The function's name (`.name(..)` of a closure retry, `"closure"` without one).
-    pub fn function(&self) -> &'static str {
-        self.site.function()
-    }
-
-    /// The function's module path; empty for a closure retry.
-    pub fn module(&self) -> &'static str {
-        self.site.module()
-    }
-
-    /// The logical call's trace id: the one on its tracing events and its dead letter. Drawn
-    /// when first asked for (a hook that never asks costs the call nothing): the hook runs
-    /// inside the call's poll, where its retry scope holds the id.
-    pub fn trace_id(&self) -> u64 {
-        crate::scope::current_trace_id()
-    }
-
-    /// The attempt that failed, from 1.
-    pub fn attempt(&self) -> u32 {
-        self.attempt
-    }
-
-    /// Its error.
-    pub fn error(&self) -> &'a E {
-        self.error
-    }
-
-    /// The wait chosen before the next attempt.
-    pub fn wait(&self) -> Duration {
-        self.wait
-    }
-}
-
-/// A hook that does nothing: the default of `on_retry`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoHook;
-
-impl<E> RetryHook<E> for NoHook {
-    fn before_wait(&mut self, _: &RetryContext<'_, E>) {}
-}
-
-/// A hook of either form `on_retry` accepts, told apart by `M` (a marker the compiler infers
-/// from the function's signature): `fn(u32, &E, Duration)` ([`ThreeArguments`]) or
-/// `fn(&RetryContext<'_, E>)` ([`WithContext`]).
-#[derive(Debug, Clone, Copy)]
-pub struct Hook<F, M> {
-    hook: F,
-    form: std::marker::PhantomData<M>,
-}
-
-impl<F, M> Hook<F, M> {
-    /// Wraps `hook`; its form is inferred where it is used.
-    pub fn new(hook: F) -> Self {
-        Hook {
-            hook,
-            form: std::marker::PhantomData,
-        }
-    }
-}
-
-/// The first form of `on_retry`: `(attempt, &error, wait)`.
-#[derive(Debug, Clone, Copy)]
-pub enum ThreeArguments {}
-
-/// The form of `on_retry` that takes the whole [`RetryContext`].
-#[derive(Debug, Clone, Copy)]
-pub enum WithContext {}
-
-impl<E, F: FnMut(u32, &E, Duration)> RetryHook<E> for Hook<F, ThreeArguments> {
-    fn before_wait(&mut self, context: &RetryContext<'_, E>) {
-        (self.hook)(context.attempt, context.error, context.wait);
-    }
-}
-
-impl<E, F: FnMut(&RetryContext<'_, E>)> RetryHook<E> for Hook<F, WithContext> {
-    fn before_wait(&mut self, context: &RetryContext<'_, E>) {
-        (self.hook)(context);
-    }
-}
 
 /// What the caller of [`State::after_attempt`] does next.
 #[derive(Debug)]
@@ -608,12 +394,7 @@ impl<'p> State<'p> {
                     retrying_event(site, self.attempt, decision, classifier.reason(error), wait);
                 }
                 site::retried(site);
-                on_retry.before_wait(&RetryContext {
-                    site,
-                    attempt: self.attempt,
-                    error,
-                    wait,
-                });
+                on_retry.before_wait(&RetryContext::new(site, self.attempt, error, wait));
                 Some(wait)
             }
             Err(give_up) => {
@@ -774,6 +555,7 @@ fn untimed(
 mod tests {
     use super::*;
     use crate::classify::ByClassify;
+    use crate::hook::NoHook;
     use std::io;
 
     static LABELS: [::metrics::Label; 2] = Site::labels("state_test", "");

@@ -9,14 +9,13 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 
-use crate::attempt::{Bounded, OnTimeout};
+use crate::attempt_timeout::{Bounded, OnTimeout};
 use crate::classify::{ByClassify, Classifier, Decision, Elapsed};
+use crate::decide::{Next, State};
+use crate::hook::{Hook, NoHook, RetryContext, RetryHook, ThreeArguments, WithContext};
 use crate::policy::Policy;
 use crate::retrying::{Retrying, SingleAttempt};
 use crate::site::{CLOSURE_NAME, Site};
-use crate::state::{
-    Hook, Next, NoHook, RetryContext, RetryHook, State, ThreeArguments, WithContext,
-};
 
 /// What a closure retry that cannot report its policy's `attempt_timeout` is told to write.
 const CLOSURE_FIX: &str = "call `.timed()` (needs `E: From<Elapsed>`)";
