@@ -137,7 +137,7 @@ impl Future for Pause {
 
 /// Bounds one attempt by `limit` (`attempt_timeout = ".."`, written on the attribute); a
 /// timed-out attempt fails with `E::from(Elapsed)`, and the `Elapsed` knows whether it cut off a
-/// request that must not be resent (see `attempt.rs`).
+/// request that must not be resent (see `attempt_timeout.rs`).
 #[inline]
 pub fn with_timeout<T, E, F>(limit: Duration, attempt: F) -> Bounded<F, E>
 where

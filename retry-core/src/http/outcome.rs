@@ -74,7 +74,7 @@ impl Sent {
     }
 
     /// Says, to the attempt being polled, that the request is going out, so an
-    /// `attempt_timeout` that cuts it off does not send it again (see `attempt.rs`). Call it
+    /// `attempt_timeout` that cuts it off does not send it again (see `attempt_timeout.rs`). Call it
     /// inside the attempt's future, just before sending.
     pub(crate) fn note_sending(&self) {
         if self.is_unsafe() {
