@@ -23,6 +23,11 @@
 //! * **Case.** Day names, month names and `GMT` are case-sensitive, as in the RFC's grammar;
 //!   `sun`, `NOV` or `gmt` are rejected with a reason saying so.
 
+// The grammar is read here and the calendar is jiff's. httpdate (1.0.3) reads the three forms
+// but would break four of the decisions above: it rejects a weekday that does not match the
+// date, years before 1970 and `23:59:60`, and reads two-digit years in a fixed 1970-2069
+// window rather than RFC 9110's "not more than 50 years after now"; nor does it say what is
+// wrong with a date it rejects.
 use crate::time::{EPOCH, unix_nanos, utc_civil};
 use jiff::civil::{Date, DateTime, Time};
 use std::fmt;
