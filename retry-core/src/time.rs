@@ -1,7 +1,9 @@
-//! Time as the stores and dead letters write it: an injectable clock, fixed-width UTC
-//! timestamps, and the proleptic Gregorian calendar (no date crate needed for this much).
+//! Time as the stores and dead letters write it: an injectable clock, and fixed-width UTC and
+//! RFC 3339 text, written and read with jiff.
 
-use std::fmt::Write as _;
+use jiff::civil::{self, DateTime};
+use jiff::fmt::temporal::Pieces;
+use jiff::{SignedDuration, tz::Offset};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Where the stores read the time, so tests can move it.
@@ -84,8 +86,39 @@ pub(crate) fn later(now: SystemTime, by: Duration) -> SystemTime {
     })
 }
 
-const NANOS_PER_SEC: i128 = 1_000_000_000;
-const SECS_PER_DAY: i128 = 86_400;
+/// The Unix epoch as a civil time in UTC. Instants go through civil times in UTC rather than
+/// jiff's `Timestamp`, whose range ends 26 hours before 9999-12-31T23:59:59Z (room it keeps
+/// for offsets), the end [`later`] clamps to: that end must read back as written.
+pub(crate) const EPOCH: DateTime = civil::date(1970, 1, 1).at(0, 0, 0, 0);
+
+/// `time` as a civil time in UTC, clamped to jiff's years -9999 to 9999.
+pub(crate) fn utc_civil(time: SystemTime) -> DateTime {
+    SignedDuration::system_until(UNIX_EPOCH, time)
+        .and_then(|since| EPOCH.checked_add(since))
+        .unwrap_or(if time < UNIX_EPOCH {
+            DateTime::MIN
+        } else {
+            DateTime::MAX
+        })
+}
+
+/// The instant of a civil time in UTC; `None` where `SystemTime` cannot hold it.
+fn utc_instant(time: DateTime, offset: Offset) -> Option<SystemTime> {
+    let since = time
+        .duration_since(EPOCH)
+        .checked_sub(SignedDuration::from_secs(offset.seconds().into()))?;
+    if since.is_negative() {
+        UNIX_EPOCH.checked_sub(since.unsigned_abs())
+    } else {
+        UNIX_EPOCH.checked_add(since.unsigned_abs())
+    }
+}
+
+/// `time` in UTC within the years 0000 to 9999, the range the fixed-width form can write.
+fn writable(time: SystemTime) -> DateTime {
+    const FIRST: DateTime = civil::date(0, 1, 1).at(0, 0, 0, 0);
+    utc_civil(time).max(FIRST)
+}
 
 /// `time` as `YYYY-MM-DDTHH:MM:SS.ffffffZ`: always 27 characters for years 0000 to 9999, so text
 /// order is time order and SQL can compare them as strings. Microseconds; earlier or later
@@ -99,27 +132,12 @@ const SECS_PER_DAY: i128 = 86_400;
 /// assert_eq!(format_utc(t), "2025-08-19T02:11:03.000123Z");
 /// ```
 pub fn format_utc(time: SystemTime) -> String {
-    const MIN: i128 = -62_167_219_200 * NANOS_PER_SEC; // 0000-01-01
-    const MAX: i128 = 253_402_300_799_999_999_999; // 9999-12-31T23:59:59.999999999
-    let nanos = unix_nanos(time).clamp(MIN, MAX);
-    let seconds = nanos.div_euclid(NANOS_PER_SEC);
-    let micros = nanos.rem_euclid(NANOS_PER_SEC) / 1000;
-    let (year, month, day) = civil_from_days(seconds.div_euclid(SECS_PER_DAY));
-    let in_day = seconds.rem_euclid(SECS_PER_DAY);
-    let mut out = String::with_capacity(27);
-    // Writing to a String cannot fail.
-    let _ = write!(
-        out,
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-        in_day / 3600,
-        in_day % 3600 / 60,
-        in_day % 60
-    );
-    out
+    // A precision of 6 always writes six digits, cut (not rounded) from the nanoseconds.
+    format!("{:.6}Z", writable(time))
 }
 
 /// `time` as RFC 3339 with an explicit offset, to the millisecond: `2026-08-19T02:11:03.123+00:00`
-/// (what dead letters carry).
+/// (what dead letters carry). Clamped to the years 0000 to 9999 as [`format_utc`] is.
 ///
 /// ```
 /// use retry_core::time::format_rfc3339;
@@ -129,13 +147,15 @@ pub fn format_utc(time: SystemTime) -> String {
 /// assert_eq!(format_rfc3339(t), "2025-08-19T02:11:03.123+00:00");
 /// ```
 pub fn format_rfc3339(time: SystemTime) -> String {
-    let utc = format_utc(time);
-    // `YYYY-MM-DDTHH:MM:SS.mmm` of the fixed-width form, then the offset.
-    format!("{}+00:00", &utc[..23])
+    format!("{:.3}+00:00", writable(time))
 }
 
 /// Reads an RFC 3339 timestamp with any offset (`Z`, `+09:00`, `-05:30`) and an optional
-/// fraction; `None` for anything else.
+/// fraction (at most nine digits); `None` for text without an offset, or that is no time.
+///
+/// jiff's reading of RFC 9557, a superset of RFC 3339: it also takes what that grammar adds
+/// (a space for the `T`, an offset without its colon, a time zone annotation in brackets).
+/// A leap second (`:60`) reads as the second before it.
 ///
 /// ```
 /// use retry_core::time::{format_rfc3339, parse_rfc3339};
@@ -145,66 +165,9 @@ pub fn format_rfc3339(time: SystemTime) -> String {
 /// assert!(parse_rfc3339("2026-08-19 02:11:03").is_none());
 /// ```
 pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
-    let b = text.as_bytes();
-    if b.len() < 20
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || !matches!(b[10], b'T' | b't')
-        || b[13] != b':'
-        || b[16] != b':'
-    {
-        return None;
-    }
-    let num = |range: std::ops::Range<usize>| -> Option<u32> {
-        let digits = text.get(range)?;
-        digits
-            .bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| digits.parse().ok())?
-    };
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let mut rest = &text[19..];
-    let mut nanos: i128 = 0;
-    if let Some(fraction) = rest.strip_prefix('.') {
-        let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        let kept = &fraction[..digits.min(9)];
-        nanos = i128::from(kept.parse::<u32>().ok()?) * 10i128.pow(9 - kept.len() as u32);
-        rest = &fraction[digits..];
-    }
-    let offset_seconds: i128 = match rest.as_bytes() {
-        [b'Z' | b'z'] => 0,
-        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
-            let digits = [*h1, *h2, *m1, *m2];
-            if !digits.iter().all(u8::is_ascii_digit) {
-                return None;
-            }
-            let hours = i128::from((h1 - b'0') * 10 + (h2 - b'0'));
-            let minutes = i128::from((m1 - b'0') * 10 + (m2 - b'0'));
-            if hours > 23 || minutes > 59 {
-                return None;
-            }
-            let magnitude = hours * 3600 + minutes * 60;
-            if *sign == b'+' { magnitude } else { -magnitude }
-        }
-        _ => return None,
-    };
-    if !(1..=12).contains(&month)
-        || day == 0
-        || day > days_in_month(i128::from(year), month)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return None;
-    }
-    let seconds = days_from_civil(i128::from(year), month, day) * SECS_PER_DAY
-        + i128::from(hour * 3600 + minute * 60 + second.min(59))
-        - offset_seconds;
-    from_unix_nanos(seconds * NANOS_PER_SEC + nanos)
+    let pieces = Pieces::parse(text).ok()?;
+    let time = pieces.date().to_datetime(pieces.time()?);
+    utc_instant(time, pieces.to_numeric_offset()?)
 }
 
 /// Reads what [`format_utc`] wrote; `None` for anything else.
@@ -217,54 +180,9 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
 /// assert!(parse_utc("yesterday").is_none());
 /// ```
 pub fn parse_utc(text: &str) -> Option<SystemTime> {
-    let b = text.as_bytes();
-    if b.len() != 27
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || b[10] != b'T'
-        || b[13] != b':'
-        || b[16] != b':'
-        || b[19] != b'.'
-        || b[26] != b'Z'
-    {
-        return None;
-    }
-    let num = |range: std::ops::Range<usize>| -> Option<u32> {
-        let digits = text.get(range)?;
-        digits
-            .bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| digits.parse().ok())?
-    };
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, minute, second, micros) = (num(11..13)?, num(14..16)?, num(17..19)?, num(20..26)?);
-    if !(1..=12).contains(&month)
-        || day == 0
-        || day > days_in_month(i128::from(year), month)
-        || hour > 23
-        || minute > 59
-        || second > 59
-    {
-        return None;
-    }
-    let seconds = days_from_civil(i128::from(year), month, day) * SECS_PER_DAY
-        + i128::from(hour * 3600 + minute * 60 + second);
-    from_unix_nanos(seconds * NANOS_PER_SEC + i128::from(micros) * 1000)
-}
-
-/// The time `nanos` nanoseconds after the Unix epoch (before it when negative), `None` where
-/// `SystemTime` cannot hold it. Whole seconds and the rest apart: nanoseconds alone in a `u64`
-/// end in the year 2554, and a retention or a `Retry-After` date may lie beyond.
-fn from_unix_nanos(nanos: i128) -> Option<SystemTime> {
-    let seconds = nanos.div_euclid(NANOS_PER_SEC);
-    // In 0..1e9, so it fits.
-    let rest = Duration::from_nanos(u64::try_from(nanos.rem_euclid(NANOS_PER_SEC)).ok()?);
-    let whole = if seconds >= 0 {
-        UNIX_EPOCH.checked_add(Duration::from_secs(u64::try_from(seconds).ok()?))
-    } else {
-        UNIX_EPOCH.checked_sub(Duration::from_secs(u64::try_from(-seconds).ok()?))
-    };
-    whole?.checked_add(rest)
+    // Only the fixed-width form: SQL compares these as text, so another spelling of the same
+    // instant would sort wrong. Writing it again is the exact check of that form.
+    parse_rfc3339(text).filter(|&time| format_utc(time) == text)
 }
 
 /// Nanoseconds since the Unix epoch, negative before it.
@@ -273,53 +191,6 @@ pub(crate) fn unix_nanos(time: SystemTime) -> i128 {
     match time.duration_since(UNIX_EPOCH) {
         Ok(after) => i128::try_from(after.as_nanos()).unwrap_or(i128::MAX),
         Err(before) => i128::try_from(before.duration().as_nanos()).map_or(i128::MIN, |n| -n),
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-pub(crate) fn days_from_civil(year: i128, month: u32, day: u32) -> i128 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400; // 0..=399
-    let month_from_march = i128::from((month + 9) % 12); // March = 0
-    let day_of_year = (153 * month_from_march + 2) / 5 + i128::from(day) - 1; // 0..=365
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// The proleptic Gregorian date of a day number since 1970-01-01 (Hinnant's `civil_from_days`).
-pub(crate) fn civil_from_days(days: i128) -> (i128, u32, u32) {
-    let days = days + 719_468;
-    let era = days.div_euclid(146_097);
-    let day_of_era = days - era * 146_097; // 0..=146_096
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153; // 0..=11
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1; // 1..=31
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + i128::from(month <= 2);
-    (
-        year,
-        u32::try_from(month).unwrap_or(1),
-        u32::try_from(day).unwrap_or(1),
-    )
-}
-
-pub(crate) fn is_leap_year(year: i128) -> bool {
-    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
-}
-
-pub(crate) fn days_in_month(year: i128, month: u32) -> u32 {
-    match month {
-        2 if is_leap_year(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
     }
 }
 

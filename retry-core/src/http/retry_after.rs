@@ -23,7 +23,13 @@
 //! * **Case.** Day names, month names and `GMT` are case-sensitive, as in the RFC's grammar;
 //!   `sun`, `NOV` or `gmt` are rejected with a reason saying so.
 
-use crate::time::{civil_from_days, days_from_civil, days_in_month, unix_nanos};
+// The grammar is read here and the calendar is jiff's. httpdate (1.0.3) reads the three forms
+// but would break four of the decisions above: it rejects a weekday that does not match the
+// date, years before 1970 and `23:59:60`, and reads two-digit years in a fixed 1970-2069
+// window rather than RFC 9110's "not more than 50 years after now"; nor does it say what is
+// wrong with a date it rejects.
+use crate::time::{EPOCH, unix_nanos, utc_civil};
+use jiff::civil::{Date, DateTime, Time};
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
@@ -34,7 +40,6 @@ const MAX_SECONDS: u64 = 1 << 31;
 const MAX_SHOWN_CHARS: usize = 64;
 
 const NANOS_PER_SEC: i128 = 1_000_000_000;
-const SECS_PER_DAY: i128 = 86_400;
 
 const SHORT_DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
 const LONG_DAYS: [&str; 7] = [
@@ -300,35 +305,14 @@ fn leading_letters(bytes: &[u8]) -> &[u8] {
     &bytes[..len]
 }
 
-/// A calendar date and time of day in UTC, validated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct DateTime {
-    year: i128,
-    month: u32,
-    day: u32,
-    hour: u32,
-    minute: u32,
-    second: u32,
-}
-
-impl DateTime {
-    /// Seconds since the Unix epoch (negative before 1970).
-    fn unix_seconds(self) -> i128 {
-        days_from_civil(self.year, self.month, self.day) * SECS_PER_DAY
-            + i128::from(self.hour) * 3600
-            + i128::from(self.minute) * 60
-            + i128::from(self.second)
-    }
-}
-
 /// How long from `now` until `date`: zero if it is not after `now`, `None` if it is more than
 /// 2^31 seconds away.
 fn wait_until(date: DateTime, now: SystemTime) -> Option<Duration> {
-    // Years are at most 4 digits or within 50 years of `now`, and `now` is at most ~2^64 s
-    // from the epoch, so all of this is far inside i128; checked anyway.
+    // jiff's civil times span 20,000 years and `now` is at most ~2^64 s from the epoch, so
+    // this is far inside i128; checked anyway.
     let diff = date
-        .unix_seconds()
-        .checked_mul(NANOS_PER_SEC)?
+        .duration_since(EPOCH)
+        .as_nanos()
         .checked_sub(unix_nanos(now))?;
     if diff <= 0 {
         return Some(Duration::ZERO);
@@ -337,24 +321,6 @@ fn wait_until(date: DateTime, now: SystemTime) -> Option<Duration> {
         return None;
     }
     u64::try_from(diff).ok().map(Duration::from_nanos)
-}
-
-/// `now` as a UTC calendar date and time (to the second, rounded down).
-fn civil_now(now: SystemTime) -> DateTime {
-    let seconds = unix_nanos(now).div_euclid(NANOS_PER_SEC);
-    let days = seconds.div_euclid(SECS_PER_DAY);
-    let in_day = seconds.rem_euclid(SECS_PER_DAY);
-    let (year, month, day) = civil_from_days(days);
-    // `in_day` is in 0..86_400, so these fit in u32.
-    let in_day = u32::try_from(in_day).unwrap_or(0);
-    DateTime {
-        year,
-        month,
-        day,
-        hour: in_day / 3600,
-        minute: in_day % 3600 / 60,
-        second: in_day % 60,
-    }
 }
 
 /// A position in the bytes of a date being parsed. Every failure is a short static reason.
@@ -507,7 +473,7 @@ fn imf_fixdate(mut cursor: Cursor<'_>) -> Parsed<DateTime> {
     cursor.expect(b' ', "expected a space before `GMT`")?;
     cursor.gmt()?;
     cursor.end()?;
-    validate(i128::from(year), month, day, hour, minute, second)
+    validate(i64::from(year), month, day, hour, minute, second)
 }
 
 /// `rfc850-date = day-name-l "," SP day "-" month "-" 2DIGIT SP time-of-day SP GMT`, after the
@@ -528,9 +494,9 @@ fn rfc850_date(mut cursor: Cursor<'_>, now: SystemTime) -> Parsed<DateTime> {
     let year = resolve_two_digit_year(
         two_digit_year,
         (month, day, hour, minute, second),
-        civil_now(now),
+        utc_civil(now),
     );
-    validate(year, month, day, hour, minute, second)
+    validate(year.into(), month, day, hour, minute, second)
 }
 
 /// `asctime-date = day-name SP month SP ( 2DIGIT / ( SP DIGIT ) ) SP time-of-day SP year`,
@@ -551,17 +517,25 @@ fn asctime_date(mut cursor: Cursor<'_>) -> Parsed<DateTime> {
     cursor.expect(b' ', "expected a space after the time")?;
     let year = cursor.digits(4, "the year must be four digits")?;
     cursor.end()?;
-    validate(i128::from(year), month, day, hour, minute, second)
+    validate(i64::from(year), month, day, hour, minute, second)
 }
 
 /// RFC 9110 §5.6.7: a two-digit year that "appears to be more than 50 years in the future" is
 /// "the most recent year in the past that had the same last two digits". So: the latest year
 /// with these last two digits whose date and time (`rest` = month, day, hour, minute, second)
 /// is not more than 50 years after `now`.
-fn resolve_two_digit_year(two_digits: u32, rest: (u32, u32, u32, u32, u32), now: DateTime) -> i128 {
-    let limit = now.year + 50;
-    let mut year = limit - (limit - i128::from(two_digits)).rem_euclid(100);
-    let now_rest = (now.month, now.day, now.hour, now.minute, now.second);
+fn resolve_two_digit_year(two_digits: u32, rest: (u32, u32, u32, u32, u32), now: DateTime) -> i32 {
+    let limit = i32::from(now.year()) + 50;
+    // `two_digits` < 100.
+    let mut year = limit - (limit - i32::try_from(two_digits).unwrap_or(0)).rem_euclid(100);
+    let field = |value: i8| u32::from(value.unsigned_abs());
+    let now_rest = (
+        field(now.month()),
+        field(now.day()),
+        field(now.hour()),
+        field(now.minute()),
+        field(now.second()),
+    );
     if year == limit && rest > now_rest {
         year -= 100;
     }
@@ -570,16 +544,25 @@ fn resolve_two_digit_year(two_digits: u32, rest: (u32, u32, u32, u32, u32), now:
 
 /// Range checks shared by all three forms.
 fn validate(
-    year: i128,
+    year: i64,
     month: u32,
     day: u32,
     hour: u32,
     minute: u32,
     second: u32,
 ) -> Parsed<DateTime> {
-    if day == 0 || day > days_in_month(year, month) {
-        return Err("that day does not exist in that month");
+    // Only an RFC 850 year read against a `now` near the ends of time can fall outside.
+    let year = i16::try_from(year)
+        .ok()
+        .filter(|year| (-9999..=9999).contains(year))
+        .ok_or("the year is outside -9999 to 9999")?;
+    // The month is 1..=12 (from its name) and the day at most two digits.
+    let (month, day) = (i8::try_from(month), i8::try_from(day));
+    let date = match (month, day) {
+        (Ok(month), Ok(day)) => Date::new(year, month, day).ok(),
+        _ => None,
     }
+    .ok_or("that day does not exist in that month")?;
     if hour > 23 {
         return Err("the hour must be between 00 and 23");
     }
@@ -592,14 +575,17 @@ fn validate(
         60 if hour == 23 && minute == 59 => 59,
         _ => return Err("the second must be between 00 and 59 (or 60 only at 23:59:60)"),
     };
-    Ok(DateTime {
-        year,
-        month,
-        day,
-        hour,
-        minute,
-        second,
-    })
+    // All three are checked above, so jiff accepts them.
+    let time = match (
+        i8::try_from(hour),
+        i8::try_from(minute),
+        i8::try_from(second),
+    ) {
+        (Ok(hour), Ok(minute), Ok(second)) => Time::new(hour, minute, second, 0).ok(),
+        _ => None,
+    }
+    .ok_or("the time must be hh:mm:ss")?;
+    Ok(date.to_datetime(time))
 }
 
 #[cfg(test)]
@@ -1053,7 +1039,7 @@ mod tests {
             Ok(Duration::from_secs(5))
         );
 
-        let now = civil_now(now);
+        let now = utc_civil(now);
         let mid_year = (6, 1, 12, 0, 0);
         assert_eq!(resolve_two_digit_year(74, mid_year, now), 2074);
         assert_eq!(resolve_two_digit_year(74, (6, 1, 12, 0, 1), now), 1974);
@@ -1063,7 +1049,7 @@ mod tests {
         assert_eq!(resolve_two_digit_year(0, mid_year, now), 2000);
         assert_eq!(resolve_two_digit_year(24, mid_year, now), 2024);
         // Across a century: in 2051, `00` is 2100 (49 years ahead), `02` is 2002.
-        let in_2051 = DateTime { year: 2051, ..now };
+        let in_2051 = now.with().year(2051).build().unwrap();
         assert_eq!(resolve_two_digit_year(0, mid_year, in_2051), 2100);
         assert_eq!(resolve_two_digit_year(1, mid_year, in_2051), 2101);
         assert_eq!(resolve_two_digit_year(2, mid_year, in_2051), 2002);
@@ -1106,18 +1092,6 @@ mod tests {
             ] {
                 let _ = parse_retry_after(date, now);
             }
-        }
-    }
-
-    #[test]
-    fn days_from_civil_matches_known_dates() {
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(1969, 12, 31), -1);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
-        assert_eq!(days_from_civil(0, 1, 1), -719_528);
-        for days in [-719_528, -1, 0, 1, 11_016, 11_017, 19_875, 2_932_896] {
-            let (y, m, d) = civil_from_days(days);
-            assert_eq!(days_from_civil(y, m, d), days);
         }
     }
 
