@@ -38,27 +38,18 @@ pin_project! {
     /// ```
     #[must_use = "futures do nothing unless you `.await` or poll them"]
     pub struct Retrying<F> {
-        // Replaced by `Finished` as soon as it finishes, so dropping the finished call, what
-        // every `.await` does next, drops nothing.
+        // The retry loop. Left in place once it has finished (its own state says so, and the
+        // stage guards against polling it again), and dropped with the call, as any future
+        // inside another is.
         #[pin]
-        call: Call<F>,
-        // The call's retry scope, made current while `call` is polled. Before the first poll
+        inner: F,
+        // The call's retry scope, made current while `inner` is polled. Before the first poll
         // its `outer` is this call's own site.
         frame: Frame,
         stage: Stage,
         // The `retry` span a subscriber wanted (boxed: a span takes 40 bytes). Declared after
-        // `call`: fields drop in order, so the span outlives the future it describes.
+        // `inner`: fields drop in order, so the span outlives the future it describes.
         span: Option<Box<tracing::Span>>,
-    }
-}
-
-pin_project! {
-    /// The retry loop while it runs, and nothing once it has finished.
-    #[project = CallProj]
-    #[project_replace = CallReplace]
-    enum Call<F> {
-        Running { #[pin] future: F },
-        Finished,
     }
 }
 
@@ -94,7 +85,7 @@ impl<F> Retrying<F> {
     #[inline]
     pub(crate) fn new(site: &'static Site, caller: &'static Location<'static>, inner: F) -> Self {
         Retrying {
-            call: Call::Running { future: inner },
+            inner,
             frame: Frame::outermost(site, 0),
             stage: Stage::NotStarted {
                 caller,
@@ -186,17 +177,9 @@ impl<F: Future> Future for Retrying<F> {
             _ => return self.poll_prepared(cx),
         }
         let entered = scope::enter_over(this.frame, previous);
-        let mut call = this.call;
-        let poll = match call.as_mut().project() {
-            CallProj::Running { future } => future.poll(cx),
-            CallProj::Finished => panic!("`Retrying` polled after completion"),
-        };
+        let poll = this.inner.poll(cx);
         if poll.is_ready() {
-            // `Done` before the drop: should the future's drop panic, nothing polls it again.
             *this.stage = Stage::Done;
-            // Dropped right after its last poll, inside its scope: a finished future holds
-            // little or nothing, which the compiler can then see.
-            call.project_replace(Call::Finished);
         }
         drop(entered);
         poll
