@@ -339,7 +339,7 @@ where
                 match state.after_attempt(site, outcome, &mut classify, &mut on_retry) {
                     Next::Return(result) => return result,
                     // `pause` arms no timer for a zero wait.
-                    Next::Retry(wait) => crate::__private::pause(wait).await,
+                    Next::Retry(wait) => crate::pause::pause(wait).await,
                 }
             }
         })
@@ -418,7 +418,7 @@ pin_project! {
         Idle,
         Running { #[pin] attempt: Bounded<Fut, E> },
         // Boxed (in `Pause`): a timer is only needed after a failure.
-        Waiting { #[pin] sleep: crate::__private::Pause },
+        Waiting { #[pin] sleep: crate::pause::Pause },
         Done,
     }
 }
@@ -474,7 +474,7 @@ where
                             }
                             Next::Retry(wait) => {
                                 this.phase.set(Phase::Waiting {
-                                    sleep: crate::__private::pause(wait),
+                                    sleep: crate::pause::pause(wait),
                                 });
                                 continue;
                             }

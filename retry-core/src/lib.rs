@@ -106,6 +106,7 @@ pub mod idempotency;
 mod loom_sync;
 pub mod metrics;
 mod otel;
+mod pause;
 mod policy;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]

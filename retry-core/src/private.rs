@@ -11,6 +11,7 @@ pub use crate::hook::{Hook, NoHook};
 pub use crate::{Classify, Decision, Elapsed, Jitter, Policy, RetryBudget, Retrying};
 pub use core;
 
+pub use crate::pause::{Pause, pause};
 pub use crate::site::Site;
 pub use ::metrics;
 
@@ -107,31 +108,6 @@ impl<E> crate::Classifier<E> for ClassifyFns<E> {
     }
     fn reason(&mut self, error: &E) -> Option<String> {
         (self.reason)(error)
-    }
-}
-
-/// Waits between attempts; a zero wait arms no timer.
-#[inline]
-pub fn pause(wait: Duration) -> Pause {
-    Pause((!wait.is_zero()).then(|| Box::pin(tokio::time::sleep(wait))))
-}
-
-/// See [`pause`]: the timer is boxed so it takes 8 bytes of the retrying future, not a
-/// `Sleep`'s hundred-odd, and is made only for a wait that is not zero.
-pub struct Pause(Option<std::pin::Pin<Box<tokio::time::Sleep>>>);
-
-impl Future for Pause {
-    type Output = ();
-
-    #[inline]
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<()> {
-        match &mut self.0 {
-            None => std::task::Poll::Ready(()),
-            Some(sleep) => sleep.as_mut().poll(cx),
-        }
     }
 }
 
