@@ -159,14 +159,13 @@ impl<F: Future> Future for Retrying<F> {
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.as_mut().project();
-        let previous = scope::current();
         match *this.stage {
             // The one layer that retries, with no span: the only stage polled inline.
             Stage::Outermost => {}
-            // Three loads on the common first poll: no single attempt was asked for, no retry
-            // is running here, and nobody listens at debug level.
+            // The common first poll: no single attempt was asked for, no retry is running
+            // here, and nobody listens at debug level.
             Stage::NotStarted { single: false, .. }
-                if previous.is_none() && !tracing::level_enabled!(tracing::Level::DEBUG) =>
+                if !scope::is_active() && !tracing::level_enabled!(tracing::Level::DEBUG) =>
             {
                 site::call_started(this.frame.outer);
                 *this.stage = Stage::Outermost;
@@ -176,7 +175,7 @@ impl<F: Future> Future for Retrying<F> {
             // keeps its locals in registers.
             _ => return self.poll_prepared(cx),
         }
-        let entered = scope::enter_over(this.frame, previous);
+        let entered = scope::enter(this.frame);
         let poll = this.inner.poll(cx);
         if poll.is_ready() {
             *this.stage = Stage::Done;

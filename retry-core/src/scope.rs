@@ -185,24 +185,12 @@ pub(crate) fn single_attempt_here() -> bool {
     with_current(|frame| frame.is_some_and(|frame| frame.single))
 }
 
-/// The frame current now: `None` outside any retry. For [`enter_over`], which restores it.
-#[inline(always)]
-pub(crate) fn current() -> Option<Frame> {
-    CURRENT.with(Cell::get)
-}
-
 /// Makes `frame` current until the guard drops, then restores the previous one (also on
-/// panic), writing back to `frame` what changed in it meanwhile, and passing a trace id drawn
-/// inside `frame` on to the previous one.
+/// panic), writing back to `frame` the trace id drawn meanwhile (and the attempt, where it is
+/// kept), and passing that trace id on to the previous frame.
 #[inline]
 pub(crate) fn enter(frame: &mut Frame) -> Entered<'_> {
-    enter_over(frame, current())
-}
-
-/// [`enter`], where the caller has just read the current frame (`previous`, from [`current`]).
-#[inline(always)]
-pub(crate) fn enter_over(frame: &mut Frame, previous: Option<Frame>) -> Entered<'_> {
-    CURRENT.with(|c| c.set(Some(*frame)));
+    let previous = CURRENT.with(|c| c.replace(Some(*frame)));
     Entered { frame, previous }
 }
 
@@ -213,11 +201,13 @@ pub(crate) struct Entered<'a> {
 }
 
 impl Drop for Entered<'_> {
-    #[inline(always)]
+    #[inline]
     fn drop(&mut self) {
-        // Guards drop in the reverse order of entry, so the copy current now is this frame's.
+        // Guards drop in the reverse order of entry, so the copy current now is this frame's:
+        // what code inside may have set in it is its trace id and its attempt.
         if let Some(left) = CURRENT.with(|c| c.replace(self.previous)) {
-            *self.frame = left;
+            self.frame.trace_id = left.trace_id;
+            self.frame.attempt = left.attempt;
         }
         // A trace id drawn inside the frame being left belongs to the same logical call as the
         // previous frame (every nested frame is derived from its outer one), so an outer frame
