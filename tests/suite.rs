@@ -45,6 +45,7 @@ mod http_unknown_outcome;
 mod idempotency_key;
 mod idempotency_layer;
 mod idempotent;
+mod import_dag;
 mod jitter;
 mod jsonl_props;
 mod key_props;
