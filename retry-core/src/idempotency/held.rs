@@ -6,7 +6,8 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use super::flow::{bounded, store_response, undo};
+use super::operation_timeout::bounded;
+use super::settle::{store_response, undo};
 use super::{Claim, IdempotencyStore, StoreError};
 use crate::metrics;
 

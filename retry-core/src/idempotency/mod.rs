@@ -46,10 +46,12 @@ pub(crate) mod flow;
 mod held;
 mod key;
 mod memory;
+mod operation_timeout;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod purge;
+mod settle;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
@@ -57,9 +59,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use error::{IdempotencyError, StoreError};
-pub use flow::{
-    Begun, Idempotent, OnErr, Once, Retries, Settings, begin_call, finish_transactional,
-};
+pub use flow::{Begun, Idempotent, Once, Retries, Settings, begin_call, finish_transactional};
 pub use held::{HeldClaim, current};
 pub(crate) use key::digest;
 pub use key::{KeyPart, encode_key, encode_namespaced_key, encode_scoped_key};
@@ -69,6 +69,7 @@ pub(crate) use memory::OverMemory;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PgStore, PgTransaction};
+pub use settle::OnErr;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::{SqliteStore, SqliteTransaction};

@@ -42,6 +42,10 @@ impl<S, E> From<S> for Fail<S, E> {
     }
 }
 
+/// A failure of the PostgreSQL plumbing, for the store to wrap into its own error type.
+#[cfg(feature = "postgres")]
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// [`SCHEMA_TABLE`] and then a store's own tables, as one batch.
 pub(crate) fn migration(tables: &str) -> String {
     format!("{SCHEMA_TABLE}{tables}")

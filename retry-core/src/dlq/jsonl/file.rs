@@ -1,5 +1,6 @@
 //! The file itself: opening it without following links, checking who owns it and who may read
-//! it, the advisory lock a group commit holds, and the `.torn` and `.quarantine` files beside it.
+//! it, the advisory lock a group commit holds, a value as one of its JSON lines, and the `.torn`
+//! and `.quarantine` files beside it.
 
 use std::ffi::OsString;
 use std::fs::{File, Metadata, OpenOptions, TryLockError};
@@ -9,7 +10,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
-use super::index::to_line;
 use crate::dlq::DlqError;
 use crate::time::format_rfc3339;
 
@@ -262,6 +262,14 @@ impl Drop for Locked {
             let _ = file.unlock();
         }
     }
+}
+
+/// `value` as one JSON line, newline included. `serde_json`'s compact form escapes newlines in
+/// strings, so the line holds exactly one `\n`, at its end.
+pub(super) fn to_line(value: &impl Serialize) -> Result<Vec<u8>, DlqError> {
+    let mut line = serde_json::to_vec(value).map_err(|e| DlqError::Serialize(e.to_string()))?;
+    line.push(b'\n');
+    Ok(line)
 }
 
 /// An I/O error saying what was being done to which file; the kind is kept, and

@@ -13,8 +13,8 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use super::file::io_error;
-use super::{QuarantinedLine, TornLine};
+use super::file::{io_error, to_line};
+use super::set_aside::{QuarantinedLine, TornLine};
 use crate::dlq::{
     AuditEntry, DeadLetter, DlqError, FailureClass, Page, RedriveRecord, Resolution, Stats,
 };
@@ -108,14 +108,6 @@ struct AuditLine<T> {
 #[derive(Serialize, Deserialize)]
 struct RedriveLine<T> {
     redrive: T,
-}
-
-/// `value` as one JSON line, newline included. `serde_json`'s compact form escapes newlines in
-/// strings, so the line holds exactly one `\n`, at its end.
-pub(super) fn to_line(value: &impl Serialize) -> Result<Vec<u8>, DlqError> {
-    let mut line = serde_json::to_vec(value).map_err(|e| DlqError::Serialize(e.to_string()))?;
-    line.push(b'\n');
-    Ok(line)
 }
 
 impl Line {

@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::file::{self, Access, FileId, Locked, io_error, same_error};
 use super::index::{self, Index, Lease, Line, Position, Undo};
-use super::{QuarantinedLine, TornLine};
+use super::set_aside::{QuarantinedLine, TornLine};
 use crate::dlq::{
     AuditEntry, DeadLetter, DlqError, Failure, Page, RedriveRecord, Resolution, Stats,
 };

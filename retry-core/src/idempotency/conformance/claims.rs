@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{
+use super::support::{
     CONCURRENT, LONG, MARGIN, SHORT, assert_only_in_progress_besides_the_winner, claim_at_once,
     claimed, expect, fenced, ok, request, sleep_until, winners,
 };

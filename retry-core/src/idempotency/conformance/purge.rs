@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{DAY, LONG, MARGIN, SHORT, claimed, expect, ok, request, sleep_until};
+use super::support::{DAY, LONG, MARGIN, SHORT, claimed, expect, ok, request, sleep_until};
 use crate::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore};
 
 /// `purge_older_than(age)` deletes exactly the rows created more than `age` ago whose own

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::{LONG, MARGIN, SHORT, claimed, expect, fenced, ok, request, sleep_until};
+use super::support::{LONG, MARGIN, SHORT, claimed, expect, fenced, ok, request, sleep_until};
 use crate::idempotency::{Claim, ClaimOutcome, IdempotencyStore, StoreError};
 
 /// A `complete` retried after its first try landed (its answer lost on the way back) answers

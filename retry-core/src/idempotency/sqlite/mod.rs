@@ -621,30 +621,6 @@ impl IdempotencyStore for SqliteStore {
     }
 }
 
-/// A [`ClaimRequest`] that can move to the blocking pool.
-struct OwnedRequest {
-    key: String,
-    biz_key: String,
-    fingerprint: Option<String>,
-    lease: Duration,
-    retention: Duration,
-}
-
-impl From<&ClaimRequest<'_>> for OwnedRequest {
-    fn from(request: &ClaimRequest<'_>) -> Self {
-        OwnedRequest {
-            key: request.key.to_owned(),
-            biz_key: request.biz_key.to_owned(),
-            fingerprint: request.fingerprint.map(str::to_owned),
-            lease: request.lease,
-            retention: request.retention,
-        }
-    }
-}
-
-/// Why an operation failed before its errors get the file's name.
-type Fail = sql::Fail<StoreError>;
-
 impl FromSqliteError for StoreError {
     /// The plumbing's failures, as this store has always reported them: `Unavailable`, with
     /// SQLite's error (or the plumbing's own error naming the file) as the source.

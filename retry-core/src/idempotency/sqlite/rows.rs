@@ -1,7 +1,32 @@
 //! The rows of `inbox_log`: its statements, and the decisions about a key's row that every
-//! claim (on its own or in a transaction) and every guarded write share.
+//! claim (on its own or in a transaction) and every guarded write share, with the request they
+//! decide on ([`OwnedRequest`]) and their failure ([`Fail`]).
 
 use super::*;
+
+/// A [`ClaimRequest`] that can move to the blocking pool.
+pub(super) struct OwnedRequest {
+    pub(super) key: String,
+    biz_key: String,
+    fingerprint: Option<String>,
+    lease: Duration,
+    retention: Duration,
+}
+
+impl From<&ClaimRequest<'_>> for OwnedRequest {
+    fn from(request: &ClaimRequest<'_>) -> Self {
+        OwnedRequest {
+            key: request.key.to_owned(),
+            biz_key: request.biz_key.to_owned(),
+            fingerprint: request.fingerprint.map(str::to_owned),
+            lease: request.lease,
+            retention: request.retention,
+        }
+    }
+}
+
+/// Why an operation failed before its errors get the file's name.
+pub(super) type Fail = sql::Fail<StoreError>;
 
 pub(super) const INSERT_CLAIM: &str = "INSERT INTO inbox_log \
      (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at) \

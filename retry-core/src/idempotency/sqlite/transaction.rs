@@ -1,7 +1,7 @@
 //! Transactional mode: [`SqliteTransaction`], and the store's side of it (`begin`, the claim in
 //! the handler's transaction, `commit_done`, `rollback`).
 
-use super::group::{Commit, Shared};
+use super::group::{Commit, Shared, TransactionEnded, TxConnection};
 use super::*;
 
 impl SqliteStore {
@@ -314,76 +314,6 @@ fn run_in<R>(
         ))));
     }
     Ok(result?)
-}
-
-/// A pooled connection inside `BEGIN IMMEDIATE`, rolled back in place when dropped. Then the
-/// pooled connection goes back to the pool if the rollback worked, and is closed otherwise.
-/// A member of a shared transaction (see [`group`](super::group)) rolls back only its
-/// savepoint, and leaves the transaction to the others.
-pub(super) struct TxConnection {
-    /// `None` once parked for the next member of its shared transaction.
-    pub(super) pooled: Option<PooledConnection>,
-    pub(super) member: Option<super::group::Member>,
-}
-
-impl TxConnection {
-    /// A connection of a transaction of its own (`begin`, `begin_for`).
-    fn plain(pooled: PooledConnection) -> Self {
-        TxConnection {
-            pooled: Some(pooled),
-            member: None,
-        }
-    }
-
-    pub(super) fn connection(&self) -> Result<&Connection, Fail> {
-        self.pooled
-            .as_ref()
-            .ok_or_else(sql::lost_connection)
-            .and_then(PooledConnection::connection)
-            .map_err(|e| Fail::Store(StoreError::from_sqlite(e)))
-    }
-
-    fn pool(&self) -> Result<&Arc<Pool>, Fail> {
-        self.pooled
-            .as_ref()
-            .map(PooledConnection::pool)
-            .ok_or_else(|| Fail::Store(StoreError::from_sqlite(sql::lost_connection())))
-    }
-
-    /// Whether its transaction is still open.
-    fn is_open(&self) -> bool {
-        self.connection().is_ok_and(|c| !c.is_autocommit())
-    }
-}
-
-impl Drop for TxConnection {
-    fn drop(&mut self) {
-        if self.member.is_some() {
-            self.roll_back_savepoint();
-            // Never an `fsync` here: the shared transaction is parked for a task to commit.
-            let _ = self.leave(false);
-            return;
-        }
-        if let Some(pooled) = &self.pooled {
-            roll_back_in_place(pooled);
-        }
-    }
-}
-
-/// `ROLLBACK` of `conn`'s open transaction, if any, in place: cheap enough for any thread, async
-/// ones included (rolling back a WAL transaction discards its pages and releases the write lock,
-/// with no disk write and no lock wait). A failure is logged; the connection, still in its
-/// transaction, is then closed rather than pooled (`PooledConnection::drop`).
-pub(super) fn roll_back_in_place(conn: &PooledConnection) {
-    let Ok(c) = conn.connection() else {
-        return;
-    };
-    if c.is_autocommit() {
-        return;
-    }
-    if let Err(e) = c.execute_batch("ROLLBACK") {
-        tracing::warn!(path = %conn.pool().path.display(), error = %crate::error_chain(&e), "rolling back a transaction failed; closing its connection instead");
-    }
 }
 
 impl TransactionalStore for SqliteStore {
@@ -738,16 +668,4 @@ fn commit_in(
     }
     c.execute_batch("COMMIT")?;
     Ok(None)
-}
-
-/// The handler's transaction is no longer open.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "the transaction on database file {} is no longer open (a cancelled or panicked `run` rolled it back, or the handler's SQL ended it)",
-    .path.display()
-)]
-pub(super) struct TransactionEnded {
-    pub(super) path: PathBuf,
-    /// The handler's error after which SQLite rolled the transaction back, if any.
-    pub(super) source: Option<rusqlite::Error>,
 }
