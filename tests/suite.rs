@@ -46,6 +46,7 @@ mod idempotency_hostile;
 mod idempotency_key;
 mod idempotency_layer;
 mod idempotent;
+mod import_dag;
 mod jitter;
 mod jsonl_props;
 mod key_props;
