@@ -354,6 +354,7 @@ mod extract;
 mod fingerprint;
 mod key;
 mod problem;
+mod read;
 mod replay;
 mod run;
 mod service;

@@ -13,10 +13,11 @@ use ::http_body::Body;
 use ::http_body_util::Full;
 use ::tower_service::Service;
 
-use super::body::{BoxError, IdempotencyBody, read_request};
+use super::body::{BoxError, IdempotencyBody};
 use super::fingerprint::fingerprint;
 use super::key::KeyField;
 use super::problem::Problem;
+use super::read::read_request;
 use super::replay::replay;
 use super::run::{detached, run_handler};
 use super::settle::settle;
