@@ -356,6 +356,7 @@ mod key;
 mod problem;
 mod read;
 mod replay;
+mod replay_headers;
 mod run;
 mod service;
 mod settle;
@@ -375,13 +376,13 @@ pub use body::{BoxError, IdempotencyBody};
 // `RetryLayer` buffers request bodies for resending the same way.
 pub(in crate::tower) use body::{Buffered, Resumed, Tail, buffer};
 pub use extract::{RequestTransaction, TransactionGuard};
-pub use replay::RefusedHeader;
+pub use replay_headers::RefusedHeader;
 pub use service::Idempotency;
 pub use settle::NotApplied;
 pub use transactional::{InTransaction, Mode, Plain};
 
 use crate::idempotency::{DEFAULT_LEASE, DEFAULT_RETENTION, IdempotencyStore, TransactionalStore};
-use replay::ReplayHeaders;
+use replay_headers::ReplayHeaders;
 use settle::NotProcessed;
 
 /// Longest `Idempotency-Key` accepted by default, in bytes: 255, as Stripe allows; a UUID or an

@@ -7,7 +7,7 @@ use ::http::{Response, StatusCode};
 
 use super::body::{Buffered, IdempotencyBody, Resumed, Tail};
 use super::problem::{NOT_KEPT, Problem};
-use super::replay::ReplayHeaders;
+use super::replay_headers::ReplayHeaders;
 use super::run::Ran;
 use super::stored::stored_form;
 use crate::idempotency::{HeldClaim, IdempotencyStore, OnErr, StoreError};
