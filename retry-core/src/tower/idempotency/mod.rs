@@ -353,6 +353,7 @@ mod body;
 mod extract;
 mod fingerprint;
 mod key;
+mod not_applied;
 mod problem;
 mod read;
 mod replay;
@@ -376,14 +377,14 @@ pub use body::{BoxError, IdempotencyBody};
 // `RetryLayer` buffers request bodies for resending the same way.
 pub(in crate::tower) use body::{Buffered, Resumed, Tail, buffer};
 pub use extract::{RequestTransaction, TransactionGuard};
+pub use not_applied::NotApplied;
 pub use replay_headers::RefusedHeader;
 pub use service::Idempotency;
-pub use settle::NotApplied;
 pub use transactional::{InTransaction, Mode, Plain};
 
 use crate::idempotency::{DEFAULT_LEASE, DEFAULT_RETENTION, IdempotencyStore, TransactionalStore};
+use not_applied::NotProcessed;
 use replay_headers::ReplayHeaders;
-use settle::NotProcessed;
 
 /// Longest `Idempotency-Key` accepted by default, in bytes: 255, as Stripe allows; a UUID or an
 /// [`IdempotencyKey`](crate::http::IdempotencyKey) is 32 to 36.
