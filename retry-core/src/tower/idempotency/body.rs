@@ -1,6 +1,5 @@
-//! The bodies the layer handles: the boxed body it hands on and answers with, the request body
-//! read whole (to fingerprint it), and the response body read as far as the store keeps it and
-//! then given back to the client.
+//! The bodies the layer handles: the boxed body it hands on and answers with, and the response
+//! body read as far as the store keeps it and then given back to the client.
 
 use std::fmt;
 use std::pin::Pin;
@@ -9,10 +8,8 @@ use std::task::{Context, Poll};
 use ::bytes::Bytes;
 use ::http::header::HeaderMap;
 use ::http_body::{Body, Frame, SizeHint};
+use ::http_body_util::BodyExt;
 use ::http_body_util::combinators::UnsyncBoxBody;
-use ::http_body_util::{BodyExt, LengthLimitError, Limited};
-
-use super::problem::Problem;
 
 /// The error type of [`IdempotencyBody`]: any error, boxed.
 ///
@@ -80,30 +77,6 @@ impl Body for IdempotencyBody {
 impl fmt::Debug for IdempotencyBody {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IdempotencyBody").finish_non_exhaustive()
-    }
-}
-
-/// The whole request body, or the problem that stops the request: at most `max` bytes.
-pub(super) async fn read_request<B>(
-    body: B,
-    max: usize,
-    function: &'static str,
-) -> Result<Bytes, Problem>
-where
-    B: Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
-    // `Content-Length` says so already: refuse without reading.
-    if body.size_hint().lower() > u64::try_from(max).unwrap_or(u64::MAX) {
-        return Err(Problem::BodyTooLarge { max });
-    }
-    match Limited::new(body, max).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<LengthLimitError>() => Err(Problem::BodyTooLarge { max }),
-        Err(e) => {
-            tracing::debug!(function, error = %crate::error_chain(&*e), "request body could not be read");
-            Err(Problem::BodyUnreadable)
-        }
     }
 }
 

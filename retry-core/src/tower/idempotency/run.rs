@@ -15,7 +15,7 @@ use ::http_body::Body;
 use pin_project_lite::pin_project;
 
 use super::body::{BoxError, Buffered, IdempotencyBody, buffer};
-use super::settle::{NotApplied, NotProcessed};
+use super::not_applied::{NotApplied, NotProcessed};
 use crate::idempotency::{HeldClaim, IdempotencyStore};
 
 /// How the handler's run ended.

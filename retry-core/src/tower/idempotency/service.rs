@@ -1,5 +1,5 @@
 //! [`Idempotency`], the service: a request's way through the layer, from its key to the
-//! stored answer.
+//! stored answer, and the default mode's ([`Plain`]) run from the claim to the settled key.
 
 use std::fmt;
 use std::future::Future;
@@ -11,16 +11,18 @@ use ::http::request::Parts;
 use ::http::{Method, Request, Response};
 use ::http_body::Body;
 use ::http_body_util::Full;
+use ::tower_layer::Layer;
 use ::tower_service::Service;
 
-use super::body::{BoxError, IdempotencyBody, read_request};
+use super::body::{BoxError, IdempotencyBody};
 use super::fingerprint::fingerprint;
 use super::key::KeyField;
+use super::layer::{IdempotencyLayer, Mode, Plain, sealed};
 use super::problem::Problem;
+use super::read::read_request;
 use super::replay::replay;
 use super::run::{detached, run_handler};
 use super::settle::settle;
-use super::{IdempotencyLayer, Mode, Plain};
 use crate::idempotency::{
     Begun, HeldClaim, IdempotencyError, IdempotencyStore, Settings, begin_call,
     encode_namespaced_key,
@@ -47,6 +49,14 @@ pub struct Idempotency<S, St, M = Plain> {
 impl<S, St, M> Idempotency<S, St, M> {
     pub(super) fn new(inner: S, layer: IdempotencyLayer<St, M>) -> Self {
         Idempotency { inner, layer }
+    }
+}
+
+impl<S, St, M> Layer<S> for IdempotencyLayer<St, M> {
+    type Service = Idempotency<S, St, M>;
+
+    fn layer(&self, inner: S) -> Idempotency<S, St, M> {
+        Idempotency::new(inner, self.clone())
     }
 }
 
@@ -159,6 +169,29 @@ impl<St: IdempotencyStore + 'static, M: Mode<St>> IdempotencyLayer<St, M> {
                 Ok(Problem::Interrupted.response())
             }
         }
+    }
+}
+
+impl<St: IdempotencyStore + 'static> Mode<St> for Plain {
+    const TRANSACTIONAL: bool = false;
+}
+
+impl<St: IdempotencyStore + 'static> sealed::Sealed<St> for Plain {
+    fn claim_and_run<S, RB>(
+        layer: IdempotencyLayer<St, Self>,
+        inner: S,
+        call: Settings,
+        parts: Parts,
+        body: Bytes,
+    ) -> impl Future<Output = Result<Response<IdempotencyBody>, S::Error>> + Send + 'static
+    where
+        S: Service<Request<IdempotencyBody>, Response = Response<RB>> + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Send + 'static,
+        RB: Body<Data = Bytes> + Send + 'static,
+        RB::Error: Into<BoxError>,
+    {
+        layer.claim_and_run(inner, call, parts, body)
     }
 }
 

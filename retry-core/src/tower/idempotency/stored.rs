@@ -7,7 +7,7 @@ use ::http::header::{HeaderName, HeaderValue};
 use ::http::{Response, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::replay::ReplayHeaders;
+use super::replay_headers::ReplayHeaders;
 
 /// A response as the store keeps it (JSON). Part of the stored data: fields may be added, never
 /// changed.

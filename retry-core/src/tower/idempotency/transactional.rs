@@ -1,6 +1,5 @@
-//! The layer's two modes ([`Plain`], [`InTransaction`]), and transactional mode's way from the
-//! handler's answer to one commit: its writes, the `done` row and the stored response together,
-//! or a rollback that frees the key.
+//! Transactional mode ([`InTransaction`]): its way from the handler's answer to one commit: its
+//! writes, the `done` row and the stored response together, or a rollback that frees the key.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,11 +12,12 @@ use ::http_body::Body;
 use ::http_body_util::Full;
 use ::tower_service::Service;
 
-use super::IdempotencyLayer;
 use super::body::{BoxError, Buffered, IdempotencyBody, Resumed, Tail};
 use super::extract::{RequestTransaction, Taken};
+use super::layer::{IdempotencyLayer, InTransaction, Mode, sealed};
 use super::problem::Problem;
-use super::replay::{ReplayHeaders, replay};
+use super::replay::replay;
+use super::replay_headers::ReplayHeaders;
 use super::run::{Ran, run_handler};
 use super::service::call_ready;
 use super::settle::{release, settle};
@@ -27,92 +27,6 @@ use crate::idempotency::{
     HeldClaim, IdempotencyError, IdempotencyStore, Settings, TransactionalStore,
     finish_transactional,
 };
-
-/// How an [`IdempotencyLayer`] runs its handlers: [`Plain`] (the default) or [`InTransaction`]
-/// ([`IdempotencyLayer::transactional`]). Sealed: the two are all there is.
-///
-/// ```
-/// use retry_core::idempotency::MemoryStore;
-/// use retry_core::tower::{Mode, Plain};
-///
-/// assert!(!<Plain as Mode<MemoryStore>>::TRANSACTIONAL);
-/// ```
-pub trait Mode<St>: sealed::Sealed<St> + 'static {
-    /// Whether handlers get the store's transaction ([`RequestTransaction`]).
-    const TRANSACTIONAL: bool;
-}
-
-/// Non-transactional mode, the default: the handler's effects are its own business, and every
-/// answer of a handler that started is stored and replayed (see the
-/// [module docs](crate::tower::idempotency#which-responses-are-stored)).
-///
-/// ```
-/// use retry_core::idempotency::MemoryStore;
-/// use retry_core::tower::{IdempotencyLayer, Plain};
-///
-/// let layer: IdempotencyLayer<MemoryStore, Plain> = IdempotencyLayer::unauthenticated(MemoryStore::new());
-/// # drop(layer);
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Plain;
-
-/// Transactional mode ([`IdempotencyLayer::transactional`]): a handler that takes the store's
-/// transaction ([`RequestTransaction`]) commits its writes with the stored response, or not at
-/// all (see the [module docs](crate::tower::idempotency#transactional-mode)).
-///
-/// ```
-/// use retry_core::tower::{InTransaction, Mode};
-///
-/// # #[cfg(feature = "sqlite")]
-/// assert!(<InTransaction as Mode<retry_core::idempotency::SqliteStore>>::TRANSACTIONAL);
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct InTransaction;
-
-pub(super) mod sealed {
-    use super::{Body, BoxError, Bytes, Future, IdempotencyBody, IdempotencyLayer, Parts};
-    use super::{Request, Response, Service, Settings};
-
-    /// What a mode does once the request is read: claim, run, settle. Private to the crate.
-    pub trait Sealed<St>: Sized {
-        fn claim_and_run<S, RB>(
-            layer: IdempotencyLayer<St, Self>,
-            inner: S,
-            call: Settings,
-            parts: Parts,
-            body: Bytes,
-        ) -> impl Future<Output = Result<Response<IdempotencyBody>, S::Error>> + Send + 'static
-        where
-            S: Service<Request<IdempotencyBody>, Response = Response<RB>> + Send + 'static,
-            S::Future: Send + 'static,
-            S::Error: Send + 'static,
-            RB: Body<Data = Bytes> + Send + 'static,
-            RB::Error: Into<BoxError>;
-    }
-}
-
-impl<St: IdempotencyStore + 'static> Mode<St> for Plain {
-    const TRANSACTIONAL: bool = false;
-}
-
-impl<St: IdempotencyStore + 'static> sealed::Sealed<St> for Plain {
-    fn claim_and_run<S, RB>(
-        layer: IdempotencyLayer<St, Self>,
-        inner: S,
-        call: Settings,
-        parts: Parts,
-        body: Bytes,
-    ) -> impl Future<Output = Result<Response<IdempotencyBody>, S::Error>> + Send + 'static
-    where
-        S: Service<Request<IdempotencyBody>, Response = Response<RB>> + Send + 'static,
-        S::Future: Send + 'static,
-        S::Error: Send + 'static,
-        RB: Body<Data = Bytes> + Send + 'static,
-        RB::Error: Into<BoxError>,
-    {
-        layer.claim_and_run(inner, call, parts, body)
-    }
-}
 
 impl<St> Mode<St> for InTransaction
 where
