@@ -12,7 +12,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum GiveUp {
-    /// The error was classified [`Decision::Stop`].
+    /// The error was classified [`Decision::Stop`](crate::Decision::Stop).
     NotRetryable,
     /// Every attempt the policy allows failed.
     Exhausted {

@@ -138,7 +138,7 @@ pub async fn park_on_give_up<T, E>(
     }
 }
 
-/// A dead-letter sink as [`sink`] returns it: parking through it asks nothing more of the sink's
+/// A dead-letter sink as `__private::sink` returns it: parking through it asks nothing more of the sink's
 /// type, so a `sink = ...` that is not a sink is reported once, where it is written. The parking
 /// future is boxed: it is made only when a call gives up.
 pub trait ParkSink: Sync {
