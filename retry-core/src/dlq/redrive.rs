@@ -37,16 +37,20 @@
 //! [`RedriveRecord`]: super::RedriveRecord
 
 mod filter;
+mod report;
 mod run;
 mod safety;
 mod target;
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use filter::Filter;
-pub use run::{Outcome, RedriveError, RedriveReport, RedriveRun};
+pub use report::{Outcome, RedriveError, RedriveReport, RedriveRun};
 pub use target::{AssumeIdempotent, RedriveFuture, assume_idempotent};
+
+use serde::de::DeserializeOwned;
 
 use super::{DeadLetter, DeadLetterStore, DlqError};
 use crate::time::{Clock, SystemClock};
@@ -256,5 +260,55 @@ impl<'s, S: DeadLetterStore + ?Sized> Redrive<'s, S> {
             }
         }
         Ok(chosen)
+    }
+
+    /// Runs the redrive: each chosen letter's `original` is decoded as `Req` and handed to
+    /// `target`, which must return the future of an `#[idempotent]` function. A letter whose
+    /// original does not decode is skipped (and stays pending).
+    ///
+    /// # Errors
+    /// [`RedriveError::Select`] when the letters cannot be listed (nothing sent);
+    /// [`RedriveError::Audit`] when the run's record cannot be written.
+    ///
+    /// The run is a boxed `Send` future: the target's bound is then checked once, where `run` is
+    /// called (a bound on an `async fn` is checked again at its future and at its `.await`, so
+    /// a target that is not idempotent was reported three times). A redrive is a batch of
+    /// network calls; one allocation per run does not show.
+    pub fn run<'r, Req, Fut, T, E>(
+        self,
+        mut target: impl FnMut(Req) -> Fut + Send + 'r,
+    ) -> RedriveRun<'r>
+    where
+        's: 'r,
+        S: Sync,
+        Req: DeserializeOwned,
+        Fut: RedriveFuture<Output = Result<T, E>> + Send + 'r,
+        T: Send + 'r,
+        E: fmt::Display + Send + 'r,
+    {
+        Box::pin(self.execute(move |letter| {
+            serde_json::from_value(letter.original.clone())
+                .map(&mut target)
+                .map_err(|e| format!("original does not decode as the target's input: {e}"))
+        }))
+    }
+
+    /// Like [`run`](Self::run), but `target` gets the whole letter (its `msg_id`, its key): what
+    /// a redrive over HTTP needs.
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
+    pub fn run_letters<'r, Fut, T, E>(
+        self,
+        mut target: impl FnMut(&DeadLetter) -> Fut + Send + 'r,
+    ) -> RedriveRun<'r>
+    where
+        's: 'r,
+        S: Sync,
+        Fut: RedriveFuture<Output = Result<T, E>> + Send + 'r,
+        T: Send + 'r,
+        E: fmt::Display + Send + 'r,
+    {
+        Box::pin(self.execute(move |letter| Ok(target(letter))))
     }
 }

@@ -5,13 +5,10 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
-
+use super::report::{Outcome, RedriveError, RedriveReport};
 use super::safety::Safety;
 use super::{Redrive, RedriveFuture};
-use crate::dlq::{
-    AuditEntry, DeadLetter, DeadLetterStore, DlqError, Failure, RedriveRecord, Resolution,
-};
+use crate::dlq::{AuditEntry, DeadLetter, DeadLetterStore, Failure, RedriveRecord, Resolution};
 use crate::error_chain;
 use crate::time::format_rfc3339;
 
@@ -20,121 +17,8 @@ const STOPPED_BEFORE: &str = "the run stopped before this letter";
 /// Why a letter of the snapshot was not sent when the run could not take it.
 const NOT_TAKEN: &str = "no longer pending, or leased by another run";
 
-/// What a run did with one letter of its snapshot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Sent, answered `Ok`, resolved.
-    Redriven,
-    /// Sent and failed again: put back with `attempts` increased and this reason.
-    FailedAgain(String),
-    /// Not sent, for this reason.
-    Skipped(String),
-}
-
-impl Outcome {
-    /// The outcome as the audit row keeps it: `redriven`, `failed again: ..`, `skipped: ..`.
-    ///
-    /// ```
-    /// use retry_core::dlq::Outcome;
-    ///
-    /// assert_eq!(Outcome::Skipped("the original was redacted".into()).audit_text(), "skipped: the original was redacted");
-    /// ```
-    pub fn audit_text(&self) -> String {
-        match self {
-            Outcome::Redriven => "redriven".to_owned(),
-            Outcome::FailedAgain(why) => format!("failed again: {why}"),
-            Outcome::Skipped(why) => format!("skipped: {why}"),
-        }
-    }
-}
-
-/// What a run did: its summary record, and each letter's outcome in the order they were taken.
-#[derive(Debug, Clone)]
-pub struct RedriveReport {
-    /// The record written to the store's audit log.
-    pub record: RedriveRecord,
-    /// `(msg_id, outcome)` for every letter of the snapshot.
-    pub letters: Vec<(String, Outcome)>,
-}
-
-/// A redrive could not be done, or could not be recorded. The store's error is the source.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RedriveError {
-    /// The letters could not be listed: nothing was sent.
-    #[error("redrive sent nothing: the letters could not be listed")]
-    Select(#[source] DlqError),
-    /// The run happened (see `report`), but its summary record could not be written.
-    #[error(
-        "redrive {} ran ({} succeeded, {} failed, {} skipped) but its audit record was not written",
-        .report.record.run_id, .report.record.succeeded, .report.record.failed, .report.record.skipped
-    )]
-    Audit {
-        /// What the run did.
-        report: Box<RedriveReport>,
-        /// Why the record was not written.
-        #[source]
-        error: DlqError,
-    },
-}
-
-/// The future of a redrive run ([`Redrive::run`], [`Redrive::run_letters`]): its report, or why
-/// it stopped.
-pub type RedriveRun<'r> =
-    std::pin::Pin<Box<dyn Future<Output = Result<RedriveReport, RedriveError>> + Send + 'r>>;
-
-impl<'s, S: DeadLetterStore + ?Sized> Redrive<'s, S> {
-    /// Runs the redrive: each chosen letter's `original` is decoded as `Req` and handed to
-    /// `target`, which must return the future of an `#[idempotent]` function. A letter whose
-    /// original does not decode is skipped (and stays pending).
-    ///
-    /// # Errors
-    /// [`RedriveError::Select`] when the letters cannot be listed (nothing sent);
-    /// [`RedriveError::Audit`] when the run's record cannot be written.
-    ///
-    /// The run is a boxed `Send` future: the target's bound is then checked once, where `run` is
-    /// called (a bound on an `async fn` is checked again at its future and at its `.await`, so
-    /// a target that is not idempotent was reported three times). A redrive is a batch of
-    /// network calls; one allocation per run does not show.
-    pub fn run<'r, Req, Fut, T, E>(
-        self,
-        mut target: impl FnMut(Req) -> Fut + Send + 'r,
-    ) -> RedriveRun<'r>
-    where
-        's: 'r,
-        S: Sync,
-        Req: DeserializeOwned,
-        Fut: RedriveFuture<Output = Result<T, E>> + Send + 'r,
-        T: Send + 'r,
-        E: fmt::Display + Send + 'r,
-    {
-        Box::pin(self.execute(move |letter| {
-            serde_json::from_value(letter.original.clone())
-                .map(&mut target)
-                .map_err(|e| format!("original does not decode as the target's input: {e}"))
-        }))
-    }
-
-    /// Like [`run`](Self::run), but `target` gets the whole letter (its `msg_id`, its key): what
-    /// a redrive over HTTP needs.
-    ///
-    /// # Errors
-    /// As [`run`](Self::run).
-    pub fn run_letters<'r, Fut, T, E>(
-        self,
-        mut target: impl FnMut(&DeadLetter) -> Fut + Send + 'r,
-    ) -> RedriveRun<'r>
-    where
-        's: 'r,
-        S: Sync,
-        Fut: RedriveFuture<Output = Result<T, E>> + Send + 'r,
-        T: Send + 'r,
-        E: fmt::Display + Send + 'r,
-    {
-        Box::pin(self.execute(move |letter| Ok(target(letter))))
-    }
-
-    async fn execute<Fut, T, E>(
+impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
+    pub(super) async fn execute<Fut, T, E>(
         self,
         mut make: impl FnMut(&DeadLetter) -> Result<Fut, String>,
     ) -> Result<RedriveReport, RedriveError>
