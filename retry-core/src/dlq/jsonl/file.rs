@@ -158,7 +158,9 @@ fn check_owner(path: &Path, metadata: &Metadata) -> Result<(), DlqError> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt as _;
-        // SAFETY: geteuid has no preconditions and cannot fail.
+        // The one `unsafe` of the crate: an FFI call std has no safe wrapper for (std can read
+        // a file's owner but not who this process is). SAFETY: geteuid has no preconditions and
+        // cannot fail.
         let me = unsafe { libc::geteuid() };
         if metadata.uid() != me {
             return Err(io_error(
