@@ -118,35 +118,12 @@ pub(crate) fn current_attempt() -> u32 {
     with_current(|frame| frame.map_or(0, |frame| frame.attempt))
 }
 
-thread_local_cell! {
-    /// The last trace id drawn on this thread; `0` until the first one is seeded from the
-    /// thread's random generator.
-    static LAST_TRACE_ID: Cell<u64> = Cell::new(0);
-}
-
-/// A fresh trace id for a logical call: never `0`.
+/// A fresh trace id for a logical call: never `0` (which means "none drawn yet").
 ///
-/// Ids only need to be distinct, not secret, so each thread seeds a counter once from its
-/// random generator and mixes each step with splitmix64 (a bijection, so a thread never repeats
-/// itself): a few instructions instead of a draw from the thread's ChaCha generator.
+/// Drawn from the thread's generator, and only when something asks for it (a dead letter, a
+/// span a subscriber wants, an event): a call that succeeds unwatched draws none.
 pub(crate) fn new_trace_id() -> u64 {
-    const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
-    let state = LAST_TRACE_ID.with(|last| {
-        let mut state = last.get();
-        if state == 0 {
-            state = rand::random::<u64>() | 1;
-        }
-        state = state.wrapping_add(GOLDEN);
-        last.set(state);
-        state
-    });
-    let mut z = state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    match z ^ (z >> 31) {
-        0 => GOLDEN,
-        id => id,
-    }
+    rand::random::<u64>() | 1
 }
 
 /// The trace id of the call running here (drawn now if it has none yet, and kept in its frame),
