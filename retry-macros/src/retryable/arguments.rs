@@ -2,7 +2,13 @@
 //! every attempt but the last), and the attributes that follow it there: an attempt must be able
 //! to run again with the same arguments.
 
-use syn::{Ident, Pat, Type};
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{FnArg, Ident, Pat, Type};
+
+use super::names::Names;
+use crate::args::RetryArgs;
 
 /// How an argument reaches each attempt.
 pub(super) enum Passing {
@@ -29,9 +35,7 @@ pub(super) struct Argument {
 
 /// The attributes of a parameter that must follow it into the generated statements: its
 /// `#[cfg]`s (a parameter compiled out has no slot either) and its lint levels.
-pub(super) fn parameter_attributes(
-    attrs: &[syn::Attribute],
-) -> (Vec<syn::Attribute>, Vec<syn::Attribute>) {
+fn parameter_attributes(attrs: &[syn::Attribute]) -> (Vec<syn::Attribute>, Vec<syn::Attribute>) {
     let named = |attr: &syn::Attribute, names: &[&str]| {
         attr.path()
             .get_ident()
@@ -52,9 +56,138 @@ pub(super) fn parameter_attributes(
 
 /// `x: T` patterns do not occur inside fn args, but a `Pat::Type` would need its type dropped
 /// to be rebound with `let`.
-pub(super) fn strip_type_ascription(pat: &Pat) -> &Pat {
+fn strip_type_ascription(pat: &Pat) -> &Pat {
     match pat {
         Pat::Type(typed) => &typed.pat,
         other => other,
+    }
+}
+
+/// The signature's typed arguments, each renamed in the signature where its pattern is more than
+/// a name (`__retry_argN`), so the loop can clone or reborrow it for each attempt.
+pub(super) fn take_arguments(sig: &mut syn::Signature) -> Vec<Argument> {
+    let mut arguments = Vec::new();
+    for (index, input) in sig.inputs.iter_mut().enumerate() {
+        let FnArg::Typed(typed) = input else { continue };
+        let pat = (*typed.pat).clone();
+        let outer = match &pat {
+            // Keep the user's name in the signature (rustdoc shows it); `mut` moves inside.
+            Pat::Ident(ident) if ident.by_ref.is_none() && ident.subpat.is_none() => {
+                ident.ident.clone()
+            }
+            _ => format_ident!("__retry_arg{}", index, span = Span::mixed_site()),
+        };
+        *typed.pat = syn::parse_quote!(#outer);
+        let passing = match &*typed.ty {
+            Type::Reference(r) if r.mutability.is_some() => Passing::Reborrow,
+            Type::Reference(_) => Passing::Copy,
+            _ => Passing::CloneUntilLast,
+        };
+        let (cfgs, lints) = parameter_attributes(&typed.attrs);
+        arguments.push(Argument {
+            pat,
+            outer,
+            passing,
+            ty: (*typed.ty).clone(),
+            cfgs,
+            lints,
+        });
+    }
+    arguments
+}
+
+/// The statements that hand the arguments to each attempt, one of each kind per argument.
+pub(super) struct PerAttempt {
+    /// Before the loop: the slot a by-value argument waits in until the last attempt takes it.
+    pub(super) slots: Vec<TokenStream>,
+    /// At the start of each attempt: its own clone, copy or reborrow of the argument.
+    pub(super) per_attempt: Vec<TokenStream>,
+    /// Inside the attempt's block: the user's pattern bound to that value.
+    pub(super) bindings: Vec<TokenStream>,
+}
+
+// Hygienic names, located at the argument's type so errors about it point there.
+fn slot(i: usize, at: Span) -> Ident {
+    format_ident!(
+        "__retry_slot{}",
+        i,
+        span = Span::mixed_site().located_at(at)
+    )
+}
+
+fn this_attempt(i: usize, at: Span) -> Ident {
+    format_ident!(
+        "__retry_attempt{}",
+        i,
+        span = Span::mixed_site().located_at(at)
+    )
+}
+
+/// The slots, per-attempt values and bindings of `arguments`; `body_reads_elsewhere` when code
+/// beside the body (`#[idempotent]`'s key...) reads the arguments too.
+pub(super) fn per_attempt(
+    arguments: &[Argument],
+    args: &RetryArgs,
+    body_reads_elsewhere: bool,
+    names: &Names,
+) -> PerAttempt {
+    let Names { private, last, .. } = names;
+    // Arguments the attribute itself reads (`dlq(...)`, `policy`, `budget`, `#[idempotent]`'s
+    // key) need not be read by the body too.
+    let used_elsewhere = body_reads_elsewhere
+        || args.dlq.is_some()
+        || args.policy.is_some()
+        || args.budget.is_some();
+    let mut slots = Vec::new();
+    let mut per_attempt = Vec::new();
+    let mut bindings = Vec::new();
+    for (i, argument) in arguments.iter().enumerate() {
+        let Argument {
+            pat,
+            outer,
+            passing,
+            ty,
+            cfgs,
+            lints,
+        } = argument;
+        let (slot, this_attempt) = (slot(i, ty.span()), this_attempt(i, ty.span()));
+        match passing {
+            Passing::Reborrow => {
+                per_attempt.push(quote!(#(#cfgs)* let #this_attempt = &mut *#outer;));
+            }
+            Passing::Copy => {
+                per_attempt.push(quote!(#(#cfgs)* let #this_attempt = #outer;));
+            }
+            // `dlq(..)`: the argument stays where it is, each attempt gets a clone (the last
+            // one too), so `id` and `original` can still be read when the call gives up; a
+            // successful call never serialises its original.
+            Passing::CloneUntilLast if args.dlq.is_some() => {
+                let private = private.at(ty.span());
+                per_attempt.push(quote_spanned! {ty.span()=>
+                    #(#cfgs)* let #this_attempt = #private::clone_arg(&#outer);
+                });
+            }
+            Passing::CloneUntilLast => {
+                slots.push(quote!(#(#cfgs)* let mut #slot = ::core::option::Option::Some(#outer);));
+                // Spanned on the type, so a missing `Clone` points at the argument: every token
+                // of the call has the slot's hygiene, or rustc would widen the span of the
+                // argument `&mut slot` to the whole attribute.
+                let at = Span::mixed_site().located_at(ty.span());
+                let private = private.at(at);
+                per_attempt.push(quote_spanned! {at=>
+                    #(#cfgs)* let #this_attempt = #private::take_or_clone(&mut #slot, #last);
+                });
+            }
+        }
+        // The pattern is bound inside the attempt's block, so the body sees a fresh value
+        // each time, and `mut` and destructuring work as written.
+        let pat = strip_type_ascription(pat);
+        let allow = used_elsewhere.then(|| quote!(#[allow(unused_variables)]));
+        bindings.push(quote!(#(#cfgs)* #(#lints)* #allow let #pat = #this_attempt;));
+    }
+    PerAttempt {
+        slots,
+        per_attempt,
+        bindings,
     }
 }

@@ -1,8 +1,13 @@
 //! `#[retryable]`: rewrites an `async fn` into a fn returning `Retrying<impl Future>` whose body
 //! is the retry loop, driven by `__private::State`.
 
+mod after_attempt;
 mod arguments;
+mod attempt;
+mod dlq;
+mod names;
 mod retry_loop;
+mod state;
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
@@ -16,7 +21,8 @@ use crate::respan::respan;
 use syn::visit_mut::VisitMut;
 
 // Called by `#[idempotent]` too, as `retryable::retry_loop` and `retryable::duration_tokens`.
-pub(crate) use retry_loop::{duration_tokens, retry_loop};
+pub(crate) use retry_loop::retry_loop;
+pub(crate) use state::duration_tokens;
 
 /// Parses and checks the arguments of `#[retryable(...)]`.
 pub(crate) fn parse_args(attr: TokenStream, errors: &mut Errors) -> RetryArgs {
