@@ -51,62 +51,6 @@ pub struct State<'p> {
     record_failures: bool,
 }
 
-/// The [`State`] of a call whose policy needs nothing before a failure — a literal one with no
-/// deadline, budget or attempt timeout, as `#[retryable]` checks at compile time — made at the
-/// first failure: a call that succeeds at once builds none (one store instead of the state's
-/// fields, and nothing to drop).
-#[derive(Debug)]
-pub struct LazyState<'p>(Option<State<'p>>);
-
-impl<'p> LazyState<'p> {
-    /// No attempt made yet, and no state.
-    #[inline(always)]
-    pub const fn new() -> Self {
-        LazyState(None)
-    }
-
-    /// [`State::start_attempt`]: the first attempt is answered by a state of the policy made
-    /// for the question and dropped (the compiler folds it), later ones by the call's state.
-    #[inline(always)]
-    pub fn start_attempt(&mut self, policy: &'p Policy, site: &'static Site) -> bool {
-        match &mut self.0 {
-            Some(state) => state.start_attempt(site),
-            None => State::new(policy).start_attempt(site),
-        }
-    }
-
-    /// The call's state after an attempt failed: made now, after the first attempt, with that
-    /// attempt counted. (Counting it now rather than when it started changes nothing for the
-    /// policies this is used with: neither a deadline's clock nor a budget is involved.)
-    #[inline(always)]
-    pub fn failed(
-        &mut self,
-        policy: &'p Policy,
-        record_failures: bool,
-        site: &'static Site,
-    ) -> &mut State<'p> {
-        self.0
-            .get_or_insert_with(|| first_failed(policy, record_failures, site))
-    }
-}
-
-impl Default for LazyState<'_> {
-    fn default() -> Self {
-        LazyState::new()
-    }
-}
-
-/// The state of a call whose first attempt just failed.
-#[inline]
-fn first_failed<'p>(policy: &'p Policy, record_failures: bool, site: &'static Site) -> State<'p> {
-    let mut state = State::new(policy);
-    if record_failures {
-        state = state.recording_failures();
-    }
-    state.start_attempt(site);
-    state
-}
-
 /// What some failures need; see [`State`].
 #[derive(Debug)]
 struct Failing {

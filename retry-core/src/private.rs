@@ -6,7 +6,7 @@ use std::panic::Location;
 use std::time::Duration;
 
 pub use crate::attempt_timeout::{Bounded, OnTimeout};
-pub use crate::decide::{LazyState, Next, State};
+pub use crate::decide::{Next, State};
 pub use crate::hook::{Hook, NoHook};
 pub use crate::{Classify, Decision, Elapsed, Jitter, Policy, RetryBudget, Retrying};
 pub use core;

@@ -31,12 +31,8 @@ impl ToTokens for Private {
 /// sees or shadows them; the `static`s are names no body would use, as items are not hygienic.
 pub(super) struct Names {
     pub(super) private: Private,
-    /// `__retry_state`: the `State` (with a lazy state, the one a failure is decided by).
+    /// `__retry_state`: the `State`.
     pub(super) state: Ident,
-    /// `__retry_lazy_state`: the `LazyState` of a literal policy that makes its state late.
-    pub(super) lazy_state: Ident,
-    /// `__RETRY_CORE_POLICY`: that literal policy's `static`.
-    pub(super) policy_static: Ident,
     /// `__RETRY_CORE_SITE`: the function as metrics and tracing name it.
     pub(super) site_static: Ident,
     /// `__retry_last`: what starting an attempt returns, read by the arguments' clones.
@@ -61,8 +57,6 @@ impl Names {
         Names {
             private,
             state: Ident::new("__retry_state", Span::mixed_site()),
-            lazy_state: Ident::new("__retry_lazy_state", Span::mixed_site()),
-            policy_static: Ident::new("__RETRY_CORE_POLICY", Span::call_site()),
             site_static: Ident::new("__RETRY_CORE_SITE", Span::call_site()),
             last: Ident::new("__retry_last", Span::mixed_site()),
             classifier: Ident::new("__retry_classifier", Span::mixed_site()),

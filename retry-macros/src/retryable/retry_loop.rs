@@ -40,7 +40,6 @@ pub(crate) fn retry_loop(
     let PolicyState {
         setup,
         start_attempt,
-        failed_state,
     } = policy_and_state(args, &names);
     let AfterAttempt {
         hold,
@@ -106,7 +105,7 @@ pub(crate) fn retry_loop(
                     ::core::result::Result::Ok(#returned) => {
                         return (#output_check.from)(::core::result::Result::Ok(#returned));
                     }
-                    ::core::result::Result::Err(#error) => { #failed_state match #state.after_attempt(#site, ::core::result::Result::Err(#error), #classifier, #hook) {
+                    ::core::result::Result::Err(#error) => { match #state.after_attempt(#site, ::core::result::Result::Err(#error), #classifier, #hook) {
                         #private::Next::Return(#returned) => {
                             #park
                             return (#output_check.from)(#returned);

@@ -1,5 +1,5 @@
 //! The call site's statics, the policy and the state it drives: a literal policy's `static`, a
-//! `policy = expr` held in the future, the lazy state, the budget and the recording of failures.
+//! `policy = expr` held in the future, the budget and the recording of failures.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
@@ -27,32 +27,17 @@ pub(super) fn site_statics(name: &str, names: &Names) -> TokenStream {
 
 /// What the loop does with the policy and its state.
 pub(super) struct PolicyState {
-    /// Before the first attempt: the policy, and (unless it is lazy) the state with its budget
-    /// and its record of failures.
+    /// Before the first attempt: the policy, and the state with its budget and its record of
+    /// failures.
     pub(super) setup: TokenStream,
     /// Counts the attempt about to start; evaluates to what `__retry_last` holds.
     pub(super) start_attempt: TokenStream,
-    /// With a lazy state, at a failure: binds the state the failure is decided by.
-    pub(super) failed_state: Option<TokenStream>,
 }
 
 pub(super) fn policy_and_state(args: &RetryArgs, names: &Names) -> PolicyState {
-    let Names {
-        private,
-        state,
-        lazy_state,
-        policy_static,
-        ..
-    } = names;
+    let Names { private, state, .. } = names;
     let site = names.site();
-    // A literal policy with nothing to do before a failure (no deadline's clock, no budget, no
-    // attempt timeout) gets its state at the first failure (`LazyState`): a call that succeeds
-    // at once makes none.
-    let lazy = args.policy.is_none()
-        && args.budget.is_none()
-        && args.deadline.is_none()
-        && args.attempt_timeout.is_none();
-    let policy = policy(args, lazy, names);
+    let policy = policy(args, names);
     // Only a dead letter needs the times of the failures.
     let record_failures = args
         .dlq
@@ -65,50 +50,25 @@ pub(super) fn policy_and_state(args: &RetryArgs, names: &Names) -> PolicyState {
             let #state = #state.with_budget(::core::convert::AsRef::<#private::RetryBudget>::as_ref(&#budget));
         }
     });
-    let setup = match lazy {
-        true => policy,
-        false => quote! {
-            #policy
-            #record_failures
-            #budget
-            let mut #state = #state;
-        },
+    let setup = quote! {
+        #policy
+        #record_failures
+        #budget
+        let mut #state = #state;
     };
-    let start_attempt = match lazy {
-        true => quote!(#lazy_state.start_attempt(&#policy_static, #site)),
-        false => quote!(#state.start_attempt(#site)),
-    };
-    // With a lazy state, the state a failure is decided by is made (or found) here.
-    let failed_state = lazy.then(|| {
-        let record = args.dlq.is_some();
-        quote!(let #state = #lazy_state.failed(&#policy_static, #record, #site);)
-    });
+    let start_attempt = quote!(#state.start_attempt(#site));
     PolicyState {
         setup,
         start_attempt,
-        failed_state,
     }
 }
 
 /// A literal policy is a `static`, borrowed straight into the state; `policy = expr` is held in
 /// the future, as the state borrows it.
-fn policy(args: &RetryArgs, lazy: bool, names: &Names) -> TokenStream {
-    let Names {
-        private,
-        state,
-        lazy_state,
-        policy_static,
-        ..
-    } = names;
+fn policy(args: &RetryArgs, names: &Names) -> TokenStream {
+    let Names { private, state, .. } = names;
     let held = Ident::new("__retry_policy", Span::mixed_site());
     match &args.policy {
-        None if lazy => {
-            let knobs = policy_knobs(args, private);
-            quote! {
-                static #policy_static: #private::Policy = #private::Policy::new() #knobs;
-                let mut #lazy_state = #private::LazyState::new();
-            }
-        }
         Some(expr) => {
             let expr = quote_spanned!(expr.span()=> #expr);
             quote! {
