@@ -73,7 +73,7 @@ enum Stage {
     Nested { site: &'static Site },
     /// Asked for one attempt with [`Retrying::single_attempt`].
     Single { site: &'static Site },
-    /// Finished (or dropped): the inner future and the span are gone.
+    /// Finished: the loop has returned (its locals dropped with it), and the span has ended.
     Done,
 }
 
@@ -203,7 +203,7 @@ impl<F: Future> Retrying<F> {
         drop(entered);
         let this = self.project();
         match poll.is_ready() {
-            // `Done`, and the inner future gone: the span ends now.
+            // `Done`: the loop has returned, so its span ends now.
             true => drop(span),
             false => {
                 *this.stage = stage;
