@@ -6,9 +6,10 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, Ident, Type};
 
+use super::body::AttemptBody;
 use super::names::Names;
 use super::state::duration_tokens;
-use super::{AttemptBody, inferred};
+use super::types::inferred;
 use crate::args::RetryArgs;
 
 pub(super) struct Attempt {

@@ -4,10 +4,12 @@
 mod after_attempt;
 mod arguments;
 mod attempt;
+mod body;
 mod dlq;
 mod names;
 mod retry_loop;
 mod state;
+mod types;
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
@@ -21,8 +23,10 @@ use crate::respan::respan;
 use syn::visit_mut::VisitMut;
 
 // Called by `#[idempotent]` too, as `retryable::retry_loop` and `retryable::duration_tokens`.
+pub(crate) use body::{AttemptBody, attempt_statements};
 pub(crate) use retry_loop::retry_loop;
 pub(crate) use state::duration_tokens;
+pub(crate) use types::{crate_path, inferred, opaque_future};
 
 /// Parses and checks the arguments of `#[retryable(...)]`.
 pub(crate) fn parse_args(attr: TokenStream, errors: &mut Errors) -> RetryArgs {
@@ -181,33 +185,6 @@ fn check_signature(function: &ItemFn, errors: &mut Errors) {
     }
 }
 
-/// The statements of one attempt; `items` go first (the nesting probes are items).
-pub(crate) struct AttemptBody {
-    pub(crate) items: TokenStream,
-    pub(crate) stmts: TokenStream,
-    /// The arguments are also read outside the body (by `#[idempotent]`'s `key`, `store`...),
-    /// so a body that does not read them is no reason to warn.
-    pub(crate) args_used_elsewhere: bool,
-    /// `#[idempotent]` below: its encoded key, for the dead letter.
-    pub(crate) idempotency_key: Option<TokenStream>,
-    /// `#[tracing::instrument]`: its span, around all the attempts.
-    pub(crate) around: Option<crate::instrument::Around>,
-}
-
-/// The statements of one attempt, and the span of `#[tracing::instrument]` when the function was
-/// instrumented: the span then goes around the loop, and each attempt awaits the body's future.
-pub(crate) fn attempt_statements(
-    block: syn::Block,
-) -> (Vec<syn::Stmt>, Option<crate::instrument::Around>) {
-    match crate::instrument::split(&block) {
-        Some((around, future)) => (
-            vec![syn::Stmt::Expr(syn::parse_quote!(#future.await), None)],
-            Some(around),
-        ),
-        None => (block.stmts, None),
-    }
-}
-
 fn rewrite(
     args: &RetryArgs,
     function: ItemFn,
@@ -296,39 +273,4 @@ fn rewrite(
             #retry
         }
     }
-}
-
-/// `impl Future<Output = output>` for the rewritten signature. The `impl` token carries a span of
-/// this crate (edition 2024), so the opaque type captures every lifetime in scope, as an
-/// `async fn`'s future does, in crates of every edition: with the user's span, an edition 2018
-/// or 2021 crate would capture none of the elided ones (E0700 on every `&self` method).
-pub(crate) fn opaque_future(output: &Type) -> TokenStream {
-    let impl_token = syn::Token![impl](Span::mixed_site().located_at(output.span()));
-    quote_spanned! {output.span()=> #impl_token ::core::future::Future<Output = #output>}
-}
-
-/// `output` as it may be written in expression position (turbofish): every `impl Trait` in it,
-/// which only the signature may name, becomes `_` and is inferred from the body.
-pub(crate) fn inferred(output: &Type) -> Type {
-    struct Infer;
-    impl VisitMut for Infer {
-        fn visit_type_mut(&mut self, ty: &mut Type) {
-            if let Type::ImplTrait(opaque) = ty {
-                let span = opaque.impl_token.span;
-                *ty = syn::parse_quote_spanned!(span=> _);
-            } else {
-                syn::visit_mut::visit_type_mut(self, ty);
-            }
-        }
-    }
-    let mut output = output.clone();
-    Infer.visit_type_mut(&mut output);
-    output
-}
-
-/// `crate = path`, or `::retry_core`.
-pub(crate) fn crate_path(krate: Option<&syn::Path>) -> syn::Path {
-    krate
-        .cloned()
-        .unwrap_or_else(|| syn::parse_quote!(::retry_core))
 }

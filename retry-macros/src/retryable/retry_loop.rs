@@ -10,10 +10,11 @@ use syn::spanned::Spanned;
 use super::after_attempt::{AfterAttempt, classifier_and_hook};
 use super::arguments::{PerAttempt, per_attempt, take_arguments};
 use super::attempt::{Attempt, attempt};
+use super::body::AttemptBody;
 use super::dlq::{DeadLetter, dead_letter};
 use super::names::{Names, Private};
 use super::state::{PolicyState, policy_and_state, site_statics};
-use super::{AttemptBody, crate_path, inferred};
+use super::types::{crate_path, inferred};
 use crate::args::RetryArgs;
 
 /// The retry loop as an expression of type `Retrying<impl Future<Output = output>>`. Renames the
