@@ -72,12 +72,37 @@ impl Site {
         if function == CLOSURE.function {
             return &CLOSURE;
         }
-        Site::registered(function)
+        Site::interned(function)
+    }
+
+    /// The site of a name other than the default: the last one this thread used when it is
+    /// the same name, else from the registry. Every request through a `RetryLayer` or a
+    /// `RetryMiddleware` (and every `.name(..)`d closure retry) asks for its site, so a loop
+    /// calling one named retry must not take the registry's lock each time: with many threads
+    /// that lock would be the one point they all meet at.
+    fn interned(function: &'static str) -> &'static Site {
+        crate::loom_sync::thread_local_cell! {
+            /// The site this thread looked up last.
+            static LAST: std::cell::Cell<Option<&'static Site>> = std::cell::Cell::new(None);
+        }
+        let last = LAST.try_with(std::cell::Cell::get).ok().flatten();
+        // Pointer first: the same literal is the same `&'static str` almost always.
+        if let Some(site) =
+            last.filter(|site| std::ptr::eq(site.function, function) || site.function == function)
+        {
+            return site;
+        }
+        let site = Site::registered(function);
+        // Err: the thread is exiting; the next lookup takes the lock again.
+        let _ = LAST.try_with(|last| last.set(Some(site)));
+        site
     }
 
     /// The registry of named sites: a lock and a short list (one entry per name the program
-    /// gives a closure retry). Each site is made once and kept for the life of the process,
-    /// which is what lets metrics keys and frames refer to it as `&'static`.
+    /// gives a closure retry), taken only when a thread changes names. Each site is made once
+    /// and kept for the life of the process, which is what lets metrics keys and frames refer
+    /// to it as `&'static`.
+    #[cold]
     fn registered(function: &'static str) -> &'static Site {
         static NAMED: std::sync::Mutex<Vec<&'static Site>> = std::sync::Mutex::new(Vec::new());
         let mut named = NAMED
