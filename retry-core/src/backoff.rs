@@ -175,7 +175,7 @@ pub(crate) fn fresh_rng(seed: Option<u64>) -> SmallRng {
 #[cold]
 #[inline(never)]
 fn thread_seed() -> u64 {
-    rand::random()
+    crate::random::next_u64()
 }
 
 /// Uniform in `[lo, hi]`, `lo < hi`: exactly what rand's `random_range(lo..=hi)` draws for a

@@ -165,12 +165,19 @@ impl Classify for io::Error {
 /// assert_eq!(e.classify(), Decision::Retry);
 /// assert_eq!(e.unsafe_request(), None);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("attempt timed out after {limit:?}")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Elapsed {
     limit: Duration,
     unsafe_request: Option<&'static str>,
 }
+
+impl std::fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "attempt timed out after {:?}", self.limit)
+    }
+}
+
+impl std::error::Error for Elapsed {}
 
 impl Elapsed {
     /// An elapsed attempt that was allowed `limit`, with nothing unsafe to resend in flight.

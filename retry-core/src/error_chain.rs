@@ -12,11 +12,25 @@ use std::fmt;
 /// Shows `error` and each of its sources, joined by `": "`, as anyhow's `{:#}` does.
 ///
 /// ```
-/// use retry_core::dlq::DlqError;
 /// use retry_core::error_chain;
 ///
+/// #[derive(Debug)]
+/// struct StoreFailed(std::io::Error);
+///
+/// impl std::fmt::Display for StoreFailed {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         f.write_str("dead-letter store failed")
+///     }
+/// }
+///
+/// impl std::error::Error for StoreFailed {
+///     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+///         Some(&self.0)
+///     }
+/// }
+///
 /// let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
-/// let error = DlqError::Io(Box::new(refused));
+/// let error = StoreFailed(refused);
 /// assert_eq!(error.to_string(), "dead-letter store failed");
 /// assert_eq!(
 ///     error_chain(&error).to_string(),

@@ -65,11 +65,14 @@
 //!
 //! # Features
 //!
-//! None is on by default: `#[retryable]`, `#[idempotent]` on the in-memory store, [`Policy`],
-//! dead letters in a JSONL file and the redrive need none.
+//! `dlq` and `idempotency` are on by default. Without default features the crate is the retry
+//! kernel alone (`#[retryable]`, [`Policy`], classification, budgets), which builds none of
+//! serde, serde_json, jiff, sha2 or libc.
 //!
 //! | feature | gives | for |
 //! | --- | --- | --- |
+//! | `idempotency` (default) | `#[idempotent]`, the [`idempotency`](crate::idempotency) module, `MemoryStore` | `serde` 1, `sha2` 0.11 |
+//! | `dlq` (default) | `dlq(..)` on `#[retryable]`, the [`dlq`](crate::dlq) module (`MemoryDeadLetters`, `JsonlSink`, redrive; implies `idempotency`) | `serde_json` 1, `jiff` 1 |
 //! | `http` | `Caller-Retries` and `Idempotency-Key` header helpers, HTTP status and `Retry-After` classification | `http` 1.x |
 //! | `reqwest` | `HttpError`, `send_checked`, `.idempotency_key(..)` on `RequestBuilder`, DNS/TLS connect classification (implies `http`) | `reqwest` 0.13 |
 //! | `tower` | `IdempotencyLayer`, the server-side `Caller-Retries` layer, `RetryLayer` for clients (implies `http`) | `tower-service` 0.3, `http-body` 1 (axum 0.8, hyper-util 0.1) |
@@ -94,6 +97,8 @@ mod config;
 #[cfg(feature = "test-suite")]
 mod conformance;
 mod decide;
+#[cfg(feature = "dlq")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dlq")))]
 pub mod dlq;
 pub mod duration;
 mod error_chain;
@@ -102,12 +107,15 @@ mod hook;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+#[cfg(feature = "idempotency")]
+#[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
 pub mod idempotency;
 mod loom_sync;
 pub mod metrics;
 mod otel;
 mod pause;
 mod policy;
+mod random;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
@@ -119,6 +127,8 @@ pub mod scope;
 mod site;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
+#[cfg(any(feature = "dlq", feature = "idempotency", feature = "http"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "dlq", feature = "idempotency"))))]
 pub mod time;
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
@@ -133,6 +143,7 @@ pub use closure::{RetryCall, RetryFuture};
 pub use error_chain::error_chain;
 pub use give_up::GiveUp;
 pub use hook::{Hook, NoHook, RetryContext, RetryHook, ThreeArguments, WithContext};
+#[cfg(feature = "idempotency")]
 pub use idempotency::{IdempotencyError, Idempotent};
 pub use policy::{Jitter, Knobs, Policy, UnknownJitter};
 pub use retrying::{Retrying, SingleAttempt};
@@ -268,6 +279,8 @@ pub use retry_macros::retryable;
 /// `deadline` and `attempt_timeout`, and `lease` must be longer than both together); below it,
 /// every attempt claims anew, and `on_err` must be written (a kept failure makes the retries
 /// replay it; see the README's table of what frees a key).
+#[cfg(feature = "idempotency")]
+#[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
 pub use retry_macros::idempotent;
 
 /// Derives [`Classify`](trait@Classify) for an error enum, one decision per variant.

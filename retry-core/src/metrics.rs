@@ -71,24 +71,29 @@ pub(crate) fn increment(key: &::metrics::Key) {
     ::metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
 }
 
+#[cfg(feature = "idempotency")]
 pub(crate) fn duplicate_answered(function: &'static str) {
     ::metrics::counter!(names::DUPLICATES, "function" => function).increment(1);
 }
 
+#[cfg(feature = "idempotency")]
 pub(crate) fn fenced(function: &'static str) {
     ::metrics::counter!(names::FENCED, "function" => function).increment(1);
 }
 
+#[cfg(feature = "idempotency")]
 pub(crate) fn response_not_stored(function: &'static str) {
     ::metrics::counter!(names::NOT_STORED, "function" => function).increment(1);
 }
 
+#[cfg(feature = "idempotency")]
 pub(crate) fn abandoned(function: &'static str, released: bool) {
     let released = if released { "true" } else { "false" };
     ::metrics::counter!(names::ABANDONED, "function" => function, "released" => released)
         .increment(1);
 }
 
+#[cfg(feature = "idempotency")]
 pub(crate) fn renewal_failed(function: &'static str, fenced: bool) {
     let reason = if fenced { "fenced" } else { "unavailable" };
     ::metrics::counter!(names::RENEWAL_FAILURES, "function" => function, "reason" => reason)

@@ -19,6 +19,7 @@
 
 /// The trace id a dead letter parked here carries: the current OpenTelemetry span's (feature
 /// `opentelemetry`), else the call's own.
+#[cfg(feature = "dlq")]
 pub(crate) fn letter_trace_id() -> String {
     #[cfg(feature = "opentelemetry")]
     if let Some(id) = current::trace_id() {
@@ -30,7 +31,8 @@ pub(crate) fn letter_trace_id() -> String {
 #[cfg(all(feature = "opentelemetry", feature = "reqwest"))]
 pub(crate) use current::record_resend;
 
-#[cfg(feature = "opentelemetry")]
+// Only the dead letters' trace id and the resend count read the current span.
+#[cfg(all(feature = "opentelemetry", any(feature = "dlq", feature = "reqwest")))]
 mod current {
     use opentelemetry::Context;
     #[cfg(feature = "reqwest")]
@@ -42,6 +44,7 @@ mod current {
     const RESEND_COUNT: &str = "http.request.resend_count";
 
     /// The current span's trace id in W3C form, if a valid span context is current.
+    #[cfg(feature = "dlq")]
     pub(super) fn trace_id() -> Option<String> {
         Context::map_current(|cx| {
             let span = cx.span();

@@ -15,6 +15,17 @@ pub use crate::pause::{Pause, pause};
 pub use crate::site::Site;
 pub use ::metrics;
 
+#[cfg(feature = "dlq")]
+#[path = "private/dead_letters.rs"]
+mod dead_letters;
+#[cfg(feature = "idempotency")]
+#[path = "private/idempotent.rs"]
+mod idempotent;
+#[cfg(feature = "dlq")]
+pub use dead_letters::*;
+#[cfg(feature = "idempotency")]
+pub use idempotent::*;
+
 /// Wraps a generated retry loop in the named future type.
 #[inline]
 pub fn retrying<F: Future>(
@@ -265,101 +276,6 @@ impl<T> Operand for NestedClosure<T> {
     }
 }
 
-// ---- #[idempotent] ----
-
-pub use crate::idempotency::flow::Settings as IdempotentCall;
-use crate::idempotency::{IdempotencyError, IdempotencyStore, Idempotent, KeyPart};
-pub use crate::idempotency::{OnErr, Once, Retries, encode_key, encode_namespaced_key};
-
-/// The flow of an `#[idempotent]` function, in its named future type.
-#[inline]
-pub fn idempotent<F: Future, K>(key: String, flow: F) -> Idempotent<F, K> {
-    crate::idempotency::flow::wrap(key, flow)
-}
-
-/// `store = expr`, checked to be a store where the user wrote it; see [`IsStore`].
-#[inline]
-pub fn store<M, S: IsStore<M> + ?Sized>(store: &S) -> &S::Store {
-    store.store()
-}
-
-/// The digest of `fingerprint = expr`.
-pub fn fingerprint<F: KeyPart + ?Sized>(fingerprint: &F) -> String {
-    crate::idempotency::digest(&encode_key(fingerprint))
-}
-
-pub use crate::idempotency::finish_transactional;
-pub(crate) use crate::idempotency::flow::claim_transactional as claim_transactional_impl;
-
-/// The first half of `#[idempotent(transaction = ...)]`: the claim and the store's transaction,
-/// or the answer to return at once.
-pub async fn claim_transactional<'s, S, T, E>(
-    store: &'s S,
-    call: &IdempotentCall,
-) -> Result<(crate::idempotency::HeldClaim<'s, S>, S::Transaction), Result<T, E>>
-where
-    S: crate::idempotency::TransactionalStore + ?Sized,
-    T: serde::de::DeserializeOwned,
-    E: From<IdempotencyError>,
-{
-    claim_transactional_impl(store, call).await
-}
-
-/// `on_err = "keep"` (the default): every failure is kept.
-#[inline]
-pub fn keep_failures<E>(_: &E) -> OnErr {
-    OnErr::Keep
-}
-
-/// `on_err = "release"`: every failure frees the key.
-#[inline]
-pub fn release_failures<E>(_: &E) -> OnErr {
-    OnErr::Release
-}
-
-/// `on_err = path`, checked to be a `fn(&E) -> OnErr` where the user wrote it.
-#[inline]
-pub fn on_err<E>(decide: fn(&E) -> OnErr) -> fn(&E) -> OnErr {
-    decide
-}
-
-/// Claims, runs `body` and stores its response; see `retry_core::idempotency`.
-pub async fn run_idempotent<S, B, T, E, M>(
-    store: &S,
-    call: IdempotentCall,
-    on_err: fn(&E) -> OnErr,
-    body: B,
-) -> Result<T, E>
-where
-    S: IdempotencyStore + ?Sized,
-    B: Future<Output = Result<T, E>>,
-    T: StoredResponse<M>,
-    E: StoredError,
-{
-    crate::idempotency::flow::run(store, call, on_err, body).await
-}
-
-impl<F> Probe<Idempotent<F, Retries>> {
-    /// Marks an idempotent call that retries inside its claim: still a retrying call.
-    #[inline]
-    pub fn check(self) -> Nested<Idempotent<F, Retries>> {
-        Nested(self.0)
-    }
-}
-
-// ---- dlq(...) ----
-
-pub use crate::dlq::parking::{
-    LetterInput, LetterKey, ParkSink, letter_input, letter_on_give_up, park_on_give_up,
-};
-use crate::dlq::{DeadLetterSink, DlqFailed};
-
-/// `dlq(sink = expr)`, checked to be a sink where the user wrote it; see [`ParkSink`].
-#[inline]
-pub fn sink<S: DeadLetterSink>(sink: &S) -> &dyn ParkSink {
-    sink
-}
-
 // ---- Bound checks: one check per bound, then paths that do not ask again ----
 //
 // A bound the user can miss is checked by one helper, spanned where the user wrote the token at
@@ -386,23 +302,6 @@ pub fn output<R: RetryOutput>() -> Output<R, R::Ok, R::Err> {
     }
 }
 
-/// `E: From<DlqFailed>`, under a name whose error says what to write.
-#[diagnostic::on_unimplemented(
-    message = "`dlq(...)` needs the error type `{Self}` to implement `From<DlqFailed>`",
-    label = "`{Self}` cannot carry a dead letter that was not parked",
-    note = "add `impl From<retry_core::dlq::DlqFailed> for {Self}`: a call whose dead letter could not be parked fails with it, so the message is not acknowledged"
-)]
-pub trait FromDlqFailed: From<DlqFailed> {}
-
-impl<E: From<DlqFailed>> FromDlqFailed for E {}
-
-/// `E: From<DlqFailed>` for the error type of a function with `dlq(...)`, checked once, at `dlq`;
-/// [`park_on_give_up`] converts through what it returns.
-#[inline]
-pub fn not_parked<E: FromDlqFailed>() -> fn(DlqFailed) -> E {
-    E::from
-}
-
 /// Marks the impl of a check whose bounds hold.
 pub struct Holds;
 
@@ -413,63 +312,6 @@ pub struct NeverHolds;
 
 /// Implemented by no type; see [`NeverHolds`].
 pub trait Never {}
-
-/// `S: IdempotencyStore`, checked once by [`store`]; the flow then uses the `Store` it gives.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not an idempotency store",
-    label = "`store = ...` must name an `IdempotencyStore`",
-    note = "use a `MemoryStore`, a `SqliteStore` (feature `sqlite`), or implement `retry_core::idempotency::IdempotencyStore`"
-)]
-pub trait IsStore<M> {
-    /// The store: `Self`, when it is one.
-    type Store: ?Sized;
-    /// The store itself.
-    fn store(&self) -> &Self::Store;
-}
-
-impl<S: IdempotencyStore + ?Sized> IsStore<Holds> for S {
-    type Store = S;
-    #[inline]
-    fn store(&self) -> &S {
-        self
-    }
-}
-
-impl<S: Never + ?Sized> IsStore<NeverHolds> for S {
-    type Store = S;
-    #[inline]
-    fn store(&self) -> &S {
-        self
-    }
-}
-
-/// `T: Serialize + DeserializeOwned` for the response `T` of an `#[idempotent]` function, under a
-/// name whose error says what to write; required by [`run_idempotent`].
-#[diagnostic::on_unimplemented(
-    message = "`#[idempotent]` stores the response, so `{Self}` must implement `Serialize` and `DeserializeOwned`",
-    label = "the response type must be serializable",
-    note = "derive `serde::Serialize` and `serde::Deserialize` on `{Self}`: a resend gets the stored response back"
-)]
-pub trait StoredResponse<M>: serde::Serialize + serde::de::DeserializeOwned {}
-
-impl<T: serde::Serialize + serde::de::DeserializeOwned> StoredResponse<Holds> for T {}
-
-/// Implemented by no type: the second impl of [`StoredResponse`], so a response missing both
-/// `Serialize` and `Deserialize` is reported once, not once for each (see [`NeverHolds`]).
-pub trait NeverStored: serde::Serialize + serde::de::DeserializeOwned {}
-
-impl<T: NeverStored> StoredResponse<NeverHolds> for T {}
-
-/// `E: From<IdempotencyError> + Debug` for the error `E` of an `#[idempotent]` function, under a
-/// name whose error says what to write; required by [`run_idempotent`].
-#[diagnostic::on_unimplemented(
-    message = "`#[idempotent]` needs the error type `{Self}` to implement `From<IdempotencyError>` and `Debug`",
-    label = "the error type must convert from `IdempotencyError` and implement `Debug`",
-    note = "a call that cannot claim its key (a duplicate in progress, a store that fails) returns `{Self}::from(IdempotencyError)`; a kept failure is stored as its `Debug` text"
-)]
-pub trait StoredError: From<IdempotencyError> + core::fmt::Debug {}
-
-impl<E: From<IdempotencyError> + core::fmt::Debug> StoredError for E {}
 
 /// `T: Clone` for a by-value argument of a `#[retryable]` function, under a name whose error
 /// says what to write; required by [`take_or_clone`].

@@ -123,7 +123,7 @@ pub(crate) fn current_attempt() -> u32 {
 /// Drawn from the thread's generator, and only when something asks for it (a dead letter, a
 /// span a subscriber wants, an event): a call that succeeds unwatched draws none.
 pub(crate) fn new_trace_id() -> u64 {
-    rand::random::<u64>() | 1
+    crate::random::next_u64() | 1
 }
 
 /// The trace id of the call running here (drawn now if it has none yet, and kept in its frame),
@@ -290,6 +290,7 @@ pub fn caller_retries<F: Future>(future: F) -> InScope<F> {
 }
 
 /// `future` with every retry inside it making one attempt, quietly: asked for explicitly.
+#[cfg(feature = "idempotency")]
 pub(crate) fn single_attempt<F: Future>(future: F) -> InScope<F> {
     static LABELS: [Label; 2] = Site::labels("single_attempt()", "");
     static SINGLE: Site = Site::new("single_attempt()", "", &LABELS);

@@ -140,6 +140,7 @@ pub(crate) fn gave_up(site: &'static Site, reason: &'static str) {
 }
 
 /// A sink refused `site`'s dead letter.
+#[cfg(feature = "dlq")]
 pub(crate) fn park_failed(site: &'static Site) {
     ::metrics::counter!(
         names::DLQ_PARK_FAILURES,

@@ -125,6 +125,14 @@ impl RetryArgs {
         if KNOBS.contains(&key.as_str()) {
             self.knobs.push((key.clone(), key_span));
         }
+        if key == "dlq" && !cfg!(feature = "dlq") {
+            errors.at(
+                key_span,
+                "`dlq(..)` needs retry-core's `dlq` feature, which is on by default; \
+                 drop `default-features = false` or add `features = [\"dlq\"]` to retry-core",
+            );
+            return skip_value(&meta);
+        }
         if key == "dlq" {
             self.dlq = parse_dlq(&meta, key_span, errors)?;
             return Ok(());

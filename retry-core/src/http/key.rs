@@ -70,6 +70,7 @@ impl IdempotencyKey {
 
     /// A key derived from `seed`: 128 bits of FNV-1a as 32 lowercase hex digits, the same for
     /// the same seed. For [`Claim::derive`](crate::idempotency::Claim::derive).
+    #[cfg(feature = "idempotency")]
     pub(crate) fn derived(seed: &str) -> Self {
         const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
         const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
