@@ -189,6 +189,51 @@ async fn settle_and_audit(client: &Client, auditor: Arc<Client>) -> Result<u32, 
     Ok(audited)
 }
 
+/// A client that keeps its retry configuration in fields, named by `&self` in the attribute:
+/// `policy`, `budget` and `dlq(sink = ..)` borrow what they name, as `store = ..` does.
+struct Configured {
+    client: Client,
+    policy: retry_core::Policy,
+    budget: retry_core::RetryBudget,
+    letters: retry_core::dlq::MemoryDeadLetters,
+}
+
+impl From<retry_core::dlq::DlqFailed> for FetchError {
+    fn from(_: retry_core::dlq::DlqFailed) -> Self {
+        FetchError::Fatal
+    }
+}
+
+impl Configured {
+    #[retryable(
+        policy = self.policy,
+        budget = self.budget,
+        dlq(sink = self.letters, id = format!("order-{}", id), original = id)
+    )]
+    async fn charge(&self, id: u64) -> Result<u32, FetchError> {
+        self.client.call(u32::MAX)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn policy_budget_and_sink_borrow_fields_of_self() {
+    let configured = Configured {
+        client: Client::default(),
+        policy: retry_core::Policy::new()
+            .max_attempts(2)
+            .base(std::time::Duration::from_millis(1)),
+        budget: retry_core::RetryBudget::new(std::time::Duration::from_secs(10), 10, 0.1),
+        letters: retry_core::dlq::MemoryDeadLetters::new(),
+    };
+    assert_eq!(configured.charge(7).await, Err(FetchError::Busy(2)));
+    assert_eq!(configured.client.calls(), 2);
+    let parked = retry_core::dlq::DeadLetterStore::get(&configured.letters, "order-7")
+        .await
+        .unwrap()
+        .expect("the give-up is parked in the sink the field holds");
+    assert_eq!(parked.attempts, 2);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_spawned_retry_is_an_independent_layer() {
     let (client, auditor) = (Client::default(), Arc::new(Client::default()));

@@ -43,7 +43,7 @@ pub(super) fn dead_letter(
     let sink_at = Span::mixed_site().located_at(sink.span());
     let sink_private = private.at(sink_at);
     let sink_held = Ident::new("__retry_dlq_sink", sink_at);
-    let sink_check = quote_spanned!(sink_at=> #sink_private::sink(&#sink_held));
+    let sink_check = quote_spanned!(sink_at=> #sink_private::sink(#sink_held));
     let park_private = private.at(dlq.span);
     let key = match idempotency_key {
         Some(key) => quote!(::core::option::Option::Some(#key)),
@@ -67,7 +67,7 @@ pub(super) fn dead_letter(
     };
     DeadLetter {
         hold_sink: quote! {
-            let #held = #sink;
+            let #held = &(#sink);
         },
         park: quote!(#make_input #park),
     }

@@ -46,7 +46,7 @@ pub(super) fn policy_and_state(args: &RetryArgs, names: &Names) -> PolicyState {
     let budget = args.budget.as_ref().map(|expr| {
         let budget = Ident::new("__retry_budget", Span::mixed_site());
         quote_spanned! {expr.span()=>
-            let #budget = #expr;
+            let #budget = &(#expr);
             let #state = #state.with_budget(::core::convert::AsRef::<#private::RetryBudget>::as_ref(&#budget));
         }
     });
@@ -63,8 +63,9 @@ pub(super) fn policy_and_state(args: &RetryArgs, names: &Names) -> PolicyState {
     }
 }
 
-/// A literal policy is a `static`, borrowed straight into the state; `policy = expr` is held in
-/// the future, as the state borrows it.
+/// A literal policy is a `static`, borrowed straight into the state; `policy = expr` is borrowed
+/// (as `store = ..` is: `policy = self.policy` reads the field in place) and held in the future,
+/// as the state borrows it.
 fn policy(args: &RetryArgs, names: &Names) -> TokenStream {
     let Names { private, state, .. } = names;
     let held = Ident::new("__retry_policy", Span::mixed_site());
@@ -72,7 +73,7 @@ fn policy(args: &RetryArgs, names: &Names) -> TokenStream {
         Some(expr) => {
             let expr = quote_spanned!(expr.span()=> #expr);
             quote! {
-                let #held = #expr;
+                let #held = &(#expr);
                 let #state = #private::State::new(::core::convert::AsRef::<#private::Policy>::as_ref(&#held));
             }
         }
