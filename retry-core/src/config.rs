@@ -12,6 +12,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 use crate::budget::{BudgetSettings, RetryBudget};
 use crate::policy::{Jitter, Policy, ZERO_ATTEMPT_TIMEOUT, ZERO_DEADLINE};
 
+/// The most attempts a policy may make, as `#[retryable(max = ..)]` allows.
+const MAX_ATTEMPTS: u32 = 1000;
+
 /// The fields of a policy as configuration writes them; one shape for both directions, so what
 /// is written is what is read.
 #[derive(Serialize, Deserialize)]
@@ -74,12 +77,26 @@ impl PolicyFields {
         }
     }
 
-    /// The policy, or why the builder would refuse (or silently change) these values.
-    fn into_policy(self) -> Result<Policy, &'static str> {
+    /// The policy, or why `#[retryable]` would refuse these values (the builder would panic on
+    /// some, or quietly change others).
+    fn into_policy(self) -> Result<Policy, String> {
         if self.max_attempts == 0 {
             return Err(
-                "`max_attempts` must be at least 1; use `max_attempts = 1` to call once without retrying",
+                "`max_attempts` must be at least 1; use `max_attempts = 1` to call once without retrying".into(),
             );
+        }
+        if self.max_attempts > MAX_ATTEMPTS {
+            return Err(format!(
+                "`max_attempts` must be at most {MAX_ATTEMPTS}, not {}; bound a long retry by time with `deadline` instead",
+                self.max_attempts
+            ));
+        }
+        if self.base > self.cap {
+            return Err(format!(
+                "`base` ({}) is longer than `cap` ({}), so no wait could grow from it; lower `base` or raise `cap`",
+                crate::duration::format(self.base),
+                crate::duration::format(self.cap)
+            ));
         }
         let mut policy = Policy::new()
             .max_attempts(self.max_attempts)
@@ -89,13 +106,13 @@ impl PolicyFields {
             .max_retry_after(self.max_retry_after);
         if let Some(deadline) = self.deadline {
             if deadline.is_zero() {
-                return Err(ZERO_DEADLINE);
+                return Err(ZERO_DEADLINE.into());
             }
             policy = policy.deadline(deadline);
         }
         if let Some(timeout) = self.attempt_timeout {
             if timeout.is_zero() {
-                return Err(ZERO_ATTEMPT_TIMEOUT);
+                return Err(ZERO_ATTEMPT_TIMEOUT.into());
             }
             policy = policy.attempt_timeout(timeout);
         }
@@ -140,10 +157,10 @@ impl Serialize for Policy {
 /// [`Policy::new`], durations as strings like `"250ms"`, `"1h30m"` (the grammar of
 /// `#[retryable]`, see [`crate::duration`]). Feature `serde`.
 ///
-/// Refused with an error rather than a panic or a silent change: an unknown field (a typo would
-/// otherwise leave a knob at its default), a duration that is not one, `max_attempts = 0`, and a
-/// zero `deadline` or `attempt_timeout`. The builder's other rules hold as they are: a `base`
-/// above `cap` is allowed (every wait is then `cap`), as is any `max_attempts` above zero.
+/// Refused with an error naming the field, by the rules `#[retryable]` checks at compile time:
+/// an unknown field (a typo would otherwise leave a knob at its default), a duration that is not
+/// one, `max_attempts` outside 1 to 1,000, a `base` longer than `cap`, and a zero `deadline` or
+/// `attempt_timeout`.
 ///
 /// ```
 /// use retry_core::{Jitter, Policy};
@@ -167,6 +184,8 @@ impl Serialize for Policy {
 ///     (r#"{"base": "1.5s"}"#, "fractions are not supported"),
 ///     (r#"{"deadline": "0s"}"#, "`deadline` must be longer than zero"),
 ///     (r#"{"max_attempts": 0}"#, "`max_attempts` must be at least 1"),
+///     (r#"{"max_attempts": 1001}"#, "`max_attempts` must be at most 1000, not 1001"),
+///     (r#"{"base": "1m", "cap": "30s"}"#, "`base` (1m) is longer than `cap` (30s)"),
 /// ] {
 ///     let error = serde_json::from_str::<Policy>(config).unwrap_err().to_string();
 ///     assert!(error.contains(says), "{config}: {error}");

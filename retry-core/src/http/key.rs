@@ -68,18 +68,15 @@ impl IdempotencyKey {
         }
     }
 
-    /// A key derived from `seed`: 128 bits of FNV-1a as 32 lowercase hex digits, the same for
-    /// the same seed. For [`Claim::derive`](crate::idempotency::Claim::derive).
+    /// A key derived from `seed`: the first 128 bits of its SHA-256, as 32 lowercase hex
+    /// digits, the same for the same seed on every instance. For
+    /// [`Claim::derive`](crate::idempotency::Claim::derive): a digest nobody can run backwards,
+    /// so a client that picks its own keys cannot search for one that derives another's.
     #[cfg(feature = "idempotency")]
     pub(crate) fn derived(seed: &str) -> Self {
-        const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
-        const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
-        let hash = seed.bytes().fold(OFFSET, |hash, byte| {
-            (hash ^ u128::from(byte)).wrapping_mul(PRIME)
-        });
-        IdempotencyKey {
-            key: format!("{hash:032x}"),
-        }
+        let mut key = crate::idempotency::digest(seed);
+        key.truncate(32);
+        IdempotencyKey { key }
     }
 
     /// The key itself, without the structured-field quotes: for logs, an outbox row, or a

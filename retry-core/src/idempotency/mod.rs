@@ -106,10 +106,17 @@ impl Claim {
     /// every key. Send it as the `Idempotency-Key` of the request, so the service you call
     /// dedups your resends as you dedup yours.
     ///
+    /// The key is the first 128 bits of the SHA-256 of the claim's key and the label (encoded as
+    /// [`encode_key`] encodes a pair), as 32 lowercase hex digits: the same on every instance
+    /// and after restarts, and not something a client choosing its own keys can steer onto
+    /// another tenant's (CHANGELOG.md: keys derived by earlier builds differ).
+    ///
     /// ```
     /// use retry_core::idempotency::Claim;
     ///
     /// let claim = Claim { key: "s7:deposit/n42".into(), token: 1 };
+    /// // SHA-256("s14:s7:deposit/n42,s6:ledger"), its first 16 bytes.
+    /// assert_eq!(claim.derive("ledger").as_str(), "31ae13bc65323a87a623ad34512bf770");
     /// let taken_over = Claim { token: 2, ..claim.clone() };
     /// assert_eq!(claim.derive("ledger"), taken_over.derive("ledger"));
     /// assert_ne!(claim.derive("ledger"), claim.derive("email"));
