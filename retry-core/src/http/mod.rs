@@ -84,10 +84,8 @@ mod outcome;
 mod retry_after;
 
 pub use classify::{IDEMPOTENCY_KEY, classify_status};
-#[cfg_attr(
-    not(any(feature = "reqwest", feature = "tower", feature = "reqwest-middleware")),
-    allow(unused_imports)
-)]
+// For the reqwest integration (and the dead-letter client on it).
+#[cfg_attr(not(feature = "reqwest"), allow(unused_imports))]
 pub(crate) use classify::{has_idempotency_key, retry_after, status_text};
 pub use connect::ConnectFailure;
 #[cfg(feature = "tower")]
