@@ -77,6 +77,15 @@ async fn pay(
     (StatusCode::CREATED, out, json.to_string())
 }
 
+/// Answers with the client's key, as the layer hands it to the handler.
+async fn echo_key(
+    State(app): State<App>,
+    axum::Extension(key): axum::Extension<retry_core::http::IdempotencyKey>,
+) -> String {
+    app.run();
+    key.as_str().to_owned()
+}
+
 /// Runs until the test opens the gate.
 async fn slow(State(app): State<App>, body: String) -> String {
     app.run();
@@ -186,6 +195,7 @@ async fn serve<St: IdempotencyStore + 'static>(store: Arc<St>, dir: Option<TempD
         .route("/big", post(big))
         .route("/refused", post(refused))
         .route("/panics", post(panics))
+        .route("/echo-key", post(echo_key))
         .layer(authenticated)
         .merge(Router::new().route("/open/flaky", post(flaky)).layer(open))
         .with_state(app.clone());
@@ -290,6 +300,10 @@ macro_rules! scenarios {
             #[tokio::test]
             async fn a_panic_keeps_the_key_failed() {
                 super::a_panic_keeps_the_key_failed(super::$store().await).await;
+            }
+            #[tokio::test]
+            async fn the_handler_reads_the_clients_key_unescaped() {
+                super::the_handler_reads_the_clients_key_unescaped(super::$store().await).await;
             }
             #[tokio::test]
             async fn an_unauthenticated_layer_with_an_optional_key() {
@@ -843,4 +857,25 @@ async fn layers_with_different_namespaces_on_one_store_never_answer_for_each_oth
         (true, "payments run 1".into())
     );
     assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+/// The key reaches the handler as the client meant it: quotes and escapes undone, the same for
+/// the bare form, and the same on a resend that is answered from the store.
+async fn the_handler_reads_the_clients_key_unescaped(server: Server) {
+    let sent = r#""order \"7\" \\ eur""#;
+    let first = server
+        .post("/echo-key", Some("alice"), Some(sent), "")
+        .await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.text(), r#"order "7" \ eur"#);
+    let again = server
+        .post("/echo-key", Some("alice"), Some(sent), "")
+        .await;
+    assert!(again.replayed());
+    assert_eq!(again.text(), r#"order "7" \ eur"#);
+    let bare = server
+        .post("/echo-key", Some("alice"), Some("order-8"), "")
+        .await;
+    assert_eq!(bare.text(), "order-8");
+    assert_eq!(server.app.runs(), 2);
 }

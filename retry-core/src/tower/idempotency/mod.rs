@@ -45,6 +45,12 @@
 //! `Idempotency-Key` field is malformed. Keys are at most [`DEFAULT_MAX_KEY_BYTES`] bytes
 //! unless [`max_key_bytes`](IdempotencyLayer::max_key_bytes) says otherwise.
 //!
+//! The handler finds the client's key, as the client meant it (unquoted and unescaped), in the
+//! request's extensions as an [`IdempotencyKey`](crate::http::IdempotencyKey): axum handlers
+//! take `Extension<IdempotencyKey>`, for instance to park a dead letter under it (`dlq(id =
+//! key.as_str(), ..)`) so that a redrive is answered by the stored response. The claim's own key
+//! ([`current`](crate::idempotency::current)) is the stored, namespaced form.
+//!
 //! # Scope: whose key it is
 //!
 //! A stored response is only ever returned to the client that caused it. The layer is built

@@ -23,6 +23,7 @@ use super::read::read_request;
 use super::replay::replay;
 use super::run::{detached, run_handler};
 use super::settle::settle;
+use crate::http::IdempotencyKey;
 use crate::idempotency::{
     Begun, HeldClaim, IdempotencyError, IdempotencyStore, Settings, begin_call,
     encode_namespaced_key,
@@ -125,7 +126,7 @@ impl<St: IdempotencyStore + 'static, M: Mode<St>> IdempotencyLayer<St, M> {
         if is_safe(request.method()) {
             return pass(inner, request).await;
         }
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         let field = KeyField::of(&parts.headers);
         if matches!(field, KeyField::Absent) && !self.required {
             return pass(inner, Request::from_parts(parts, body)).await;
@@ -152,6 +153,11 @@ impl<St: IdempotencyStore + 'static, M: Mode<St>> IdempotencyLayer<St, M> {
         let stored_key = encode_namespaced_key(&self.namespace, scope.as_deref(), key.as_str());
         if let Err(problem) = self.fits(&stored_key, scope.as_deref(), &key) {
             return Ok(problem.response());
+        }
+        // The client's key as it meant it (unquoted, unescaped), for the handler: to park a dead
+        // letter under it, or to send it on. `parse` only checks what the header's grammar did.
+        if let Ok(client_key) = key.parse::<IdempotencyKey>() {
+            parts.extensions.insert(client_key);
         }
         let mut call = Settings::new(stored_key, self.name);
         call.fingerprint = Some(fingerprint(&parts, &body));
