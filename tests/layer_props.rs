@@ -466,7 +466,7 @@ proptest! {
     }
 
     /// A date more than 2^31 seconds ahead is too large, not a wait of decades; a date in the
-    /// past, however far, means now.
+    /// past, however far, means now, and one before 1970 is not an HTTP-date.
     #[test]
     fn far_dates_are_too_large_or_now(
         ahead in (1u64 << 31) + 1..400_000_000_000,
@@ -480,7 +480,12 @@ proptest! {
         prop_assert!(too_large);
         let late = UNIX_EPOCH + Duration::from_secs(EXAMPLE_SECS + behind);
         prop_assert_eq!(parse_retry_after(EXAMPLE, late), Ok(Duration::ZERO));
-        prop_assert_eq!(parse_retry_after("Sat, 01 Jan 0000 00:00:00 GMT", late), Ok(Duration::ZERO));
+        prop_assert_eq!(parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT", late), Ok(Duration::ZERO));
+        let before_1970 = matches!(
+            parse_retry_after("Sat, 01 Jan 0000 00:00:00 GMT", late),
+            Err(RetryAfterError::InvalidDate { .. })
+        );
+        prop_assert!(before_1970);
     }
 
     /// A 429 or 503 with any `Retry-After` bytes classifies as a retry: after the server's wait

@@ -127,7 +127,7 @@ pub mod scope;
 mod site;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
-#[cfg(any(feature = "dlq", feature = "idempotency", feature = "http"))]
+#[cfg(any(feature = "dlq", feature = "idempotency"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "dlq", feature = "idempotency"))))]
 pub mod time;
 #[cfg(feature = "tonic")]

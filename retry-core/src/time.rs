@@ -186,6 +186,7 @@ pub fn parse_utc(text: &str) -> Option<SystemTime> {
 }
 
 /// Nanoseconds since the Unix epoch, negative before it.
+#[cfg(feature = "dlq")]
 pub(crate) fn unix_nanos(time: SystemTime) -> i128 {
     // A `Duration` holds at most ~1.8e28 ns, far below i128::MAX (~1.7e38).
     match time.duration_since(UNIX_EPOCH) {

@@ -208,7 +208,16 @@ mod tests {
     #[test]
     fn a_malformed_retry_after_falls_back_to_backoff() {
         let now = SystemTime::now();
-        for bad in ["soon", "-1", "1.5"] {
+        // The last three fit the grammar but httpdate refuses them: a Monday that was a Sunday,
+        // a leap second, a year before 1970.
+        for bad in [
+            "soon",
+            "-1",
+            "1.5",
+            "Mon, 06 Nov 1994 08:49:37 GMT",
+            "Sat, 31 Dec 2016 23:59:60 GMT",
+            "Sat, 01 Jan 0000 00:00:00 GMT",
+        ] {
             let decision = classify_response(StatusCode::TOO_MANY_REQUESTS, &headers(bad), now);
             assert_eq!(decision, Decision::Retry, "{bad}");
         }
