@@ -126,6 +126,27 @@ async fn a_stop_error_parks_a_data_letter_after_one_attempt() {
     assert_eq!(letter.reason, "not retryable: 400 Bad Request");
 }
 
+/// A payment: a declined card (`400`, `Stop`) is an answer for the caller, not a letter.
+#[retryable(max = 3, base = "10ms", dlq(sink = letters, id = id, original = id, classes = "system"))]
+async fn pay_card(letters: &MemoryDeadLetters, id: &str, status: u16) -> Result<(), FetchError> {
+    Err(FetchError::Upstream(status))
+}
+
+#[tokio::test(start_paused = true)]
+async fn classes_system_parks_only_give_ups_after_transient_failures() {
+    let letters = MemoryDeadLetters::new();
+    let declined = pay_card(&letters, "card-declined", 400).await;
+    assert!(
+        matches!(declined, Err(FetchError::Upstream(400))),
+        "the Stop returns as it is: {declined:?}"
+    );
+    assert!(letters.get("card-declined").await.unwrap().is_none());
+    let down = pay_card(&letters, "gateway-down", 503).await;
+    assert!(matches!(down, Err(FetchError::Upstream(503))), "{down:?}");
+    let letter = letters.get("gateway-down").await.unwrap().expect("parked");
+    assert_eq!((letter.class, letter.attempts), (FailureClass::System, 3));
+}
+
 /// A sink whose disk is full.
 struct Full;
 

@@ -184,8 +184,10 @@ pub use retrying::{Retrying, SingleAttempt};
 /// the function's name and trace id), `policy = expr` (a [`Policy`] built at run time, instead
 /// of the literal knobs; its [`attempt_timeout`](Policy::attempt_timeout) is applied when
 /// `E: From<Elapsed>`), `budget = expr` (a [`RetryBudget`] shared by many calls),
-/// `dlq(sink = expr, id = expr, original = expr, redact = path)` (on give-up, park a
-/// [`dlq::DeadLetter`] before the error returns; needs `E: From<dlq::DlqFailed>`) and
+/// `dlq(sink = expr, id = expr, original = expr, redact = path, classes = "system")` (on
+/// give-up, park a [`dlq::DeadLetter`] before the error returns; needs `E: From<dlq::DlqFailed>`;
+/// `classes` parks only give-ups after transient failures (`"system"`) or only `Stop`s
+/// (`"data"`), the others return as they are; default `"all"`) and
 /// `crate = path`. Durations are written "250ms", "1s",
 /// "2m", "1h30m", "30d".
 ///

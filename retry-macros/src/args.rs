@@ -26,7 +26,7 @@ const ARGUMENTS: &[&str] = &[
     "crate",
 ];
 
-const DLQ_ARGUMENTS: &[&str] = &["sink", "id", "original", "redact"];
+const DLQ_ARGUMENTS: &[&str] = &["sink", "id", "original", "redact", "classes"];
 
 /// `dlq(sink = expr, id = expr, original = expr, redact = path)`.
 pub(crate) struct DlqArgs {
@@ -34,8 +34,19 @@ pub(crate) struct DlqArgs {
     pub(crate) id: Expr,
     pub(crate) original: Expr,
     pub(crate) redact: Option<Path>,
+    /// `classes = ".."`: which failure classes are parked (`None`: every class).
+    pub(crate) classes: Option<Classes>,
     /// The `dlq` token, where errors about the whole clause point.
     pub(crate) span: Span,
+}
+
+/// The failure classes `dlq(classes = "..")` parks.
+#[derive(Clone, Copy)]
+pub(crate) enum Classes {
+    /// Give-ups after transient errors only: a `Stop` (a declined card) is an answer.
+    System,
+    /// `Stop` give-ups only.
+    Data,
 }
 
 /// Arguments that describe the policy itself; `policy = expr` replaces all of them.
@@ -252,6 +263,7 @@ fn parse_dlq(
     errors: &mut Errors,
 ) -> syn::Result<Option<DlqArgs>> {
     let (mut sink, mut id, mut original, mut redact) = (None, None, None, None);
+    let mut classes = None;
     meta.parse_nested_meta(|inner| {
         let name = inner
             .path
@@ -264,6 +276,18 @@ fn parse_dlq(
             "id" => id = Some(inner.value()?.parse::<Expr>()?),
             "original" => original = Some(inner.value()?.parse::<Expr>()?),
             "redact" => redact = Some(inner.value()?.parse::<Path>()?),
+            "classes" => {
+                let lit: LitStr = inner.value()?.parse()?;
+                match lit.value().as_str() {
+                    "system" => classes = Some(Classes::System),
+                    "data" => classes = Some(Classes::Data),
+                    "all" => classes = None,
+                    other => errors.at(
+                        lit.span(),
+                        format!("unknown failure class \"{other}\"; expected \"system\" (give-ups after transient failures), \"data\" (give-ups on `Stop`) or \"all\" (the default)"),
+                    ),
+                }
+            }
             _ => {
                 let hint = unknown_hint(&name, DLQ_ARGUMENTS);
                 errors.at(at, format!("unknown `dlq` argument `{name}`{hint}"));
@@ -294,6 +318,7 @@ fn parse_dlq(
             id,
             original,
             redact,
+            classes,
             span,
         }))
 }

@@ -71,7 +71,31 @@ pub fn letter_on_give_up<T, E>(
     }
 }
 
+/// Which failure classes `dlq(classes = "..")` parks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParkClasses {
+    /// Every give-up (the default).
+    All,
+    /// Give-ups after transient failures ([`FailureClass::System`]): a `Stop` is an answer
+    /// (a declined card), returned as it is and parked nowhere.
+    System,
+    /// Give-ups on `Stop` only ([`FailureClass::Data`]).
+    Data,
+}
+
+impl ParkClasses {
+    fn parks(self, class: FailureClass) -> bool {
+        match self {
+            ParkClasses::All => true,
+            ParkClasses::System => class == FailureClass::System,
+            ParkClasses::Data => class == FailureClass::Data,
+        }
+    }
+}
+
 /// On give-up, parks the call's dead letter before its error returns. Parked: the error as is.
+/// A give-up of a class `classes` leaves out: the error as is, parked nowhere (the caller tells
+/// it by its class, e.g. [`Classify::classify`](crate::Classify::classify) saying `Stop`).
 /// Not parked, `E::from(DlqFailed)`, so the caller does not acknowledge the message: the sink
 /// failed ([`NotParked::Sink`](crate::dlq::NotParked::Sink)), or the call was collapsed to one
 /// attempt (nesting, `.single_attempt()`) and parks nothing, whatever its error: the outer
@@ -82,6 +106,7 @@ pub async fn park_on_give_up<T, E>(
     result: Result<T, E>,
     sink: &dyn ParkSink,
     input: Option<LetterInput>,
+    classes: ParkClasses,
     not_parked: fn(DlqFailed) -> E,
 ) -> Result<T, E> {
     let (Err(_), Some(give_up), Some(failures), Some(input)) =
@@ -94,6 +119,10 @@ pub async fn park_on_give_up<T, E>(
         _ if state.last_decision() == Some(crate::Decision::Stop) => FailureClass::Data,
         _ => FailureClass::System,
     };
+    if !classes.parks(class) {
+        tracing::debug!(function = site.function(), %class, "give-up of a class this dlq(..) does not park: returned as it is");
+        return result;
+    }
     let letter = DeadLetter {
         msg_id: input.msg_id,
         original: input.original,

@@ -2,7 +2,7 @@
 //! function's error type.
 
 pub use crate::dlq::parking::{
-    LetterInput, LetterKey, ParkSink, letter_input, letter_on_give_up, park_on_give_up,
+    LetterInput, LetterKey, ParkClasses, ParkSink, letter_input, letter_on_give_up, park_on_give_up,
 };
 use crate::dlq::{DeadLetterSink, DlqFailed};
 

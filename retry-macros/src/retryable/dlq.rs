@@ -7,7 +7,7 @@ use syn::Ident;
 use syn::spanned::Spanned;
 
 use super::names::Names;
-use crate::args::DlqArgs;
+use crate::args::{Classes, DlqArgs};
 
 /// Empty without `dlq(...)`.
 #[derive(Default)]
@@ -34,6 +34,11 @@ pub(super) fn dead_letter(
     let site = names.site();
     let (sink, id, original) = (&dlq.sink, &dlq.id, &dlq.original);
     let held = Ident::new("__retry_dlq_sink", Span::mixed_site());
+    let classes = match dlq.classes {
+        None => quote!(#private::ParkClasses::All),
+        Some(Classes::System) => quote!(#private::ParkClasses::System),
+        Some(Classes::Data) => quote!(#private::ParkClasses::Data),
+    };
     let redact = match &dlq.redact {
         Some(path) => quote!(::core::option::Option::Some(#path as fn(_) -> _)),
         None => quote!(::core::option::Option::None),
@@ -63,7 +68,7 @@ pub(super) fn dead_letter(
         let #input = #private::letter_on_give_up(&#state, &#returned, || #private::letter_input(&(#id), &(#original), #redact, #key));
     };
     let park = quote_spanned! {dlq.span=>
-        let #returned = #park_private::park_on_give_up(#site, &#state, #returned, #sink_check, #input, #not_parked).await;
+        let #returned = #park_private::park_on_give_up(#site, &#state, #returned, #sink_check, #input, #classes, #not_parked).await;
     };
     DeadLetter {
         hold_sink: quote! {
