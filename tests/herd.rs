@@ -2,7 +2,7 @@
 //! back in one window and the clients do the most work; the SVG chart is written with its text
 //! (title, axes, legend, the figures of each panel); the same flags give the same figures and
 //! the same picture; without `--out` the chart goes to a path the program prints, never over the
-//! README's; a bad flag value is refused with a clear message.
+//! guide's; a bad flag value is refused with a clear message.
 
 use crate::example;
 use crate::tempdir;

@@ -6,7 +6,7 @@
 //! that capacity fail too and are retried like any other failure. The simulation runs once for
 //! each jitter mode (`none`, `full`, `equal`, `decorrelated`), prints what the recovering server
 //! went through, and draws the arrivals over time as an SVG chart (to a file in the system's
-//! temporary directory, whose path it prints; `--out docs/herd.svg` redraws the README's).
+//! temporary directory, whose path it prints; `--out docs/herd.svg` redraws the guide's).
 //!
 //! Conventions (also printed by `--help` and at the top of the output):
 //!
@@ -158,7 +158,7 @@ impl Default for Config {
             window: Duration::from_millis(100),
             seed: 1,
             duration: Duration::from_secs(300),
-            // Not the README's picture: a run with other flags must not redraw it by accident.
+            // Not the guide's picture: a run with other flags must not redraw it by accident.
             out: std::env::temp_dir().join("retry-core-herd.svg"),
             retry_after_date: false,
             base_given: false,

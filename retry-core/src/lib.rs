@@ -280,7 +280,7 @@ pub use retry_macros::retryable;
 /// Above `#[retryable]` it claims once and retries inside the claim (then `#[retryable]` needs
 /// `deadline` and `attempt_timeout`, and `lease` must be longer than both together); below it,
 /// every attempt claims anew, and `on_err` must be written (a kept failure makes the retries
-/// replay it; see the README's table of what frees a key).
+/// replay it; see the table of what frees a key in docs/idempotency.md).
 #[cfg(feature = "idempotency")]
 #[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
 pub use retry_macros::idempotent;

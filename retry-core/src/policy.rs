@@ -24,7 +24,7 @@ pub enum Jitter {
     None,
     /// Uniform in `[0, d]`. The default: it spreads a herd the widest and drains it first. (With
     /// an outage and an attempt limit, `Equal` can send slightly fewer requests in all; see the
-    /// README's thundering-herd figures.)
+    /// thundering-herd figures in docs/herd.md.)
     #[default]
     Full,
     /// Uniform in `[d/2, d]`: the common `random(d × 0.5, d)`, never much shorter than `d`.

@@ -192,7 +192,7 @@
 //! The request body is buffered to fingerprint it: at most [`DEFAULT_MAX_BODY_BYTES`] unless
 //! [`max_body_bytes`](IdempotencyLayer::max_body_bytes) says otherwise; a larger one gets `413`
 //! (at once when `Content-Length` says so) and nothing runs. The layer puts no time limit on
-//! that read: put a timeout outside it (tower-http's `TimeoutLayer`, as the README shows), so a
+//! that read: put a timeout outside it (tower-http's `TimeoutLayer`, as docs/idempotency-http.md shows), so a
 //! client that trickles its body cannot hold a connection and its buffer for ever. The key is
 //! claimed only once the body is read, so a request cut off before then leaves nothing behind. The response is buffered to store
 //! it, up to the store's [`Limits::max_response_bytes`](crate::idempotency::Limits). A larger
