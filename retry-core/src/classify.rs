@@ -149,11 +149,11 @@ impl Classify for io::Error {
 ///
 /// Functions with `attempt_timeout` need `E: From<Elapsed>`. A timed-out attempt is retryable,
 /// unless the timeout cut off a request that may take effect twice: a POST or PATCH sent with
-/// [`send_checked`](crate::reqwest::RequestBuilderExt::send_checked) without `Idempotency-Key`
+/// [`send_checked`] without `Idempotency-Key`
 /// may have reached the server, so the attempt is not sent again ([`Elapsed::unsafe_request`]
 /// names its method and the classification is [`Decision::Stop`]), as `send_checked` decides
 /// for reqwest's own timeouts. Classify the error through its `Elapsed` (a
-/// `#[classify(delegate)]` variant, `io::Error`, or [`HttpError`](crate::reqwest::HttpError))
+/// `#[classify(delegate)]` variant, `io::Error`, or [`HttpError`])
 /// to keep that rule.
 ///
 /// ```
@@ -165,6 +165,19 @@ impl Classify for io::Error {
 /// assert_eq!(e.classify(), Decision::Retry);
 /// assert_eq!(e.unsafe_request(), None);
 /// ```
+#[cfg_attr(
+    not(feature = "reqwest"),
+    doc = "[`send_checked`]: https://docs.rs/retry-core/latest/retry_core/reqwest/trait.RequestBuilderExt.html#tymethod.send_checked"
+)]
+#[cfg_attr(
+    not(feature = "reqwest"),
+    doc = "[`HttpError`]: https://docs.rs/retry-core/latest/retry_core/reqwest/struct.HttpError.html"
+)]
+#[cfg_attr(
+    feature = "reqwest",
+    doc = "[`send_checked`]: crate::reqwest::RequestBuilderExt::send_checked"
+)]
+#[cfg_attr(feature = "reqwest", doc = "[`HttpError`]: crate::reqwest::HttpError")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Elapsed {
     limit: Duration,

@@ -23,8 +23,14 @@
 //! );
 //! ```
 //!
-//! With feature `serde`, [`serde`](mod@self::serde) reads and writes a `Duration` field of your
+//! With feature `serde`, [`serde`][duration-serde] reads and writes a `Duration` field of your
 //! own configuration the same way.
+#![doc = ""]
+#![cfg_attr(feature = "serde", doc = "[duration-serde]: mod@self::serde")]
+#![cfg_attr(
+    not(feature = "serde"),
+    doc = "[duration-serde]: https://docs.rs/retry-core/latest/retry_core/duration/serde/index.html"
+)]
 
 pub use retry_duration::{DurationError, Formatted, format, parse};
 

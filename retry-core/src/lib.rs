@@ -11,7 +11,7 @@
 //! - A call that gives up is parked in a dead-letter queue ([`dlq`]: JSONL file, SQLite or
 //!   PostgreSQL) with what a person needs later, and can be redriven safely
 //!   ([`dlq::Redrive`]).
-//! - [`#[idempotent]`](idempotent) receivers (and [`tower::IdempotencyLayer`] for HTTP servers)
+//! - [`#[idempotent]`][attr-idempotent] receivers (and [`tower::IdempotencyLayer`] for HTTP servers)
 //!   answer a duplicate with the first stored response instead of a second side effect. A key
 //!   is freed for a second run only when the library knows the first run's effect did not
 //!   happen.
@@ -56,12 +56,12 @@
 //! }
 //! ```
 //!
-//! Next: [`#[idempotent]`](idempotent) on the receiving side, `dlq(..)` on `#[retryable]` for
+//! Next: [`#[idempotent]`][attr-idempotent] on the receiving side, `dlq(..)` on `#[retryable]` for
 //! what gives up, [`http`], [`reqwest`] and [`tower`] for HTTP clients and servers
 //! ([`tower::RetryLayer`] and [`reqwest_middleware`] wrap a client you already have), [`tonic`]
-//! for gRPC. The
-//! repository's README walks through each with complete examples, and `RELIABILITY.md` lists
-//! the failures the tests inject and what each one costs.
+//! for gRPC. The README and the guide under `docs/` in the source repository walk through each
+//! with complete examples, and `RELIABILITY.md` lists the failures the tests inject and what each
+//! one costs.
 //!
 //! # Features
 //!
@@ -71,8 +71,8 @@
 //!
 //! | feature | gives | for |
 //! | --- | --- | --- |
-//! | `idempotency` (default) | `#[idempotent]`, the [`idempotency`](crate::idempotency) module, `MemoryStore` | `serde` 1, `sha2` 0.11 |
-//! | `dlq` (default) | `dlq(..)` on `#[retryable]`, the [`dlq`](crate::dlq) module (`MemoryDeadLetters`, `JsonlSink`, redrive; implies `idempotency`) | `serde_json` 1, `jiff` 1 |
+//! | `idempotency` (default) | `#[idempotent]`, the [`idempotency`] module, `MemoryStore` | `serde` 1, `sha2` 0.11 |
+//! | `dlq` (default) | `dlq(..)` on `#[retryable]`, the [`dlq`] module (`MemoryDeadLetters`, `JsonlSink`, redrive; implies `idempotency`) | `serde_json` 1, `jiff` 1 |
 //! | `http` | `Caller-Retries` and `Idempotency-Key` header helpers, HTTP status and `Retry-After` classification | `http` 1.x |
 //! | `reqwest` | `HttpError`, `send_checked`, `.idempotency_key(..)` on `RequestBuilder`, DNS/TLS connect classification (implies `http`) | `reqwest` 0.13 |
 //! | `tower` | `IdempotencyLayer`, the server-side `Caller-Retries` layer, `RetryLayer` for clients (implies `http`) | `tower-service` 0.3, `http-body` 1 (axum 0.8, hyper-util 0.1) |
@@ -84,6 +84,65 @@
 //! | `opentelemetry` | dead letters parked under a current span carry its trace id; `send_checked` and `RetryMiddleware` set `http.request.resend_count` on resends | `opentelemetry` 0.33 (the API) |
 //! | `serde` | `Serialize`/`Deserialize` for the values an application keeps or configures: a [`Policy`] read from configuration, durations as strings (see [`duration`]) | `serde` 1 |
 //! | `test-suite` | the conformance checks every store passes, for authors of their own stores | |
+// Links to items behind features: without the feature, to the published documentation. (A
+// definition must not continue the paragraph or table before it: hence the empty line.)
+#![doc = ""]
+#![cfg_attr(
+    feature = "idempotency",
+    doc = "[attr-idempotent]: macro@crate::idempotent"
+)]
+#![cfg_attr(
+    not(feature = "idempotency"),
+    doc = "[attr-idempotent]: https://docs.rs/retry-core/latest/retry_core/attr.idempotent.html"
+)]
+#![cfg_attr(
+    not(feature = "dlq"),
+    doc = "[`dlq`]: https://docs.rs/retry-core/latest/retry_core/dlq/index.html"
+)]
+#![cfg_attr(
+    not(feature = "dlq"),
+    doc = "[`dlq::Redrive`]: https://docs.rs/retry-core/latest/retry_core/dlq/struct.Redrive.html"
+)]
+#![cfg_attr(
+    not(feature = "dlq"),
+    doc = "[`dlq::DeadLetter`]: https://docs.rs/retry-core/latest/retry_core/dlq/struct.DeadLetter.html"
+)]
+#![cfg_attr(
+    not(feature = "idempotency"),
+    doc = "[`idempotency`]: https://docs.rs/retry-core/latest/retry_core/idempotency/index.html"
+)]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "[`tower::IdempotencyLayer`]: https://docs.rs/retry-core/latest/retry_core/tower/struct.IdempotencyLayer.html"
+)]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "[`tower`]: https://docs.rs/retry-core/latest/retry_core/tower/index.html"
+)]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "[`tower::RetryLayer`]: https://docs.rs/retry-core/latest/retry_core/tower/struct.RetryLayer.html"
+)]
+#![cfg_attr(
+    not(feature = "http"),
+    doc = "[`http`]: https://docs.rs/retry-core/latest/retry_core/http/index.html"
+)]
+#![cfg_attr(
+    not(feature = "reqwest"),
+    doc = "[`reqwest`]: https://docs.rs/retry-core/latest/retry_core/reqwest/index.html"
+)]
+#![cfg_attr(
+    not(feature = "reqwest-middleware"),
+    doc = "[`reqwest_middleware`]: https://docs.rs/retry-core/latest/retry_core/reqwest_middleware/index.html"
+)]
+#![cfg_attr(
+    not(feature = "reqwest-middleware"),
+    doc = "[`reqwest_middleware::RetryMiddleware`]: https://docs.rs/retry-core/latest/retry_core/reqwest_middleware/struct.RetryMiddleware.html"
+)]
+#![cfg_attr(
+    not(feature = "tonic"),
+    doc = "[`tonic`]: https://docs.rs/retry-core/latest/retry_core/tonic/index.html"
+)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
 
@@ -231,6 +290,11 @@ pub use retrying::{Retrying, SingleAttempt};
 /// has: `#[tracing::instrument]`, above or below it, gives one span around all the attempts (the
 /// waits between them included), and on a method of an `#[async_trait]` impl the boxed future is
 /// the retry loop. `tests/editions/shapes.rs` builds every such shape in each edition.
+#[cfg_attr(not(feature = "dlq"), doc = "")]
+#[cfg_attr(
+    not(feature = "dlq"),
+    doc = "[`dlq::DeadLetter`]: https://docs.rs/retry-core/latest/retry_core/dlq/struct.DeadLetter.html"
+)]
 pub use retry_macros::retryable;
 
 /// Makes an `async fn` answer duplicates with its first stored response instead of running

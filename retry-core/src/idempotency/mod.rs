@@ -452,11 +452,19 @@ pub trait TransactionalStore: IdempotencyStore {
         self.begin()
     }
 
+    #[cfg_attr(
+        feature = "tower",
+        doc = "[`IdempotencyLayer`]: crate::tower::IdempotencyLayer"
+    )]
+    #[cfg_attr(
+        not(feature = "tower"),
+        doc = "[`IdempotencyLayer`]: https://docs.rs/retry-core/latest/retry_core/tower/struct.IdempotencyLayer.html"
+    )]
     /// Claims `request.key` inside a new transaction for the handler, so the claim, the
     /// handler's writes and the stored response commit together: **one commit per call**, as a
     /// handler that dedups by hand with `INSERT .. ON CONFLICT` in its own transaction. The
     /// `#[idempotent(transaction = ..)]` flow and the transactional
-    /// [`IdempotencyLayer`](crate::tower::IdempotencyLayer) claim through it.
+    /// [`IdempotencyLayer`] claim through it.
     ///
     /// Answers [`TransactionClaim::Claimed`] with the open transaction, or
     /// [`TransactionClaim::Refused`] with what the key holds (a stored response, a fingerprint
