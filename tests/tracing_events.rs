@@ -136,6 +136,7 @@ fn nested_retries_warn_once_and_give_ups_say_why() {
         ]
     );
     at_info_retries_and_give_ups_name_the_function_and_the_error();
+    events_come_from_the_public_modules_they_are_about();
 }
 
 /// Every WARN and INFO event's fields.
@@ -190,5 +191,89 @@ fn at_info_retries_and_give_ups_name_the_function_and_the_error() {
     assert!(
         give_up.contains("error=\"503 Service Unavailable\""),
         "{give_up}"
+    );
+}
+
+/// The target of every event and span retry-core emits.
+#[derive(Clone, Default)]
+struct Targets(Arc<Mutex<std::collections::BTreeSet<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Targets {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        self.record(event.metadata().target());
+    }
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _: &tracing::span::Id,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        self.record(attrs.metadata().target());
+    }
+}
+
+impl Targets {
+    fn record(&self, target: &str) {
+        if target.starts_with("retry_core") {
+            self.0.lock().unwrap().insert(target.to_owned());
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Refused;
+
+impl retry_core::Classify for Refused {
+    fn classify(&self) -> retry_core::Decision {
+        retry_core::Decision::Retry
+    }
+}
+
+impl From<retry_core::dlq::DlqFailed> for Refused {
+    fn from(_: retry_core::dlq::DlqFailed) -> Self {
+        Refused
+    }
+}
+
+impl From<retry_core::IdempotencyError> for Refused {
+    fn from(_: retry_core::IdempotencyError) -> Self {
+        Refused
+    }
+}
+
+#[retryable(max = 2, base = "1ms", dlq(sink = letters, id = "m-1", original = "m-1"))]
+async fn parked(letters: &retry_core::dlq::MemoryDeadLetters) -> Result<(), Refused> {
+    Err(Refused)
+}
+
+/// A response JSON cannot hold (a map whose keys are not strings): the body runs, its response
+/// is not stored, and the store says so.
+#[retry_core::idempotent(key = n, store = inbox)]
+async fn unstorable(
+    inbox: &retry_core::idempotency::MemoryStore,
+    n: u32,
+) -> Result<std::collections::BTreeMap<(u32, u32), u32>, Refused> {
+    Ok([((n, n), n)].into())
+}
+
+/// Part of the one test above. A filter names the modules a user can find in the docs
+/// (`retry_core=info`, `retry_core::dlq=debug`), never a private file of the crate.
+fn events_come_from_the_public_modules_they_are_about() {
+    let targets = Targets::default();
+    let subscriber = tracing_subscriber::registry().with(targets.clone());
+    tracing::subscriber::with_default(subscriber, || {
+        paused_runtime().block_on(async {
+            assert!(unavailable().await.is_err());
+            let letters = retry_core::dlq::MemoryDeadLetters::new();
+            assert!(parked(&letters).await.is_err());
+            let inbox = retry_core::idempotency::MemoryStore::new();
+            assert!(unstorable(&inbox, 7).await.is_ok());
+        })
+    });
+    let targets: Vec<String> = targets.0.lock().unwrap().iter().cloned().collect();
+    assert_eq!(
+        targets,
+        ["retry_core", "retry_core::dlq", "retry_core::idempotency"],
+        "the retries and the span, the parked letter, the response not stored"
     );
 }

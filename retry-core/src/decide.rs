@@ -334,7 +334,7 @@ impl<'p> State<'p> {
             Ok(wait) => {
                 // At INFO, with the error: a retry is what an operator looks for first when a
                 // dependency is struggling. Only failures pay for the words.
-                if tracing::enabled!(tracing::Level::INFO) {
+                if tracing::enabled!(target: "retry_core", tracing::Level::INFO) {
                     retrying_event(site, self.attempt, decision, classifier.reason(error), wait);
                 }
                 site::retried(site);
@@ -379,7 +379,7 @@ impl<'p> State<'p> {
         // levels are two call sites.
         macro_rules! giving_up {
             ($level:ident) => {
-                tracing::$level!(
+                tracing::$level!(target: "retry_core",
                     function,
                     module = site.module(),
                     attempt = self.attempt,
@@ -465,7 +465,7 @@ fn retrying_event(
     error: Option<String>,
     wait: Duration,
 ) {
-    tracing::info!(
+    tracing::info!(target: "retry_core",
         function = site.function(),
         module = site.module(),
         attempt,
@@ -486,7 +486,7 @@ fn untimed(
     fix: &'static str,
 ) {
     if first_time_at(Warning::Untimed, caller) {
-        tracing::warn!(
+        tracing::warn!(target: "retry_core",
             function = site.function(),
             at = %caller,
             ?timeout,

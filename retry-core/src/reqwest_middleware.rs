@@ -104,7 +104,7 @@ impl RetryMiddleware {
     ) -> Result<Response, Error> {
         // A body that cannot be cloned is read as it is sent: there is nothing to send again.
         let Some(template) = request.try_clone() else {
-            tracing::debug!(
+            tracing::debug!(target: "retry_core::reqwest_middleware",
                 function = self.name,
                 "request body is a stream: sent once, not retried"
             );

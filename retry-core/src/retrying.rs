@@ -272,7 +272,13 @@ fn start(
 /// (drawn now: a nested retry shares its outer call's).
 fn start_span(site: &'static Site) -> Option<(tracing::Span, u64)> {
     let (function, module) = (site.function(), site.module());
-    let span = tracing::debug_span!("retry", function, module, trace_id = tracing::field::Empty);
+    let span = tracing::debug_span!(
+        target: "retry_core",
+        "retry",
+        function,
+        module,
+        trace_id = tracing::field::Empty
+    );
     if span.is_disabled() {
         return None;
     }
@@ -296,14 +302,14 @@ fn nested(
     if quiet || !first_time_at(Warning::Nested, caller) {
         // Asked for by the caller (expected, not a mistake), or already said at this call site:
         // once per call site is news, once per call would flood the log during an outage.
-        tracing::debug!(
+        tracing::debug!(target: "retry_core",
             function,
             outer = outer_function,
             "single attempt: {} retries",
             outer_function,
         );
     } else {
-        tracing::warn!(
+        tracing::warn!(target: "retry_core",
             function,
             outer = outer_function,
             caller = %caller,

@@ -158,7 +158,7 @@ fn pushback(metadata: &MetadataMap) -> Option<Option<Duration>> {
         .and_then(|text| text.trim().parse::<i64>().ok())
         .and_then(|millis| u64::try_from(millis).ok());
     if millis.is_none() {
-        tracing::debug!(value = ?value, "grpc-retry-pushback-ms asks not to retry");
+        tracing::debug!(target: "retry_core::tonic", value = ?value, "grpc-retry-pushback-ms asks not to retry");
     }
     Some(millis.map(Duration::from_millis))
 }

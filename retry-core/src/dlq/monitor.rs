@@ -109,7 +109,7 @@ pub fn spawn_monitor<S: DeadLetterStore + 'static>(
         loop {
             ticks.tick().await;
             if let Err(e) = pending(&*store, name).await {
-                tracing::warn!(queue = name, error = %crate::error_chain(&e), "reading the dead-letter queue failed");
+                tracing::warn!(target: "retry_core::dlq", queue = name, error = %crate::error_chain(&e), "reading the dead-letter queue failed");
             }
         }
     })

@@ -120,7 +120,7 @@ pub async fn park_on_give_up<T, E>(
         _ => FailureClass::System,
     };
     if !classes.parks(class) {
-        tracing::debug!(function = site.function(), %class, "give-up of a class this dlq(..) does not park: returned as it is");
+        tracing::debug!(target: "retry_core::dlq", function = site.function(), %class, "give-up of a class this dlq(..) does not park: returned as it is");
         return result;
     }
     let letter = DeadLetter {
@@ -147,7 +147,7 @@ pub async fn park_on_give_up<T, E>(
         resolved: None,
     };
     if state.collapsed() {
-        tracing::debug!(function = site.function(), msg_id = %letter.msg_id, "single attempt: dead letter left to the outer layer");
+        tracing::debug!(target: "retry_core::dlq", function = site.function(), msg_id = %letter.msg_id, "single attempt: dead letter left to the outer layer");
         let decision = state.last_decision().unwrap_or(crate::Decision::Stop);
         return Err(not_parked(DlqFailed::new(
             letter,
@@ -156,12 +156,12 @@ pub async fn park_on_give_up<T, E>(
     }
     match sink.park_boxed(&letter).await {
         Ok(()) => {
-            tracing::info!(function = site.function(), msg_id = %letter.msg_id, class = %letter.class, "parked a dead letter");
+            tracing::info!(target: "retry_core::dlq", function = site.function(), msg_id = %letter.msg_id, class = %letter.class, "parked a dead letter");
             result
         }
         Err(error) => {
             crate::site::park_failed(site);
-            tracing::error!(function = site.function(), msg_id = %letter.msg_id, error = %crate::error_chain(&error), "dead letter NOT parked");
+            tracing::error!(target: "retry_core::dlq", function = site.function(), msg_id = %letter.msg_id, error = %crate::error_chain(&error), "dead letter NOT parked");
             Err(not_parked(DlqFailed::new(letter, NotParked::Sink(error))))
         }
     }

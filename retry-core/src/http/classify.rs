@@ -120,7 +120,7 @@ pub(crate) fn retry_after(
     match parsed {
         Ok(wait) => Some(wait),
         Err(error) => {
-            tracing::debug!(%status, %error, "ignoring a malformed Retry-After");
+            tracing::debug!(target: "retry_core::http", %status, %error, "ignoring a malformed Retry-After");
             None
         }
     }

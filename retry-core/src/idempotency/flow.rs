@@ -365,7 +365,7 @@ async fn give_up<S: IdempotencyStore + ?Sized>(
 ) {
     if let Err(e) = undo(store, claim, on_err, failure).await {
         // The lease frees the claim later; a resend meanwhile gets `InProgress`.
-        tracing::warn!(function = call.function, key = %call.key, error = %crate::error_chain(&e), "could not settle the claim of a failed call");
+        tracing::warn!(target: "retry_core::idempotency", function = call.function, key = %call.key, error = %crate::error_chain(&e), "could not settle the claim of a failed call");
     }
 }
 
@@ -463,7 +463,7 @@ where
     {
         Ok(()) => Ok(value),
         Err(StoreError::Fenced) => {
-            tracing::error!(function = call.function, key = %call.key, token = claim.token, "claim taken over while the body ran: its writes were rolled back");
+            tracing::error!(target: "retry_core::idempotency", function = call.function, key = %call.key, token = claim.token, "claim taken over while the body ran: its writes were rolled back");
             metrics::fenced(call.function);
             Err(IdempotencyError::Store(StoreError::Fenced).into())
         }
@@ -485,7 +485,7 @@ where
     S: TransactionalStore + ?Sized,
     E: From<IdempotencyError>,
 {
-    tracing::error!(function = call.function, key = %call.key, error = %crate::error_chain(&error), "response cannot be stored: the body's writes were rolled back");
+    tracing::error!(target: "retry_core::idempotency", function = call.function, key = %call.key, error = %crate::error_chain(&error), "response cannot be stored: the body's writes were rolled back");
     roll_back(store, transaction, to_release, call).await;
     Err(error.into())
 }
@@ -501,7 +501,7 @@ async fn roll_back<S: TransactionalStore + ?Sized>(
     call: &Settings,
 ) {
     if let Err(e) = bounded(store, "rollback", store.rollback(transaction)).await {
-        tracing::warn!(function = call.function, key = %call.key, error = %crate::error_chain(&e), "rollback failed; the store rolls back when the connection closes");
+        tracing::warn!(target: "retry_core::idempotency", function = call.function, key = %call.key, error = %crate::error_chain(&e), "rollback failed; the store rolls back when the connection closes");
     }
     if let Some(claim) = to_release {
         give_up(store, claim, call, OnErr::Release, "").await;
@@ -536,11 +536,11 @@ async fn finish<S: IdempotencyStore + ?Sized, T: Serialize>(
     match store_response(store, claim, &response, call.function).await {
         Ok(()) => {}
         Err(StoreError::Fenced) => {
-            tracing::error!(function = call.function, key = %call.key, token = claim.token, "late completion refused: the lease ran out and another call took the key over; both ran the body");
+            tracing::error!(target: "retry_core::idempotency", function = call.function, key = %call.key, token = claim.token, "late completion refused: the lease ran out and another call took the key over; both ran the body");
             metrics::fenced(call.function);
         }
         Err(e) => {
-            tracing::error!(function = call.function, key = %call.key, error = %crate::error_chain(&e), "response not stored: duplicates get InProgress until the lease ends, then run the body again");
+            tracing::error!(target: "retry_core::idempotency", function = call.function, key = %call.key, error = %crate::error_chain(&e), "response not stored: duplicates get InProgress until the lease ends, then run the body again");
             metrics::response_not_stored(call.function);
         }
     }
@@ -555,7 +555,7 @@ async fn keep_unstorable<S: IdempotencyStore + ?Sized>(
     claim: &Claim,
     error: &IdempotencyError,
 ) {
-    tracing::error!(function = call.function, key = %call.key, error = %crate::error_chain(&error), "response not stored: the key is kept failed, so duplicates are refused instead of running the body again");
+    tracing::error!(target: "retry_core::idempotency", function = call.function, key = %call.key, error = %crate::error_chain(&error), "response not stored: the key is kept failed, so duplicates are refused instead of running the body again");
     metrics::response_not_stored(call.function);
     let failure = format!("the response was not stored: {error}");
     give_up(store, claim, call, OnErr::Keep, &failure).await;

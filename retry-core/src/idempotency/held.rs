@@ -178,13 +178,13 @@ async fn renew_while_running<S: IdempotencyStore + ?Sized>(
         match bounded(store, "renew", store.renew(claim, lease)).await {
             Ok(()) => {}
             Err(StoreError::Fenced) => {
-                tracing::error!(function, key = %claim.key, token = claim.token, "lease renewal refused: the claim was taken over while the body ran");
+                tracing::error!(target: "retry_core::idempotency", function, key = %claim.key, token = claim.token, "lease renewal refused: the claim was taken over while the body ran");
                 metrics::renewal_failed(function, true);
                 return;
             }
             Err(e) => {
                 // The next renewal may reach the store; the lease holds until it ends.
-                tracing::warn!(function, key = %claim.key, error = %crate::error_chain(&e), "lease renewal failed; trying again at the next renewal");
+                tracing::warn!(target: "retry_core::idempotency", function, key = %claim.key, error = %crate::error_chain(&e), "lease renewal failed; trying again at the next renewal");
                 metrics::renewal_failed(function, false);
             }
         }
@@ -200,9 +200,9 @@ impl<S: IdempotencyStore + ?Sized> Drop for HeldClaim<'_, S> {
         let released =
             self.in_transaction || (self.transactional && self.store.abandon(claim.clone()));
         if !self.transactional {
-            tracing::warn!(function = self.function, key = %claim.key, lease = ?self.lease, "call dropped while its body ran: its effect is unknown, so the key stays in progress until its lease runs out");
+            tracing::warn!(target: "retry_core::idempotency", function = self.function, key = %claim.key, lease = ?self.lease, "call dropped while its body ran: its effect is unknown, so the key stays in progress until its lease runs out");
         } else if !released {
-            tracing::warn!(function = self.function, key = %claim.key, lease = ?self.lease, "transactional call dropped: rolled back; the store cannot release the claim now, so its lease frees it");
+            tracing::warn!(target: "retry_core::idempotency", function = self.function, key = %claim.key, lease = ?self.lease, "transactional call dropped: rolled back; the store cannot release the claim now, so its lease frees it");
         }
         metrics::abandoned(self.function, released);
     }

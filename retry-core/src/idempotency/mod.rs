@@ -554,7 +554,7 @@ pub trait TransactionalStore: IdempotencyStore {
                     // Nothing ran: the key is free for the resend (its lease frees it if
                     // this release fails too).
                     if let Err(release) = self.release(&claim).await {
-                        tracing::warn!(key = %claim.key, error = %crate::error_chain(&release), "could not release a claim after failing to begin its transaction");
+                        tracing::warn!(target: "retry_core::idempotency", key = %claim.key, error = %crate::error_chain(&release), "could not release a claim after failing to begin its transaction");
                     }
                     Err(e)
                 }

@@ -25,9 +25,11 @@ pub(crate) fn spawn_purger<S: IdempotencyStore + 'static>(
             let Some(store) = store.upgrade() else { break };
             match store.purge_older_than(age).await {
                 Ok(0) => {}
-                Ok(purged) => tracing::debug!(store = %name, purged, "purged idempotency rows"),
+                Ok(purged) => {
+                    tracing::debug!(target: "retry_core::idempotency", store = %name, purged, "purged idempotency rows")
+                }
                 Err(e) => {
-                    tracing::warn!(store = %name, error = %crate::error_chain(&e), "purging idempotency rows failed; trying again next round")
+                    tracing::warn!(target: "retry_core::idempotency", store = %name, error = %crate::error_chain(&e), "purging idempotency rows failed; trying again next round")
                 }
             }
         }

@@ -26,7 +26,7 @@ pub(super) async fn store_response<S: IdempotencyStore + ?Sized>(
             Ok(()) => return Ok(()),
             Err(e) if !timed_out(&e) && !matches!(e, StoreError::Fenced) => match pauses.next() {
                 Some(pause) => {
-                    tracing::warn!(function, key = %claim.key, error = %crate::error_chain(&e), "storing the response failed; trying again");
+                    tracing::warn!(target: "retry_core::idempotency", function, key = %claim.key, error = %crate::error_chain(&e), "storing the response failed; trying again");
                     tokio::time::sleep(*pause).await;
                 }
                 None => return Err(e),

@@ -63,7 +63,7 @@ impl Core {
         }
         self.replace_with(&rendered)?;
         self.index.drop_leases_run_out(now);
-        tracing::info!(
+        tracing::info!(target: "retry_core::dlq",
             path = %self.path.display(),
             before = dead + live,
             after = live,

@@ -192,7 +192,7 @@ fn narrow_permissions(path: &Path, file: &File, metadata: &Metadata) -> Result<(
         if mode & 0o077 != 0 {
             file.set_permissions(std::fs::Permissions::from_mode(0o600))
                 .map_err(|e| io_error("cannot narrow the permissions of", path, &e))?;
-            tracing::warn!(
+            tracing::warn!(target: "retry_core::dlq",
                 path = %path.display(),
                 mode = %format_args!("{mode:03o}"),
                 "the dead-letter file was accessible to others than its owner; narrowed it to 600"
@@ -304,7 +304,7 @@ pub(super) fn same_error(error: &DlqError) -> DlqError {
 /// loss.
 pub(super) fn sync_parent(path: &Path) {
     if let Err(e) = File::open(parent(path)).and_then(|dir| dir.sync_all()) {
-        tracing::warn!(path = %path.display(), error = %crate::error_chain(&e), "could not sync the dead-letter file's directory");
+        tracing::warn!(target: "retry_core::dlq", path = %path.display(), error = %crate::error_chain(&e), "could not sync the dead-letter file's directory");
     }
 }
 

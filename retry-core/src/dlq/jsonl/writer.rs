@@ -255,13 +255,13 @@ impl Core {
             && let Err(e) = core.compact_if_worth_it()
         {
             // The file is whole, only larger than it needs to be.
-            tracing::warn!(path = %core.path.display(), error = %crate::error_chain(&e), "could not compact the dead-letter file");
+            tracing::warn!(target: "retry_core::dlq", path = %core.path.display(), error = %crate::error_chain(&e), "could not compact the dead-letter file");
         }
         drop(locked);
         if access == Access::Read
             && let Some(torn) = &found.torn
         {
-            tracing::warn!(path = %core.path.display(), line = torn.line, "the dead-letter file ends in a torn line (a crash mid-write?)");
+            tracing::warn!(target: "retry_core::dlq", path = %core.path.display(), line = torn.line, "the dead-letter file ends in a torn line (a crash mid-write?)");
         }
         Ok((core, found))
     }
@@ -446,7 +446,7 @@ impl Core {
             Err(e) => {
                 if let Err(cut) = self.cut_back() {
                     self.dirty = Some(self.file.metadata().map_or(u64::MAX, |m| m.len()));
-                    tracing::warn!(
+                    tracing::warn!(target: "retry_core::dlq",
                         path = %self.path.display(),
                         error = %cut,
                         "could not cut a failed write back off the dead-letter file; retrying before the next write"
@@ -485,7 +485,7 @@ impl Core {
     fn reopen(&mut self) -> Result<(), DlqError> {
         let (file, id, created) = file::open(&self.path, self.access)?;
         if created {
-            tracing::warn!(
+            tracing::warn!(target: "retry_core::dlq",
                 path = %self.path.display(),
                 "the dead-letter file was removed while open; started a new one there"
             );
@@ -544,9 +544,9 @@ impl Core {
             let QuarantinedLine { line, why, text } = &bad.line;
             if self.access == Access::Write {
                 file::keep_aside(&self.path, file::QUARANTINE, *line, Some(why), text)?;
-                tracing::warn!(path = %self.path.display(), line, why = %why, kept_in = %quarantine.display(), "an unreadable line of the dead-letter file was moved aside");
+                tracing::warn!(target: "retry_core::dlq", path = %self.path.display(), line, why = %why, kept_in = %quarantine.display(), "an unreadable line of the dead-letter file was moved aside");
             } else {
-                tracing::warn!(path = %self.path.display(), line, why = %why, "an unreadable line of the dead-letter file was skipped (a writer moves it to {})", quarantine.display());
+                tracing::warn!(target: "retry_core::dlq", path = %self.path.display(), line, why = %why, "an unreadable line of the dead-letter file was skipped (a writer moves it to {})", quarantine.display());
             }
         }
         if self.access == Access::Write {
@@ -568,7 +568,7 @@ impl Core {
                     .map_err(|e| io_error("cannot cut a torn line off", &self.path, &e))?;
             }
             if let Some(torn) = &replayed.torn {
-                tracing::warn!(
+                tracing::warn!(target: "retry_core::dlq",
                     path = %self.path.display(),
                     line = torn.line,
                     kept_in = %file::beside(&self.path, file::TORN).display(),

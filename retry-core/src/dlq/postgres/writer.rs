@@ -124,7 +124,7 @@ async fn run(db: Db, mut queue: mpsc::Receiver<Job>) {
             }
         };
         let failed = answers.iter().filter(|a| a.is_err()).count();
-        tracing::trace!(server = %db.server, letters = jobs.len(), failed, "dead-letter group written");
+        tracing::trace!(target: "retry_core::dlq", server = %db.server, letters = jobs.len(), failed, "dead-letter group written");
         for (job, answer) in jobs.into_iter().zip(answers) {
             // A caller that stopped waiting is not told; its letter was written all the same.
             let _ = job.reply.send(answer);
@@ -171,7 +171,7 @@ async fn write(db: &Db, connection: &mut Option<Object>, jobs: &[Job]) -> Vec<An
         Ok(()) => {}
         Err(Fail::Sql(e)) if is_letter_error(&e) && ids.len() > 1 => {
             // One letter the server refuses must not fail the others: each `msg_id` alone.
-            tracing::debug!(server = %db.server, error = %crate::error_chain(&e), "a dead-letter group was refused; writing its letters one by one");
+            tracing::debug!(target: "retry_core::dlq", server = %db.server, error = %crate::error_chain(&e), "a dead-letter group was refused; writing its letters one by one");
             for one in &ids {
                 if let Err(e) =
                     write_ids(db, client, jobs, std::slice::from_ref(one), &mut answers).await

@@ -112,7 +112,7 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
             record: run.record,
             letters: run.letters,
         };
-        tracing::info!(
+        tracing::info!(target: "retry_core::dlq",
             run_id = %report.record.run_id,
             who = %report.record.who,
             filter = %report.record.filter,
@@ -159,10 +159,10 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
                 {
                     Ok(Some(_)) => {}
                     Ok(None) => {
-                        tracing::warn!(run_id = %run.record.run_id, %msg_id, "redrive lost its lease while sending: another run may send the letter too");
+                        tracing::warn!(target: "retry_core::dlq", run_id = %run.record.run_id, %msg_id, "redrive lost its lease while sending: another run may send the letter too");
                     }
                     Err(error) => {
-                        tracing::warn!(run_id = %run.record.run_id, %msg_id, error = %error_chain(&error), "redrive could not renew its lease while sending");
+                        tracing::warn!(target: "retry_core::dlq", run_id = %run.record.run_id, %msg_id, error = %error_chain(&error), "redrive could not renew its lease while sending");
                     }
                 },
             }
@@ -205,7 +205,7 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
             Ok(false) => {
                 // Resolved by hand meanwhile, or the lease ran out and another run has it: the
                 // effect happened once here, and the receiver answers any resend from its store.
-                tracing::warn!(run_id = %run.record.run_id, %msg_id, "redriven, but the letter was no longer this run's to resolve");
+                tracing::warn!(target: "retry_core::dlq", run_id = %run.record.run_id, %msg_id, "redriven, but the letter was no longer this run's to resolve");
             }
             Err(e) => {
                 // The effect happened and the letter is still pending: a later redrive is
@@ -235,7 +235,7 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
         {
             Ok(true) => {}
             Ok(false) => {
-                tracing::warn!(run_id = %run.record.run_id, %msg_id, "failed again, but the letter was no longer this run's to put back");
+                tracing::warn!(target: "retry_core::dlq", run_id = %run.record.run_id, %msg_id, "failed again, but the letter was no longer this run's to put back");
             }
             Err(e) => {
                 // The letter as it was stays pending (leased until it runs out): nothing is
@@ -286,7 +286,7 @@ impl Run {
     }
 
     fn stop(&mut self, why: String) {
-        tracing::warn!(run_id = %self.record.run_id, "redrive stopped: {why}");
+        tracing::warn!(target: "retry_core::dlq", run_id = %self.record.run_id, "redrive stopped: {why}");
         self.record.stopped = Some(why);
     }
 }

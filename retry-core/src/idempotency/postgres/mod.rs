@@ -504,13 +504,13 @@ impl IdempotencyStore for PgStore {
             let token = claim.token;
             match claim::settle(&db, RELEASE, "released", &claim, &[]).await {
                 Ok(()) => {
-                    tracing::debug!(server = %db.server, key = %claim.key, token, "released an abandoned claim");
+                    tracing::debug!(target: "retry_core::idempotency", server = %db.server, key = %claim.key, token, "released an abandoned claim");
                 }
                 Err(StoreError::Fenced) => {
-                    tracing::debug!(server = %db.server, token, "abandoned claim was already taken over");
+                    tracing::debug!(target: "retry_core::idempotency", server = %db.server, token, "abandoned claim was already taken over");
                 }
                 Err(e) => {
-                    tracing::warn!(server = %db.server, token, error = %crate::error_chain(&e), "could not release an abandoned claim; its lease will free it");
+                    tracing::warn!(target: "retry_core::idempotency", server = %db.server, token, error = %crate::error_chain(&e), "could not release an abandoned claim; its lease will free it");
                 }
             }
         });

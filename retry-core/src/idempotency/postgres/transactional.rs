@@ -214,7 +214,7 @@ impl PgTransaction {
                 Err(e) => Err(e),
             };
             if let Err(e) = unlocked {
-                tracing::debug!(server = %self.server, error = %crate::error_chain(&e), "could not give back a key's lock; closing the connection");
+                tracing::debug!(target: "retry_core::idempotency", server = %self.server, error = %crate::error_chain(&e), "could not give back a key's lock; closing the connection");
                 return;
             }
         }
@@ -228,7 +228,7 @@ impl Drop for PgTransaction {
             // Never pooled again: closing it (the client's connection task is aborted when the
             // wrapper drops) makes the server roll the transaction back.
             drop(Object::take(conn));
-            tracing::debug!(server = %self.server, "a transaction ended without commit or rollback; its connection was closed");
+            tracing::debug!(target: "retry_core::idempotency", server = %self.server, "a transaction ended without commit or rollback; its connection was closed");
         }
     }
 }
@@ -537,7 +537,7 @@ impl TransactionalStore for PgStore {
         match committed {
             Some(Ok(())) => tx.give_back().await,
             Some(Err(e)) => {
-                tracing::debug!(server = %self.db.server, error = %crate::error_chain(&e), "the COMMIT after a refused commit_done failed; closing the connection");
+                tracing::debug!(target: "retry_core::idempotency", server = %self.db.server, error = %crate::error_chain(&e), "the COMMIT after a refused commit_done failed; closing the connection");
                 drop(tx);
             }
             None => drop(tx),

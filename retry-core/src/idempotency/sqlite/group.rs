@@ -269,7 +269,7 @@ async fn commit_in_turn(shared: Arc<Shared>, pool: Arc<Pool>) {
     if let Err(e) = committed {
         // The blocking task failed before its `COMMIT`: the transaction was dropped, rolled back,
         // and the members were told (their wait ends with the sender).
-        tracing::warn!(path = %path.display(), error = %crate::error_chain(&e), "committing a shared transaction failed");
+        tracing::warn!(target: "retry_core::idempotency", path = %path.display(), error = %crate::error_chain(&e), "committing a shared transaction failed");
     }
     drop(writer);
 }
@@ -340,7 +340,7 @@ pub(super) fn roll_back_in_place(conn: &PooledConnection) {
         return;
     }
     if let Err(e) = c.execute_batch("ROLLBACK") {
-        tracing::warn!(path = %conn.pool().path.display(), error = %crate::error_chain(&e), "rolling back a transaction failed; closing its connection instead");
+        tracing::warn!(target: "retry_core::idempotency", path = %conn.pool().path.display(), error = %crate::error_chain(&e), "rolling back a transaction failed; closing its connection instead");
     }
 }
 
@@ -405,7 +405,7 @@ impl TxConnection {
             return;
         }
         if let Err(e) = c.execute_batch(ROLLBACK_TO_SAVEPOINT) {
-            tracing::warn!(path = %conn.pool().path.display(), error = %crate::error_chain(&e), "rolling back to a member's savepoint failed; rolling back the shared transaction");
+            tracing::warn!(target: "retry_core::idempotency", path = %conn.pool().path.display(), error = %crate::error_chain(&e), "rolling back to a member's savepoint failed; rolling back the shared transaction");
             roll_back_in_place(conn);
         }
     }

@@ -599,12 +599,12 @@ impl IdempotencyStore for SqliteStore {
                 .run(move |conn| guarded(conn, RELEASE, params![key, token]).map(|()| key))
                 .await;
             match released {
-                Ok(key) => tracing::debug!(path = %path.display(), %key, token, "released an abandoned claim"),
+                Ok(key) => tracing::debug!(target: "retry_core::idempotency", path = %path.display(), %key, token, "released an abandoned claim"),
                 Err(StoreError::Fenced) => {
-                    tracing::debug!(path = %path.display(), token, "abandoned claim was already taken over")
+                    tracing::debug!(target: "retry_core::idempotency", path = %path.display(), token, "abandoned claim was already taken over")
                 }
                 Err(e) => {
-                    tracing::warn!(path = %path.display(), token, error = %crate::error_chain(&e), "could not release an abandoned claim; its lease will free it")
+                    tracing::warn!(target: "retry_core::idempotency", path = %path.display(), token, error = %crate::error_chain(&e), "could not release an abandoned claim; its lease will free it")
                 }
             }
         });

@@ -283,7 +283,7 @@ pub(super) fn decide(
             // is still in progress its transaction ended without committing (rolled back, its
             // process gone): nothing of it happened, the key is free now.
             if row.in_transaction {
-                tracing::info!(
+                tracing::info!(target: "retry_core::idempotency",
                     key,
                     "the transaction that held this key ended without committing: the key is claimed again at once"
                 );

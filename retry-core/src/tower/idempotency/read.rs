@@ -26,7 +26,7 @@ where
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<LengthLimitError>() => Err(Problem::BodyTooLarge { max }),
         Err(e) => {
-            tracing::debug!(function, error = %crate::error_chain(&*e), "request body could not be read");
+            tracing::debug!(target: "retry_core::tower", function, error = %crate::error_chain(&*e), "request body could not be read");
             Err(Problem::BodyUnreadable)
         }
     }

@@ -20,7 +20,7 @@ pub(super) fn replay(
     let (mut parts, body) = match decode_stored(stored) {
         Ok(decoded) => decoded.into_parts(),
         Err(e) => {
-            tracing::error!(function, error = %e, "stored response cannot be read");
+            tracing::error!(target: "retry_core::tower", function, error = %e, "stored response cannot be read");
             return Problem::StoredUnreadable.response();
         }
     };

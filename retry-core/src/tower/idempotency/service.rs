@@ -171,7 +171,7 @@ impl<St: IdempotencyStore + 'static, M: Mode<St>> IdempotencyLayer<St, M> {
         match detached(M::claim_and_run(self, inner, call, parts, body)).await {
             Ok(answer) => answer,
             Err(e) => {
-                tracing::error!(function, error = %crate::error_chain(&e), "the task running an idempotent request was interrupted; its key stays in progress until its lease ends");
+                tracing::error!(target: "retry_core::tower", function, error = %crate::error_chain(&e), "the task running an idempotent request was interrupted; its key stays in progress until its lease ends");
                 Ok(Problem::Interrupted.response())
             }
         }
@@ -226,7 +226,7 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
         }
         let shortest = encode_namespaced_key(&self.namespace, scope, "k").len();
         if let Some(scope) = scope.filter(|_| shortest > max) {
-            tracing::warn!(
+            tracing::warn!(target: "retry_core::tower",
                 function = self.name,
                 scope_bytes = scope.len(),
                 max,
@@ -280,11 +280,11 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
             IdempotencyError::PreviouslyFailed(failure) => Problem::kept_failure(&failure),
             IdempotencyError::KeyTooLong { len, max } => Problem::KeyTooLong { len, max },
             IdempotencyError::Store(e) => {
-                tracing::warn!(function = self.name, method = %parts.method, path = parts.uri.path(), error = %crate::error_chain(&e), "idempotency store unavailable: request refused (fail closed)");
+                tracing::warn!(target: "retry_core::tower", function = self.name, method = %parts.method, path = parts.uri.path(), error = %crate::error_chain(&e), "idempotency store unavailable: request refused (fail closed)");
                 Problem::StoreUnavailable
             }
             other => {
-                tracing::error!(function = self.name, error = %crate::error_chain(&other), "idempotency claim failed");
+                tracing::error!(target: "retry_core::tower", function = self.name, error = %crate::error_chain(&other), "idempotency claim failed");
                 Problem::StoredUnreadable
             }
         };

@@ -35,7 +35,7 @@ where
                         Ok(json) if json.len() <= max => complete(held, &json, function).await,
                         Ok(json) => not_kept(held, json.len(), max, function).await,
                         Err(e) => {
-                            tracing::error!(function, error = %crate::error_chain(&e), "response cannot be serialised");
+                            tracing::error!(target: "retry_core::tower", function, error = %crate::error_chain(&e), "response cannot be serialised");
                             not_kept(held, data.len(), max, function).await;
                         }
                     }
@@ -61,7 +61,7 @@ where
             Err(e)
         }
         Ran::Panicked(message) => {
-            tracing::error!(function, panic = %message, "the handler panicked");
+            tracing::error!(target: "retry_core::tower", function, panic = %message, "the handler panicked");
             keep_failed(held, &format!("the handler panicked: {message}"), function).await;
             Ok(Problem::OutcomeUnknown.response())
         }
@@ -76,14 +76,14 @@ async fn complete<St: IdempotencyStore + ?Sized>(
     match held.complete(json).await {
         Ok(()) => {}
         Err(StoreError::Fenced) => {
-            tracing::error!(
+            tracing::error!(target: "retry_core::tower",
                 function,
                 "late completion refused: the lease ran out while the handler ran and a resend took the key over; set a longer lease"
             );
             metrics::fenced(function);
         }
         Err(e) => {
-            tracing::warn!(function, error = %crate::error_chain(&e), "response not stored: resends get 409 until the lease ends, then run again");
+            tracing::warn!(target: "retry_core::tower", function, error = %crate::error_chain(&e), "response not stored: resends get 409 until the lease ends, then run again");
             metrics::response_not_stored(function);
         }
     }
@@ -97,7 +97,7 @@ async fn not_kept<St: IdempotencyStore + ?Sized>(
     max: usize,
     function: &'static str,
 ) {
-    tracing::warn!(
+    tracing::warn!(target: "retry_core::tower",
         function,
         len,
         max,
@@ -115,13 +115,13 @@ async fn keep_failed<St: IdempotencyStore + ?Sized>(
     failure: &str,
     function: &'static str,
 ) {
-    tracing::warn!(
+    tracing::warn!(target: "retry_core::tower",
         function,
         failure,
         "idempotency key kept failed: resends are refused, never run again"
     );
     if let Err(e) = held.fail(OnErr::Keep, failure).await {
-        tracing::warn!(function, error = %crate::error_chain(&e), "could not mark the key failed; resends get 409 until the lease ends, then run again");
+        tracing::warn!(target: "retry_core::tower", function, error = %crate::error_chain(&e), "could not mark the key failed; resends get 409 until the lease ends, then run again");
     }
 }
 
@@ -131,8 +131,8 @@ pub(super) async fn release<St: IdempotencyStore + ?Sized>(
     function: &'static str,
     why: &'static str,
 ) {
-    tracing::debug!(function, why, "idempotency claim released");
+    tracing::debug!(target: "retry_core::tower", function, why, "idempotency claim released");
     if let Err(e) = held.fail(OnErr::Release, "").await {
-        tracing::warn!(function, error = %crate::error_chain(&e), "could not release the claim; resends get 409 until the lease ends");
+        tracing::warn!(target: "retry_core::tower", function, error = %crate::error_chain(&e), "could not release the claim; resends get 409 until the lease ends");
     }
 }

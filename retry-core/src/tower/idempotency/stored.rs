@@ -68,7 +68,7 @@ pub(super) fn stored(
         match std::str::from_utf8(value.as_bytes()) {
             Ok(text) => headers.push((name.as_str().to_owned(), text.to_owned())),
             Err(_) => {
-                tracing::warn!(function, header = %name, "a header value that is not UTF-8 is not stored");
+                tracing::warn!(target: "retry_core::tower", function, header = %name, "a header value that is not UTF-8 is not stored");
             }
         }
     }

@@ -232,7 +232,7 @@ impl Finished<'_> {
             Taken::Open(transaction) => (Some(transaction), verdict(ran, function)),
             Taken::NotBegun => (None, verdict(ran, function)),
             Taken::Lent => {
-                tracing::error!(
+                tracing::error!(target: "retry_core::tower",
                     function,
                     "the handler answered while a TransactionGuard was still alive: its transaction cannot be committed and rolls back when the guard is dropped"
                 );
@@ -292,7 +292,7 @@ impl Finished<'_> {
                 )
                 .await;
                 debug_assert!(rolled_back.is_err());
-                tracing::debug!(function, key = %self.call.key, "transactional request failed: rolled back, key released");
+                tracing::debug!(target: "retry_core::tower", function, key = %self.call.key, "transactional request failed: rolled back, key released");
                 answer
             }
             (Verdict::RollBack(answer), None) => {
@@ -330,14 +330,14 @@ fn verdict<E>(ran: Ran<E>, function: &'static str) -> Verdict<E> {
                     Resumed::new(prefix, Some(rest), None)
                 }
                 Buffered::TooLarge { .. } => {
-                    tracing::error!(
+                    tracing::error!(target: "retry_core::tower",
                         function,
                         "response larger than the store keeps: the handler's transaction was rolled back"
                     );
                     return Verdict::RollBack(Ok(Problem::RolledBack.response()));
                 }
                 Buffered::Failed { error, .. } => {
-                    tracing::warn!(function, error = %crate::error_chain(&*error), "the response body failed while it was read: the handler's transaction was rolled back");
+                    tracing::warn!(target: "retry_core::tower", function, error = %crate::error_chain(&*error), "the response body failed while it was read: the handler's transaction was rolled back");
                     return Verdict::RollBack(Ok(Problem::RolledBack.response()));
                 }
             };
@@ -346,7 +346,7 @@ fn verdict<E>(ran: Ran<E>, function: &'static str) -> Verdict<E> {
         Ran::NotApplied(response, _) => Verdict::RollBack(Ok(response)),
         Ran::Failed(e) => Verdict::RollBack(Err(e)),
         Ran::Panicked(message) => {
-            tracing::error!(function, panic = %message, "the handler panicked: its transaction was rolled back");
+            tracing::error!(target: "retry_core::tower", function, panic = %message, "the handler panicked: its transaction was rolled back");
             Verdict::RollBack(Ok(Problem::RolledBack.response()))
         }
     }

@@ -300,7 +300,7 @@ impl Settings {
                 self.retry(ready, &parts, &data, trailers.as_ref()).await
             }
             Buffered::TooLarge { prefix, rest } => {
-                tracing::debug!(
+                tracing::debug!(target: "retry_core::tower",
                     function = self.name,
                     limit = self.body_limit,
                     "request body over the limit: sent once, not retried"

@@ -642,7 +642,7 @@ async fn decide(
                 if !gone {
                     return Ok(ClaimOutcome::InProgress);
                 }
-                tracing::info!(
+                tracing::info!(target: "retry_core::idempotency",
                     key,
                     "the transaction that held this key ended without committing: the key is claimed again at once"
                 );
