@@ -190,8 +190,9 @@ impl Current {
 }
 
 thread_local_cell! {
-    /// The frame of the retry being polled on this thread. Set by [`enter`] and restored when
-    /// its guard drops, which writes what changed back to the frame.
+    /// The frame of the retry being polled on this thread. Set by [`enter_alone`] and cleared
+    /// when its guard drops, which reads what changed back into the call's frame; [`leave`]
+    /// sets a frame aside around another entered alone, and puts it back.
     static CURRENT: Current = Current::new();
 }
 
