@@ -160,8 +160,9 @@ impl<F: Future> Future for Retrying<F> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.as_mut().project();
         match *this.stage {
-            // The one layer that retries, with no span: the only stage polled inline.
-            Stage::Outermost => {}
+            // The one layer that retries, with no span: the only stage polled inline. No retry
+            // is being polled around it, unless it was first polled elsewhere.
+            Stage::Outermost if !scope::is_active() => {}
             // The common first poll: no single attempt was asked for, no retry is running
             // here, and nobody listens at debug level.
             Stage::NotStarted { single: false, .. }
@@ -175,7 +176,7 @@ impl<F: Future> Future for Retrying<F> {
             // keeps its locals in registers.
             _ => return self.poll_prepared(cx),
         }
-        let entered = scope::enter(this.frame);
+        let entered = scope::enter_alone(this.frame);
         let poll = this.inner.poll(cx);
         if poll.is_ready() {
             *this.stage = Stage::Done;
@@ -186,10 +187,11 @@ impl<F: Future> Future for Retrying<F> {
 }
 
 impl<F: Future> Retrying<F> {
-    /// A poll of any stage but `Outermost` (and the first poll that does not lead there): the
-    /// first poll's decision (see [`start`]), a single attempt's frame and the span, around a
-    /// poll of the common path with the stage `Outermost` for its length. The inner future is
-    /// polled in one place only, so the compiler can inline it there.
+    /// A poll of any stage but `Outermost` (and the first poll that does not lead there, and an
+    /// `Outermost` call polled inside another retry): the first poll's decision (see
+    /// [`start`]), a single attempt's frame and the span, around a poll of the common path
+    /// with the stage `Outermost` and the retry around it, if any, left for its length. The
+    /// inner future is polled in one place only, so the compiler can inline it there.
     #[inline(never)]
     fn poll_prepared(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.as_mut().project();
@@ -199,7 +201,9 @@ impl<F: Future> Retrying<F> {
         // panic, the unwinding drops it here, and the call's drop finds `None`.
         let span = this.span.take();
         let entered = span.as_deref().map(tracing::Span::enter);
+        let left = scope::leave();
         let poll = self.as_mut().poll(cx);
+        left.rejoin(self.frame.trace_id());
         drop(entered);
         let this = self.project();
         match poll.is_ready() {

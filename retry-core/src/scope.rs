@@ -132,16 +132,74 @@ pub(crate) fn current_trace_id() -> u64 {
     update_current(|frame| frame.map_or_else(new_trace_id, Frame::trace_id_or_draw))
 }
 
+/// The frame of the retry being polled on this thread, one cell a field, so a poll reads and
+/// writes only the fields it needs: entering a frame checks `outer` and writes the frame,
+/// leaving it reads the trace id (and the attempt, where it is kept) back and clears `outer`.
+/// The other fields mean nothing while `outer` is `None`.
+struct Current {
+    /// The retrying function of the frame: `None` outside any retry.
+    outer: Cell<Option<&'static Site>>,
+    single: Cell<bool>,
+    quiet: Cell<bool>,
+    trace_id: Cell<u64>,
+    attempt: Cell<u32>,
+}
+
+impl Current {
+    const fn new() -> Current {
+        Current {
+            outer: Cell::new(None),
+            single: Cell::new(false),
+            quiet: Cell::new(false),
+            trace_id: Cell::new(0),
+            attempt: Cell::new(0),
+        }
+    }
+
+    /// The current frame, if any.
+    #[inline]
+    fn get(&self) -> Option<Frame> {
+        let outer = self.outer.get()?;
+        Some(Frame {
+            outer,
+            single: self.single.get(),
+            quiet: self.quiet.get(),
+            trace_id: self.trace_id.get(),
+            attempt: self.attempt.get(),
+        })
+    }
+
+    /// Makes `frame` current; `None`: no frame.
+    #[inline]
+    fn set(&self, frame: Option<Frame>) {
+        match frame {
+            Some(frame) => self.set_frame(&frame),
+            None => self.outer.set(None),
+        }
+    }
+
+    /// Makes `frame` current.
+    #[inline]
+    fn set_frame(&self, frame: &Frame) {
+        self.outer.set(Some(frame.outer));
+        self.single.set(frame.single);
+        self.quiet.set(frame.quiet);
+        self.trace_id.set(frame.trace_id);
+        self.attempt.set(frame.attempt);
+    }
+}
+
 thread_local_cell! {
-    /// A copy of the frame of the retry being polled on this thread: `None` outside any. Set
-    /// by [`enter`] and restored when its guard drops, which writes the copy back to the frame.
-    static CURRENT: Cell<Option<Frame>> = Cell::new(None);
+    /// The frame of the retry being polled on this thread. Set by [`enter_alone`] and cleared
+    /// when its guard drops, which reads what changed back into the call's frame; [`leave`]
+    /// sets a frame aside around another entered alone, and puts it back.
+    static CURRENT: Current = Current::new();
 }
 
 /// Runs `f` with the frame of the retry being polled on this thread, if any.
 #[inline]
 pub(crate) fn with_current<R>(f: impl FnOnce(Option<&Frame>) -> R) -> R {
-    f(CURRENT.with(Cell::get).as_ref())
+    f(CURRENT.with(Current::get).as_ref())
 }
 
 /// Runs `f` with the frame of the retry being polled on this thread, if any, keeping what `f`
@@ -159,43 +217,40 @@ fn update_current<R>(f: impl FnOnce(Option<&mut Frame>) -> R) -> R {
 /// `.single_attempt()`).
 #[inline]
 pub(crate) fn single_attempt_here() -> bool {
-    with_current(|frame| frame.is_some_and(|frame| frame.single))
+    CURRENT.with(|current| current.outer.get().is_some() && current.single.get())
 }
 
-/// Makes `frame` current until the guard drops, then restores the previous one (also on
-/// panic), writing back to `frame` the trace id drawn meanwhile (and the attempt, where it is
-/// kept), and passing that trace id on to the previous frame.
+/// Makes `frame` current on a thread where no frame is (the caller has checked
+/// [`is_active`], or hidden the current one with [`leave`]) until the guard drops, which writes
+/// back to `frame` the trace id drawn meanwhile (and the attempt, where it is kept) and leaves
+/// no frame current. The poll of a call that retries: all it touches is the frame's fields.
 #[inline]
-pub(crate) fn enter(frame: &mut Frame) -> Entered<'_> {
-    let previous = CURRENT.with(|c| c.replace(Some(*frame)));
-    Entered { frame, previous }
+pub(crate) fn enter_alone(frame: &mut Frame) -> Alone<'_> {
+    CURRENT.with(|current| {
+        debug_assert!(current.outer.get().is_none(), "entered over another frame");
+        current.set_frame(frame);
+    });
+    Alone { frame }
 }
 
-/// See [`enter`].
-pub(crate) struct Entered<'a> {
+/// See [`enter_alone`].
+pub(crate) struct Alone<'a> {
     frame: &'a mut Frame,
-    previous: Option<Frame>,
 }
 
-impl Drop for Entered<'_> {
+impl Drop for Alone<'_> {
+    /// Takes back what code inside set in the frame, and leaves no frame current.
     #[inline]
     fn drop(&mut self) {
-        // Guards drop in the reverse order of entry, so the copy current now is this frame's:
-        // what code inside may have set in it is its trace id and its attempt.
-        if let Some(left) = CURRENT.with(|c| c.replace(self.previous)) {
-            self.frame.trace_id = left.trace_id;
-            self.frame.attempt = left.attempt;
-        }
-        // A trace id drawn inside the frame being left belongs to the same logical call as the
-        // previous frame (every nested frame is derived from its outer one), so an outer frame
-        // without one adopts it. Outside any retry (the common case) there is none.
-        if self.previous.is_some() {
-            adopt_trace_id(self.frame.trace_id);
-        }
+        CURRENT.with(|current| {
+            self.frame.trace_id = current.trace_id.get();
+            self.frame.attempt = current.attempt.get();
+            current.outer.set(None);
+        });
     }
 }
 
-/// See [`Entered`]'s drop: the frame current again takes `id` if it has none.
+/// See [`Left::rejoin`]: the frame current again takes `id` if it has none.
 #[cold]
 #[inline(never)]
 fn adopt_trace_id(id: u64) {
@@ -227,7 +282,7 @@ fn adopt_trace_id(id: u64) {
 /// ```
 #[inline]
 pub fn is_active() -> bool {
-    with_current(|frame| frame.is_some())
+    CURRENT.with(|current| current.outer.get().is_some())
 }
 
 /// Carries the retry scope active now into `future`, typically one about to be spawned: retries
@@ -367,21 +422,39 @@ impl<F: Future> Future for Isolated<F> {
 
 /// Makes no frame current until the guard drops, then restores the one before (also on panic).
 #[inline]
-fn leave() -> Left {
+pub(crate) fn leave() -> Left {
     Left {
-        previous: CURRENT.with(|c| c.replace(None)),
+        previous: CURRENT.with(|current| {
+            let previous = current.get();
+            current.set(None);
+            previous
+        }),
     }
 }
 
 /// See [`leave`].
-struct Left {
+pub(crate) struct Left {
     previous: Option<Frame>,
+}
+
+impl Left {
+    /// Restores the frame left, which takes `trace_id`, drawn in a frame entered meanwhile, if it
+    /// has none: every frame entered inside another is derived from it, so the id belongs to the
+    /// same logical call. Outside any retry (the common case) there is none to restore.
+    #[inline]
+    pub(crate) fn rejoin(self, trace_id: u64) {
+        let outer = self.previous.is_some();
+        drop(self);
+        if outer {
+            adopt_trace_id(trace_id);
+        }
+    }
 }
 
 impl Drop for Left {
     #[inline]
     fn drop(&mut self) {
-        CURRENT.with(|c| c.set(self.previous));
+        CURRENT.with(|current| current.set(self.previous));
     }
 }
 
@@ -412,8 +485,12 @@ impl<F: Future> Future for InScope<F> {
         let Some(frame) = this.frame.as_mut() else {
             return this.future.poll(cx);
         };
-        let _entered = enter(frame);
-        this.future.poll(cx)
+        let left = leave();
+        let entered = enter_alone(frame);
+        let poll = this.future.poll(cx);
+        drop(entered);
+        left.rejoin(frame.trace_id);
+        poll
     }
 }
 
@@ -431,6 +508,33 @@ mod tests {
 
     static LABELS: [Label; 2] = Site::labels("outer", "");
     static OUTER: Site = Site::new("outer", "", &LABELS);
+
+    /// Makes `frame` current until the guard drops, then restores the previous one (also on
+    /// panic), writing back to `frame` the trace id drawn meanwhile (and the attempt, where it is
+    /// kept), and passing that trace id on to the previous frame.
+    fn enter(frame: &mut Frame) -> Entered<'_> {
+        let left = leave();
+        Entered {
+            alone: Some(enter_alone(frame)),
+            left: Some(left),
+        }
+    }
+
+    /// See [`enter`].
+    struct Entered<'a> {
+        alone: Option<Alone<'a>>,
+        left: Option<Left>,
+    }
+
+    impl Drop for Entered<'_> {
+        fn drop(&mut self) {
+            let trace_id = CURRENT.with(|current| current.trace_id.get());
+            drop(self.alone.take());
+            if let Some(left) = self.left.take() {
+                left.rejoin(trace_id);
+            }
+        }
+    }
 
     fn current_trace_id_here() -> Option<u64> {
         with_current(|frame| frame.map(Frame::trace_id))
