@@ -110,18 +110,19 @@ fn the_attribute_refuses_every_invalid_string_with_the_grammar_message() {
 
 #[test]
 fn a_policy_from_json_or_toml_reads_every_valid_string_as_the_table_does() {
+    // `max_retry_after`: a knob no other rule ties to another (`base` must not exceed `cap`).
     for (text, expected) in VALID {
-        for (format, read) in read_policy("base", text) {
+        for (format, read) in read_policy("max_retry_after", text) {
             let policy = read.unwrap_or_else(|e| panic!("{format} {text:?}: {e}"));
-            assert_eq!(policy.knobs().base, *expected, "{format} {text:?}");
+            assert_eq!(policy.knobs().max_retry_after, *expected, "{format} {text:?}");
         }
         // Written back in the canonical form, which reads back as the same duration.
-        let policy = json_policy("base", text).unwrap();
+        let policy = json_policy("max_retry_after", text).unwrap();
         let written = serde_json::to_value(&policy).unwrap();
         let canonical = duration::format(*expected).to_string();
-        assert_eq!(written["base"], canonical.as_str(), "{text:?}");
+        assert_eq!(written["max_retry_after"], canonical.as_str(), "{text:?}");
         let again: Policy = serde_json::from_value(written).unwrap();
-        assert_eq!(again.knobs().base, *expected, "{text:?} as {canonical:?}");
+        assert_eq!(again.knobs().max_retry_after, *expected, "{text:?} as {canonical:?}");
     }
 }
 
