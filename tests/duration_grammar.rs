@@ -114,7 +114,11 @@ fn a_policy_from_json_or_toml_reads_every_valid_string_as_the_table_does() {
     for (text, expected) in VALID {
         for (format, read) in read_policy("max_retry_after", text) {
             let policy = read.unwrap_or_else(|e| panic!("{format} {text:?}: {e}"));
-            assert_eq!(policy.knobs().max_retry_after, *expected, "{format} {text:?}");
+            assert_eq!(
+                policy.knobs().max_retry_after,
+                *expected,
+                "{format} {text:?}"
+            );
         }
         // Written back in the canonical form, which reads back as the same duration.
         let policy = json_policy("max_retry_after", text).unwrap();
@@ -122,7 +126,11 @@ fn a_policy_from_json_or_toml_reads_every_valid_string_as_the_table_does() {
         let canonical = duration::format(*expected).to_string();
         assert_eq!(written["max_retry_after"], canonical.as_str(), "{text:?}");
         let again: Policy = serde_json::from_value(written).unwrap();
-        assert_eq!(again.knobs().max_retry_after, *expected, "{text:?} as {canonical:?}");
+        assert_eq!(
+            again.knobs().max_retry_after,
+            *expected,
+            "{text:?} as {canonical:?}"
+        );
     }
 }
 

@@ -132,7 +132,8 @@ fn nested_retries_warn_once_and_give_ups_say_why() {
             "gave up after 2 attempts: connection reset",
             "not retryable: 404 Not Found",
             "gave up after 3 attempts: 503 Service Unavailable",
-            "Retry-After 600 s exceeds max_retry_after 300 s",
+            // The error has no reason of its own: its `Debug` says what it was.
+            "Retry-After 600 s exceeds max_retry_after 300 s: RetryAfter(600s)",
         ]
     );
     at_info_retries_and_give_ups_name_the_function_and_the_error();
@@ -159,6 +160,42 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Infos {
     }
 }
 
+/// An error that says what happened in `Display` and gives no `Classify::reason`.
+#[derive(Debug)]
+struct Overloaded;
+
+impl std::fmt::Display for Overloaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the pricing service is overloaded")
+    }
+}
+
+impl retry_core::Classify for Overloaded {
+    fn classify(&self) -> retry_core::Decision {
+        retry_core::Decision::Retry
+    }
+}
+
+#[retryable(max = 2, base = "1ms")]
+async fn overloaded() -> Result<(), Overloaded> {
+    Err(Overloaded)
+}
+
+/// An error with neither `Display` nor a reason: its `Debug` is what there is.
+#[derive(Debug)]
+struct Opaque {
+    code: u16,
+}
+
+fn always(_: &Opaque) -> retry_core::Decision {
+    retry_core::Decision::Retry
+}
+
+#[retryable(max = 2, base = "1ms", retry_if = always)]
+async fn opaque() -> Result<(), Opaque> {
+    Err(Opaque { code: 7 })
+}
+
 /// Part of the one test above (one subscriber at a time, see the module's doc).
 fn at_info_retries_and_give_ups_name_the_function_and_the_error() {
     let infos = Infos::default();
@@ -168,9 +205,31 @@ fn at_info_retries_and_give_ups_name_the_function_and_the_error() {
     tracing::subscriber::with_default(subscriber, || {
         paused_runtime().block_on(async {
             assert!(unavailable().await.is_err());
+            assert!(overloaded().await.is_err());
+            assert!(opaque().await.is_err());
         })
     });
     let events = infos.0.lock().unwrap().clone();
+    // No event says `error=""`: without a reason, the error's `Display`, else its `Debug`.
+    assert!(
+        !events.iter().any(|e| e.contains("error=\"\"")),
+        "{events:?}"
+    );
+    for (function, error) in [
+        ("overloaded", "error=\"the pricing service is overloaded\""),
+        ("opaque", "error=\"Opaque { code: 7 }\""),
+    ] {
+        let said: Vec<_> = events
+            .iter()
+            .filter(|e| e.contains(&format!("function=\"{function}\"")))
+            .collect();
+        assert_eq!(said.len(), 2, "a retry and a give-up: {said:?}");
+        assert!(said.iter().all(|e| e.contains(error)), "{said:?}");
+    }
+    let events: Vec<_> = events
+        .into_iter()
+        .filter(|e| e.contains("function=\"unavailable\""))
+        .collect();
     let retries: Vec<_> = events.iter().filter(|e| e.contains("retrying")).collect();
     assert_eq!(retries.len(), 2, "{events:?}");
     for retry in retries {

@@ -56,7 +56,9 @@ pub trait Classify {
     fn classify(&self) -> Decision;
 
     /// Why, in a few words a person reads in a give-up event or a dead letter: "404 Not Found",
-    /// "POST without Idempotency-Key after timeout". `None` by default.
+    /// "POST without Idempotency-Key after timeout". `None` by default: `#[retryable]` then
+    /// writes the error's `Display` (else its `Debug`) in its events and letters; the closure
+    /// API ([`Policy::retry`](crate::Policy::retry)) writes only what this returns.
     fn reason(&self) -> Option<String> {
         None
     }

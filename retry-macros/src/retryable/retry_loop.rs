@@ -2,10 +2,10 @@
 //! `#[idempotent]` above a `#[retryable]`, so the two attributes retry the same way. Its parts
 //! are built by the sibling modules; this one puts them together.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
-use syn::Type;
 use syn::spanned::Spanned;
+use syn::{Ident, Type};
 
 use super::after_attempt::{AfterAttempt, classifier_and_hook};
 use super::arguments::{PerAttempt, per_attempt, take_arguments};
@@ -77,6 +77,8 @@ pub(crate) fn retry_loop(
         ..
     } = &names;
     let site = names.site();
+    // How a failed attempt's error is written when its classifier has no reason for it.
+    let describe = Ident::new("__retry_describe", Span::mixed_site());
     // The output type is checked to be a `Result` by `attempt` and `output`, all at the same
     // span, which rustc reports once.
     // `impl Trait` in the return type becomes `_` here: this is expression position.
@@ -106,7 +108,11 @@ pub(crate) fn retry_loop(
                     ::core::result::Result::Ok(#returned) => {
                         return (#output_check.from)(::core::result::Result::Ok(#returned));
                     }
-                    ::core::result::Result::Err(#error) => { match #state.after_attempt(#site, ::core::result::Result::Err(#error), #classifier, #hook) {
+                    ::core::result::Result::Err(#error) => {
+                    #[allow(unused_imports)]
+                    use #private::{DescribeDebug as _, DescribeDisplay as _, DescribeNothing as _};
+                    let #describe = (&&&#private::Describe::of(&#error)).describe();
+                    match #state.after_attempt(#site, ::core::result::Result::Err(#error), &mut #private::Described::new(#classifier, #describe), #hook) {
                         #private::Next::Return(#returned) => {
                             #park
                             return (#output_check.from)(#returned);
