@@ -1,5 +1,6 @@
-//! Time as the stores and dead letters write it: an injectable clock, and fixed-width UTC and
-//! RFC 3339 text, written and read with jiff.
+//! Time as the library reads and writes it: an injectable clock, and at the edges (JSON, SQL
+//! text columns) fixed-width UTC and RFC 3339 text, written and read with jiff. Inside, a time is
+//! a `SystemTime`.
 
 use jiff::civil::{self, DateTime};
 use jiff::fmt::temporal::Pieces;
@@ -136,8 +137,10 @@ pub fn format_utc(time: SystemTime) -> String {
     format!("{:.6}Z", writable(time))
 }
 
-/// `time` as RFC 3339 with an explicit offset, to the millisecond: `2026-08-19T02:11:03.123+00:00`
-/// (what dead letters carry). Clamped to the years 0000 to 9999 as [`format_utc`] is.
+/// `time` as RFC 3339 with an explicit offset, to the millisecond when that loses nothing:
+/// `2026-08-19T02:11:03.123+00:00` (what dead letters carry). A time with a finer part keeps
+/// it (six or nine digits), so it reads back as the same instant. Clamped to the years 0000 to
+/// 9999 as [`format_utc`] is.
 ///
 /// ```
 /// use retry_core::time::format_rfc3339;
@@ -145,9 +148,33 @@ pub fn format_utc(time: SystemTime) -> String {
 ///
 /// let t = UNIX_EPOCH + Duration::from_millis(1_755_569_463_123);
 /// assert_eq!(format_rfc3339(t), "2025-08-19T02:11:03.123+00:00");
+/// let finer = t + Duration::from_nanos(4_500);
+/// assert_eq!(format_rfc3339(finer), "2025-08-19T02:11:03.123004500+00:00");
 /// ```
 pub fn format_rfc3339(time: SystemTime) -> String {
-    format!("{:.3}+00:00", writable(time))
+    let time = writable(time);
+    // Milliseconds are what the library writes (it reads its clocks to the millisecond, see
+    // `to_millis`); a finer time written so would read back as another instant.
+    match time.subsec_nanosecond() {
+        n if n % 1_000_000 == 0 => format!("{time:.3}+00:00"),
+        n if n % 1_000 == 0 => format!("{time:.6}+00:00"),
+        _ => format!("{time:.9}+00:00"),
+    }
+}
+
+/// `time` cut to the millisecond: the times the library takes from a clock for dead letters
+/// and redrive records, so that they are written as milliseconds ([`format_rfc3339`]) and read
+/// back as the same instant.
+pub(crate) fn to_millis(time: SystemTime) -> SystemTime {
+    let extra = match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => Duration::from_nanos(u64::from(after.subsec_nanos() % 1_000_000)),
+        // Before the epoch, cutting towards the past keeps the order of times.
+        Err(before) => match before.duration().subsec_nanos() % 1_000_000 {
+            0 => Duration::ZERO,
+            n => return time - Duration::from_nanos(u64::from(1_000_000 - n)),
+        },
+    };
+    time - extra
 }
 
 /// Reads an RFC 3339 timestamp with any offset (`Z`, `+09:00`, `-05:30`) and an optional
@@ -181,8 +208,122 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
 /// ```
 pub fn parse_utc(text: &str) -> Option<SystemTime> {
     // Only the fixed-width form: SQL compares these as text, so another spelling of the same
-    // instant would sort wrong. Writing it again is the exact check of that form.
-    parse_rfc3339(text).filter(|&time| format_utc(time) == text)
+    // instant would sort wrong. Its shape is checked byte by byte; jiff reads the civil time.
+    let civil = text.strip_suffix('Z')?;
+    let fixed = civil.len() == 26
+        && civil.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            10 => b == b'T',
+            13 | 16 => b == b':',
+            19 => b == b'.',
+            _ => b.is_ascii_digit(),
+        });
+    if !fixed {
+        return None;
+    }
+    utc_instant(civil.parse().ok()?, Offset::UTC)
+}
+
+/// `#[serde(with = "retry_core::time::rfc3339")]`: a `SystemTime` as RFC 3339 text, written by
+/// [`format_rfc3339`] (UTC, to the millisecond when that loses nothing) and read by
+/// [`parse_rfc3339`] (any offset, normalised to the instant). Dead letters and redrive records
+/// carry their times so; [`option`](rfc3339::option) is the same for an `Option<SystemTime>`.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use std::time::SystemTime;
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Seen {
+///     #[serde(with = "retry_core::time::rfc3339")]
+///     at: SystemTime,
+/// }
+///
+/// let seen: Seen = serde_json::from_str(r#"{"at":"2026-08-19T02:11:03+09:00"}"#).unwrap();
+/// let text = serde_json::to_string(&seen).unwrap();
+/// assert_eq!(text, r#"{"at":"2026-08-18T17:11:03.000+00:00"}"#);
+/// assert!(serde_json::from_str::<Seen>(r#"{"at":"2026-08-19 02:11:03"}"#).is_err());
+/// ```
+pub mod rfc3339 {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+    use std::time::SystemTime;
+
+    /// Writes `time` as [`format_rfc3339`](super::format_rfc3339) does.
+    ///
+    /// # Errors
+    ///
+    /// Only the serializer's own.
+    pub fn serialize<S: Serializer>(time: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&super::format_rfc3339(*time))
+    }
+
+    /// Reads RFC 3339 text with any offset, as [`parse_rfc3339`](super::parse_rfc3339) does.
+    ///
+    /// # Errors
+    ///
+    /// Text that is not an RFC 3339 time with an offset, or not text.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SystemTime, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        super::parse_rfc3339(&text).ok_or_else(|| {
+            D::Error::custom(format_args!(
+                "{text:?} is not an RFC 3339 time with an offset"
+            ))
+        })
+    }
+
+    /// `#[serde(with = "retry_core::time::rfc3339::option")]`: an `Option<SystemTime>`, `None`
+    /// as `null` (with `default` and `skip_serializing_if`, as a missing field).
+    ///
+    /// ```
+    /// use serde::{Deserialize, Serialize};
+    /// use std::time::SystemTime;
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Entry {
+    ///     #[serde(default, skip_serializing_if = "Option::is_none", with = "retry_core::time::rfc3339::option")]
+    ///     finished_at: Option<SystemTime>,
+    /// }
+    ///
+    /// let entry: Entry = serde_json::from_str("{}").unwrap();
+    /// assert_eq!(entry.finished_at, None);
+    /// let entry: Entry = serde_json::from_str(r#"{"finished_at":"2026-08-19T02:11:03Z"}"#).unwrap();
+    /// assert_eq!(serde_json::to_string(&entry).unwrap(), r#"{"finished_at":"2026-08-19T02:11:03.000+00:00"}"#);
+    /// ```
+    pub mod option {
+        use serde::{Deserialize, Deserializer, Serializer};
+        use std::time::SystemTime;
+
+        /// Writes `Some(time)` as [`rfc3339::serialize`](super::serialize) does, `None` as
+        /// `null`.
+        ///
+        /// # Errors
+        ///
+        /// Only the serializer's own.
+        pub fn serialize<S: Serializer>(
+            time: &Option<SystemTime>,
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            match time {
+                Some(time) => super::serialize(time, serializer),
+                None => serializer.serialize_none(),
+            }
+        }
+
+        /// Reads `null` as `None`, and text as [`rfc3339::deserialize`](super::deserialize)
+        /// does.
+        ///
+        /// # Errors
+        ///
+        /// Text that is not an RFC 3339 time with an offset.
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<Option<SystemTime>, D::Error> {
+            /// One time, read through the parent module.
+            #[derive(Deserialize)]
+            struct Time(#[serde(with = "super")] SystemTime);
+            Ok(Option::<Time>::deserialize(deserializer)?.map(|Time(time)| time))
+        }
+    }
 }
 
 /// Nanoseconds since the Unix epoch, negative before it.

@@ -6,7 +6,6 @@ use std::time::{Duration, SystemTime};
 
 use super::{DeadLetterStore, DlqError};
 use crate::metrics::names;
-use crate::time::parse_rfc3339;
 
 /// What is pending in a dead-letter store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,17 +63,9 @@ pub async fn pending<S: DeadLetterStore + ?Sized>(
 
 async fn read<S: DeadLetterStore + ?Sized>(store: &S) -> Result<Pending, DlqError> {
     let stats = store.stats().await?;
-    let oldest_age = match stats.oldest_first_failed_at {
-        None => None,
-        Some(at) => {
-            let first = parse_rfc3339(&at).ok_or_else(|| {
-                DlqError::Corrupt(format!(
-                    "the oldest pending letter has an unreadable first_failed_at: {at:?}"
-                ))
-            })?;
-            Some(SystemTime::now().duration_since(first).unwrap_or_default())
-        }
-    };
+    let oldest_age = stats
+        .oldest_first_failed_at
+        .map(|first| SystemTime::now().duration_since(first).unwrap_or_default());
     Ok(Pending {
         count: stats.pending,
         oldest_age,

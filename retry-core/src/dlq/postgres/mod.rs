@@ -304,8 +304,8 @@ impl DeadLetterStore for PgDeadLetters {
     }
 
     /// # Errors
-    /// [`DlqError::Corrupt`] when `resolution.at` is not RFC 3339 (a resolved letter is purged
-    /// by it); [`DlqError::Io`] naming the server when it cannot be reached or fails.
+    /// [`DlqError::Serialize`] when a text of the resolution holds a NUL (PostgreSQL text
+    /// cannot); [`DlqError::Io`] naming the server when it cannot be reached or fails.
     async fn resolve(&self, msg_id: &str, resolution: &Resolution) -> Result<bool, DlqError> {
         queries::resolve(&self.db, msg_id, resolution).await
     }

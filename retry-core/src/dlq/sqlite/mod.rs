@@ -20,10 +20,13 @@
 //! - A lease is one `UPDATE .. RETURNING` whose `WHERE` says "pending, and nobody else's live
 //!   lease": whichever transaction (of any process) commits first takes it, and the other's
 //!   `UPDATE` then matches no row.
-//! - The RFC 3339 strings are stored as given (with their offsets); ordering and comparing
-//!   times is done on extra columns in [`format_utc`] text (fixed width, so text order is time
-//!   order): `first_failed_utc`, `resolved_utc`, `lease_until`. A letter whose times do not
-//!   parse is refused, so every row can be ordered.
+//! - Times are RFC 3339 text in their columns (written in UTC, [`format_rfc3339`]; rows written
+//!   by earlier versions may carry other offsets, and read the same), parsed once when a row is
+//!   read; a time that does not parse fails the read, naming the letter and the column.
+//!   Ordering and comparing times is done on extra columns in [`format_utc`] text (fixed width,
+//!   so text order is time order): `first_failed_utc`, `resolved_utc`, `lease_until`.
+//!
+//! [`format_rfc3339`]: crate::time::format_rfc3339
 
 mod error;
 mod queries;
@@ -43,7 +46,7 @@ use super::{
     RedriveRecord, Resolution, Stats,
 };
 use crate::sql::sqlite::{DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, Reservation, Settings};
-use crate::time::{format_utc, later, parse_rfc3339};
+use crate::time::{format_utc, later};
 use error::Fail;
 use writer::Writer;
 
@@ -362,18 +365,10 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// # }
     /// ```
     async fn page(&self, page: &Page) -> Result<Vec<DeadLetter>, DlqError> {
-        let after = match &page.after {
-            None => None,
-            Some(cursor) => {
-                let at = parse_rfc3339(&cursor.first_failed_at).ok_or_else(|| {
-                    DlqError::Corrupt(format!(
-                        "page cursor after `{}`: first_failed_at {:?} is not an RFC 3339 time",
-                        cursor.msg_id, cursor.first_failed_at
-                    ))
-                })?;
-                Some((format_utc(at), cursor.msg_id.clone()))
-            }
-        };
+        let after = page
+            .after
+            .as_ref()
+            .map(|cursor| (format_utc(cursor.first_failed_at), cursor.msg_id.clone()));
         let page = page.clone();
         self.read(move |conn| {
             let after = after.as_ref().map(|(at, id)| (at.as_str(), id.as_str()));
@@ -440,7 +435,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// assert!(letters.lease("M-1", "run-a", ttl).await?.is_some());
     /// assert!(letters.lease("M-1", "run-b", ttl).await?.is_none(), "run-a holds it");
     /// // Sent, and the target answered: run-a resolves it.
-    /// let done = Resolution::new("alice", "2026-08-20T09:00:00Z").in_run("run-a");
+    /// let done = Resolution::new("alice", std::time::SystemTime::now()).in_run("run-a");
     /// assert!(letters.resolve("M-1", &done).await?);
     /// # drop(letters);
     /// # for suffix in ["", "-wal", "-shm"] {
@@ -475,11 +470,9 @@ impl DeadLetterStore for SqliteDeadLetters {
     }
 
     /// # Errors
-    /// [`DlqError::Corrupt`] when `resolution.at` is not RFC 3339 (resolved letters are purged
-    /// by it; nothing is written); [`DlqError::Io`] naming the file when the group's
-    /// transaction fails.
+    /// [`DlqError::Io`] naming the file when the group's transaction fails.
     async fn resolve(&self, msg_id: &str, resolution: &Resolution) -> Result<bool, DlqError> {
-        let resolution = ResolvedRow::new(msg_id, resolution)?;
+        let resolution = ResolvedRow::new(resolution);
         let msg_id = msg_id.to_owned();
         self.writer
             .write(move |conn| {
@@ -490,16 +483,14 @@ impl DeadLetterStore for SqliteDeadLetters {
     }
 
     /// # Errors
-    /// [`DlqError::Corrupt`] when `failure.at` is not RFC 3339 (nothing is written), or the
-    /// stored letter cannot be read; [`DlqError::Io`] naming the file when the group's
-    /// transaction fails.
+    /// [`DlqError::Corrupt`] when the stored letter cannot be read; [`DlqError::Io`] naming the
+    /// file when the group's transaction fails.
     async fn put_back(
         &self,
         msg_id: &str,
         run_id: &str,
         failure: &Failure,
     ) -> Result<bool, DlqError> {
-        row::check_failure(msg_id, failure)?;
         let (msg_id, run_id, failure) = (msg_id.to_owned(), run_id.to_owned(), failure.clone());
         self.writer
             .write(move |conn| queries::put_back(conn, &msg_id, &run_id, &failure))
