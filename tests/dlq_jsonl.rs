@@ -243,7 +243,10 @@ async fn a_resolved_letter_survives_reopening_with_who_and_when() {
     assert_eq!(kept.resolved, Some(by_run));
     assert_eq!(
         sink.get("M-2").await.unwrap().unwrap().resolved,
-        Some(Resolution::new("", instant("2026-08-20T10:00:00.000+00:00")))
+        Some(Resolution::new(
+            "",
+            instant("2026-08-20T10:00:00.000+00:00")
+        ))
     );
     let stats = sink.stats().await.unwrap();
     assert_eq!((stats.pending, stats.resolved), (0, 2));
@@ -256,7 +259,13 @@ async fn leases_audit_rows_and_put_backs_survive_reopening() {
     let dir = TempDir::new("leases");
     let path = dir.file("dlq.jsonl");
     let parked = letter("M-1", "2026-08-19T01:00:00Z");
-    let intent = AuditEntry::intent("run-a", "M-1", "alice", "deposit", instant("2026-08-20T09:00:00Z"));
+    let intent = AuditEntry::intent(
+        "run-a",
+        "M-1",
+        "alice",
+        "deposit",
+        instant("2026-08-20T09:00:00Z"),
+    );
     let sink = JsonlSink::open(&path).unwrap();
     sink.park(&parked).await.unwrap();
     assert_eq!(
@@ -368,11 +377,21 @@ async fn compaction_keeps_every_live_letter_lease_and_audit_row() {
     sink.lease("M-4", "run-a", HOUR).await.unwrap().unwrap();
     sink.lease("M-5", "run-b", HOUR).await.unwrap().unwrap();
     assert!(sink.release("M-5", "run-b").await.unwrap());
-    let intent = AuditEntry::intent("run-a", "M-4", "alice", "deposit", instant("2026-08-20T09:00:00Z"));
+    let intent = AuditEntry::intent(
+        "run-a",
+        "M-4",
+        "alice",
+        "deposit",
+        instant("2026-08-20T09:00:00Z"),
+    );
     sink.audit(&intent).await.unwrap();
-    sink.audit(&intent.clone().finished("redriven", instant("2026-08-20T09:00:01Z")))
-        .await
-        .unwrap();
+    sink.audit(
+        &intent
+            .clone()
+            .finished("redriven", instant("2026-08-20T09:00:01Z")),
+    )
+    .await
+    .unwrap();
     sink.audit(&AuditEntry::intent(
         "run-a",
         "M-1",

@@ -353,12 +353,18 @@ async fn letters_that_cannot_be_stored_are_refused_before_the_server_is_asked() 
     };
     match store.put_back("M-2", "run-1", &bad_failure).await {
         Err(DlqError::Serialize(message)) => {
-            assert!(message.contains("`M-2`") && message.contains("NUL"), "{message}");
+            assert!(
+                message.contains("`M-2`") && message.contains("NUL"),
+                "{message}"
+            );
         }
         other => panic!("expected Serialize, got {other:?}"),
     }
     match store
-        .resolve("M-2", &Resolution::new("al\0ce", instant("2026-08-20T00:00:00Z")))
+        .resolve(
+            "M-2",
+            &Resolution::new("al\0ce", instant("2026-08-20T00:00:00Z")),
+        )
         .await
     {
         Err(DlqError::Serialize(message)) => assert!(message.contains("NUL"), "{message}"),

@@ -156,7 +156,13 @@ async fn park_page_resolve_reopen_lease_and_put_back() {
         stats.oldest_first_failed_at,
         Some(instant("2026-08-18T18:00:00Z"))
     );
-    let audit = AuditEntry::intent("run-1", "M-b", "bob", "deposit", instant("2026-08-20T10:00:00Z"));
+    let audit = AuditEntry::intent(
+        "run-1",
+        "M-b",
+        "bob",
+        "deposit",
+        instant("2026-08-20T10:00:00Z"),
+    );
     letters.audit(&audit).await.unwrap();
     drop(letters);
 
@@ -481,7 +487,10 @@ async fn unreadable_rows_are_corrupt_and_name_their_msg_id() {
     for id in ["bad-json", "bad-attempts", "bad-time", "bad-history"] {
         assert!(
             letters
-                .resolve(id, &Resolution::new("alice", instant("2026-08-20T00:00:00Z")))
+                .resolve(
+                    id,
+                    &Resolution::new("alice", instant("2026-08-20T00:00:00Z"))
+                )
                 .await
                 .unwrap()
         );

@@ -75,12 +75,20 @@ fn run_id() -> impl Strategy<Value = String> {
 /// finer than the millisecond must come back as the same instant too).
 fn time() -> impl Strategy<Value = SystemTime> {
     (
-        (2000u32..2100, 1u32..=12, 1u32..=28, 0u32..24, 0u32..60, -12i32..=14),
+        (
+            2000u32..2100,
+            1u32..=12,
+            1u32..=28,
+            0u32..24,
+            0u32..60,
+            -12i32..=14,
+        ),
         prop::sample::select(vec![0u64, 500_000_000, 123_000, 7]),
     )
         .prop_map(|((y, mo, d, h, mi, off), nanos)| {
-            instant(&format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:00{off:+03}:00"))
-                + Duration::from_nanos(nanos)
+            instant(&format!(
+                "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:00{off:+03}:00"
+            )) + Duration::from_nanos(nanos)
         })
 }
 
@@ -202,7 +210,8 @@ fn audit() -> impl Strategy<Value = AuditEntry> {
         proptest::option::of(".{0,10}"),
     )
         .prop_map(|(run, msg, who, outcome)| {
-            let intent = AuditEntry::intent(run, msg, who, "deposit", instant("2026-08-20T09:00:00Z"));
+            let intent =
+                AuditEntry::intent(run, msg, who, "deposit", instant("2026-08-20T09:00:00Z"));
             match outcome {
                 Some(outcome) => intent.finished(outcome, instant("2026-08-20T09:00:01Z")),
                 None => intent,

@@ -262,7 +262,8 @@ fn dead_letters_and_redrive_records_are_bound_not_spliced() {
                 // by a person of hostile name.
                 if case.is_multiple_of(2) {
                     let resolution =
-                        Resolution::new(texts[7].clone(), instant("2026-08-20T10:00:00Z")).in_run(&run_id);
+                        Resolution::new(texts[7].clone(), instant("2026-08-20T10:00:00Z"))
+                            .in_run(&run_id);
                     RUNTIME.block_on(async {
                         let ttl = std::time::Duration::from_secs(60);
                         assert!(
@@ -438,9 +439,11 @@ fn postgres_dead_letters_resolutions_audit_rows_and_redrive_records_are_bound_no
                     );
                     // Every other case's letter is resolved, by a hostile who in a hostile run.
                     if case.is_multiple_of(2) {
-                        let resolution =
-                            Resolution::new(texts[1].replace('\0', ""), instant("2026-08-20T09:00:02Z"))
-                                .in_run(run.clone());
+                        let resolution = Resolution::new(
+                            texts[1].replace('\0', ""),
+                            instant("2026-08-20T09:00:02Z"),
+                        )
+                        .in_run(run.clone());
                         assert!(letters.resolve(&sent.msg_id, &resolution).await.unwrap());
                         let stored = DeadLetterStore::get(&letters, &sent.msg_id).await.unwrap();
                         assert_eq!(stored.unwrap().resolved, Some(resolution));

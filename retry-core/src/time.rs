@@ -388,6 +388,67 @@ mod tests {
     }
 
     #[test]
+    fn rfc3339_text_is_to_the_millisecond_when_that_loses_nothing_and_reads_back_exactly() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_755_569_463_123);
+        // What the library wrote before times were typed, byte for byte.
+        assert_eq!(format_rfc3339(t), "2025-08-19T02:11:03.123+00:00");
+        assert_eq!(format_rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000+00:00");
+        for (nanos, text) in [
+            (1_000, "2025-08-19T02:11:03.123001+00:00"),
+            (1, "2025-08-19T02:11:03.123000001+00:00"),
+            (999_999, "2025-08-19T02:11:03.123999999+00:00"),
+        ] {
+            let finer = t + Duration::from_nanos(nanos);
+            assert_eq!(format_rfc3339(finer), text);
+            assert_eq!(parse_rfc3339(text), Some(finer));
+            assert_eq!(to_millis(finer), t);
+        }
+        assert_eq!(to_millis(t), t);
+        let before = UNIX_EPOCH - Duration::from_nanos(1);
+        assert_eq!(to_millis(before), UNIX_EPOCH - Duration::from_millis(1));
+        assert_eq!(
+            to_millis(UNIX_EPOCH - Duration::from_millis(2)),
+            UNIX_EPOCH - Duration::from_millis(2)
+        );
+    }
+
+    #[test]
+    fn serde_writes_utc_and_reads_any_offset() {
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        struct Times {
+            #[serde(with = "rfc3339")]
+            at: SystemTime,
+            #[serde(
+                default,
+                skip_serializing_if = "Option::is_none",
+                with = "rfc3339::option"
+            )]
+            until: Option<SystemTime>,
+        }
+        let read: Times = serde_json::from_str(
+            r#"{"at": "2026-08-19T02:11:03+09:00", "until": "2026-08-19T02:11:03.5-05:00"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::to_string(&read).unwrap(),
+            r#"{"at":"2026-08-18T17:11:03.000+00:00","until":"2026-08-19T07:11:03.500+00:00"}"#
+        );
+        let none: Times = serde_json::from_str(r#"{"at": "2026-08-19T02:11:03Z"}"#).unwrap();
+        assert_eq!(none.until, None);
+        assert_eq!(
+            serde_json::to_string(&none).unwrap(),
+            r#"{"at":"2026-08-19T02:11:03.000+00:00"}"#
+        );
+        for bad in [
+            r#"{"at": "2026-08-19T02:11:03"}"#,
+            r#"{"at": 1}"#,
+            r#"{"at": "2026-08-19T02:11:03Z", "until": "soon"}"#,
+        ] {
+            assert!(serde_json::from_str::<Times>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn malformed_timestamps_are_rejected() {
         for bad in [
             "",
@@ -395,6 +456,11 @@ mod tests {
             "2025-08-19 02:11:03.000000Z",
             "2025-08-19T24:00:00.000000Z",
             "+025-08-19T02:11:03.000000Z",
+            // The same instant in other spellings: they would sort wrong as text.
+            "2025-08-19T02:11:03.000000+00:00",
+            "2025-08-19T02:11:03.000Z",
+            "2025-08-19T02:11:03.000000z",
+            "2025-08-19t02:11:03.000000Z",
         ] {
             assert_eq!(parse_utc(bad), None, "{bad}");
         }

@@ -447,7 +447,8 @@ fn row_line(row: &AuditEntry) -> String {
         format_rfc3339(row.at),
         one_line(&row.msg_id),
         one_line(row.outcome.as_deref().unwrap_or(NO_OUTCOME)),
-        row.finished_at.map_or_else(|| "-".to_owned(), format_rfc3339),
+        row.finished_at
+            .map_or_else(|| "-".to_owned(), format_rfc3339),
     ]
     .join("\t")
 }

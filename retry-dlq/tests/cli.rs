@@ -129,7 +129,8 @@ fn letter(id: &str, class: FailureClass, reason: &str, failed_ago: Duration) -> 
     // `2026-08-19T02:11:03.123+00:00`.
     let now = SystemTime::now();
     let since = now.duration_since(SystemTime::UNIX_EPOCH).unwrap();
-    let first = SystemTime::UNIX_EPOCH + Duration::from_millis(since.as_millis() as u64) - failed_ago;
+    let first =
+        SystemTime::UNIX_EPOCH + Duration::from_millis(since.as_millis() as u64) - failed_ago;
     DeadLetter {
         msg_id: id.to_owned(),
         original: serde_json::json!({ "order": id, "amount": 10, "lines": ["a", "b"] }),

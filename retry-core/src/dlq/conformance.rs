@@ -261,9 +261,7 @@ pub async fn pages_follow_the_order_and_the_cursor<S: DeadLetterStore + ?Sized>(
         ok(store.park(&l).await, "park");
         expected.push(l);
     }
-    expected.sort_by(|a, b| {
-        (a.first_failed_at, &a.msg_id).cmp(&(b.first_failed_at, &b.msg_id))
-    });
+    expected.sort_by(|a, b| (a.first_failed_at, &a.msg_id).cmp(&(b.first_failed_at, &b.msg_id)));
     let mut seen = Vec::new();
     let mut page = Page::first(10);
     loop {
@@ -365,7 +363,10 @@ pub async fn reparking_a_resolved_letter_opens_it_again<S: DeadLetterStore + ?Si
     ok(store.park(&first).await, "park");
     ok(
         store
-            .resolve("M-1", &Resolution::new("alice", time("2026-08-20T09:00:00Z")))
+            .resolve(
+                "M-1",
+                &Resolution::new("alice", time("2026-08-20T09:00:00Z")),
+            )
             .await,
         "resolve",
     );
@@ -621,7 +622,9 @@ pub async fn audit_rows_complete_their_intent<S: DeadLetterStore + ?Sized>(store
     ok(store.audit(&one).await, "audit");
     ok(store.audit(&two).await, "audit");
     ok(store.audit(&other).await, "audit");
-    let done = one.clone().finished("redriven", time("2026-08-20T09:00:01Z"));
+    let done = one
+        .clone()
+        .finished("redriven", time("2026-08-20T09:00:01Z"));
     ok(store.audit(&done).await, "audit");
     assert_eq!(
         ok(store.audit_rows(Some("run-a")).await, "audit_rows"),

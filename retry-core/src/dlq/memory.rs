@@ -212,11 +212,9 @@ impl DeadLetterStore for MemoryDeadLetters {
     async fn purge_resolved(&self, before: SystemTime) -> Result<u64, DlqError> {
         let mut state = self.state();
         let had = state.letters.len();
-        state.letters.retain(|l| {
-            l.resolved
-                .as_ref()
-                .is_none_or(|r| r.at >= before)
-        });
+        state
+            .letters
+            .retain(|l| l.resolved.as_ref().is_none_or(|r| r.at >= before));
         Ok((had - state.letters.len()) as u64)
     }
 

@@ -695,7 +695,13 @@ mod tests {
     fn undo_takes_a_failed_group_back_whole() {
         let mut index = Index::default();
         index.apply(Line::Letter(letter("M-1", "2026-08-19T02:00:00Z")));
-        index.apply(Line::Audit(AuditEntry::intent("run", "M-1", "a", "t", SystemTime::UNIX_EPOCH)));
+        index.apply(Line::Audit(AuditEntry::intent(
+            "run",
+            "M-1",
+            "a",
+            "t",
+            SystemTime::UNIX_EPOCH,
+        )));
         let before = format!("{:?}", index.stats(SystemTime::UNIX_EPOCH));
 
         let mut undo = Undo::new(&index);
@@ -713,8 +719,17 @@ mod tests {
                     SystemTime::now() + std::time::Duration::from_secs(60),
                 ),
             },
-            Line::Audit(AuditEntry::intent("run", "M-1", "a", "t", SystemTime::UNIX_EPOCH).finished("ok", SystemTime::UNIX_EPOCH)),
-            Line::Audit(AuditEntry::intent("run", "M-2", "a", "t", SystemTime::UNIX_EPOCH)),
+            Line::Audit(
+                AuditEntry::intent("run", "M-1", "a", "t", SystemTime::UNIX_EPOCH)
+                    .finished("ok", SystemTime::UNIX_EPOCH),
+            ),
+            Line::Audit(AuditEntry::intent(
+                "run",
+                "M-2",
+                "a",
+                "t",
+                SystemTime::UNIX_EPOCH,
+            )),
         ];
         for line in lines {
             undo.save(&index, &line);
@@ -733,10 +748,22 @@ mod tests {
         assert!(index.lease("M-1").is_none());
         assert_eq!(
             index.audit_rows(None),
-            [AuditEntry::intent("run", "M-1", "a", "t", SystemTime::UNIX_EPOCH)]
+            [AuditEntry::intent(
+                "run",
+                "M-1",
+                "a",
+                "t",
+                SystemTime::UNIX_EPOCH
+            )]
         );
         // The audit position map was restored too: a new row lands after the kept one.
-        index.apply(Line::Audit(AuditEntry::intent("run", "M-2", "a", "t", SystemTime::UNIX_EPOCH)));
+        index.apply(Line::Audit(AuditEntry::intent(
+            "run",
+            "M-2",
+            "a",
+            "t",
+            SystemTime::UNIX_EPOCH,
+        )));
         assert_eq!(index.audit_rows(None).len(), 2);
     }
 

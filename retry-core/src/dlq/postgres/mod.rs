@@ -91,18 +91,19 @@ use writer::Writer;
 /// use retry_core::dlq::{
 ///     DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, Page, PgDeadLetters, Resolution,
 /// };
-/// use std::time::Duration;
+/// use std::time::{Duration, SystemTime};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let letters = PgDeadLetters::connect("postgres://app@db.internal:5432/payments").await?;
+/// let at = |text| retry_core::time::parse_rfc3339(text).unwrap();
 /// let letter = DeadLetter {
 ///     msg_id: "M-20260819-000123".into(),
 ///     original: serde_json::json!({"amount": 10}),
 ///     reason: "gave up after 5 attempts: 503 Service Unavailable".into(),
 ///     attempts: 5,
-///     first_failed_at: "2026-08-19T02:11:03+09:00".into(),
-///     last_failed_at: "2026-08-19T02:12:47+09:00".into(),
+///     first_failed_at: at("2026-08-19T02:11:03+09:00"),
+///     last_failed_at: at("2026-08-19T02:12:47+09:00"),
 ///     trace_id: "a1b2c3d4".into(),
 ///     class: FailureClass::System,
 ///     error_type: "FetchError".into(),
@@ -122,7 +123,7 @@ use writer::Writer;
 /// for pending in page {
 ///     if letters.lease(&pending.msg_id, "run-7", Duration::from_secs(60)).await?.is_some() {
 ///         // ... send it to an idempotent target ...
-///         let done = Resolution::new("alice", "2026-08-20T09:00:00Z").in_run("run-7");
+///         let done = Resolution::new("alice", SystemTime::now()).in_run("run-7");
 ///         letters.resolve(&pending.msg_id, &done).await?;
 ///     }
 /// }

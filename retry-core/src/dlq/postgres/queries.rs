@@ -387,7 +387,15 @@ pub(super) async fn audit_rows(db: &Db, run_id: Option<&str>) -> Result<Vec<Audi
     let rows = query(db, "audit_rows", AUDIT_ROWS, &[&run_id], In::Caller).await?;
     rows.iter()
         .map(|row| {
-            type Texts = (String, String, String, String, String, Option<String>, Option<String>);
+            type Texts = (
+                String,
+                String,
+                String,
+                String,
+                String,
+                Option<String>,
+                Option<String>,
+            );
             let read = || -> Result<Texts, tokio_postgres::Error> {
                 Ok((
                     row.try_get(0)?,
@@ -402,7 +410,8 @@ pub(super) async fn audit_rows(db: &Db, run_id: Option<&str>) -> Result<Vec<Audi
             let (run_id, msg_id, who, target, at, outcome, finished_at) = read().map_err(|e| {
                 DlqError::Corrupt(format!("dead_letter_audit row is unreadable: {e}"))
             })?;
-            let time = |column: &str, text: &str| sql_row::audit_time(&run_id, &msg_id, column, text);
+            let time =
+                |column: &str, text: &str| sql_row::audit_time(&run_id, &msg_id, column, text);
             let at = time("at", &at)?;
             let finished_at = finished_at
                 .map(|text| time("finished_at", &text))

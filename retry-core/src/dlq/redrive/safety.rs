@@ -36,7 +36,9 @@ impl Safety {
         }
         // The key was claimed at the first attempt; a receiver keeping it `retention` may have
         // purged it since, and would then run the effect again.
-        let age = now.duration_since(letter.first_failed_at).unwrap_or_default();
+        let age = now
+            .duration_since(letter.first_failed_at)
+            .unwrap_or_default();
         if age > self.retention {
             return Some(format!(
                 "first failed {}s ago, longer than the target keeps idempotency keys ({}s): a resend could repeat the effect",

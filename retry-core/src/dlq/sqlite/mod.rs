@@ -104,13 +104,14 @@ const WRITE_SETTINGS: Settings = Settings {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let path = std::env::temp_dir().join(format!("retry-core-doc-dlq-{}.sqlite3", std::process::id()));
 /// let letters = SqliteDeadLetters::open(&path)?;
+/// let at = |text| retry_core::time::parse_rfc3339(text).unwrap();
 /// let letter = DeadLetter {
 ///     msg_id: "M-20260819-000123".into(),
 ///     original: serde_json::json!({"amount": 10}),
 ///     reason: "gave up after 5 attempts: 503 Service Unavailable".into(),
 ///     attempts: 5,
-///     first_failed_at: "2026-08-19T02:11:03+09:00".into(),
-///     last_failed_at: "2026-08-19T02:12:47+09:00".into(),
+///     first_failed_at: at("2026-08-19T02:11:03+09:00"),
+///     last_failed_at: at("2026-08-19T02:12:47+09:00"),
 ///     trace_id: "a1b2c3d4".into(),
 ///     class: FailureClass::System,
 ///     error_type: "FetchError".into(),
@@ -127,7 +128,7 @@ const WRITE_SETTINGS: Settings = Settings {
 /// assert_eq!(letters.page(&Page::first(10)).await?, [letter.clone()]);
 ///
 /// // Acknowledged: no longer pending, still readable with who and when.
-/// let by_hand = Resolution::new("alice", "2026-08-20T09:00:00Z");
+/// let by_hand = Resolution::new("alice", at("2026-08-20T09:00:00Z"));
 /// assert!(letters.resolve(&letter.msg_id, &by_hand).await?);
 /// let stats = letters.stats().await?;
 /// assert_eq!((stats.pending, stats.resolved), (0, 1));
@@ -278,14 +279,15 @@ impl DeadLetterSink for SqliteDeadLetters {
     /// letter was resolved since), the two merge as [`DeadLetter::absorb`] says.
     ///
     /// # Errors
-    /// [`DlqError::Corrupt`] when `first_failed_at` or `last_failed_at` is not RFC 3339 (nothing
-    /// is written), or the stored letter it merges into cannot be read; [`DlqError::Serialize`]
+    /// [`DlqError::Corrupt`] when the stored letter it merges into cannot be read;
+    /// [`DlqError::Serialize`]
     /// when its original nests deeper than [`MAX_ORIGINAL_DEPTH`](crate::dlq::MAX_ORIGINAL_DEPTH)
     /// (nothing is written); [`DlqError::Io`]
     /// naming the file when the group's transaction fails or the file stays locked.
     ///
     /// ```
-    /// use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, SqliteDeadLetters};
+    /// use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, SqliteDeadLetters};
+    /// use retry_core::time::parse_rfc3339;
     /// # fn letter(reason: &str, at: &str) -> DeadLetter { serde_json::from_value(serde_json::json!({
     /// #   "msg_id": "M-1", "original": {"amount": 10}, "reason": reason, "attempts": 5,
     /// #   "first_failed_at": at, "last_failed_at": at,
@@ -303,13 +305,14 @@ impl DeadLetterSink for SqliteDeadLetters {
     /// letters.park(&again).await?;
     /// let merged = letters.get("M-1").await?.unwrap();
     /// assert_eq!(merged.original, serde_json::json!({"amount": 10}), "the first original stays");
-    /// assert_eq!(merged.first_failed_at, "2026-08-19T02:11:03+09:00");
+    /// assert_eq!(Some(merged.first_failed_at), parse_rfc3339("2026-08-19T02:11:03+09:00"));
     /// assert_eq!((merged.attempts, merged.reason.as_str()), (10, "timeout"));
     /// assert_eq!(merged.history[0].reason, "503");
     ///
-    /// // A letter whose times cannot be ordered is refused.
-    /// let unordered = letter("503", "yesterday");
-    /// assert!(matches!(letters.park(&unordered).await, Err(DlqError::Corrupt(_))));
+    /// // A letter whose times cannot be ordered is no letter: refused where it is read.
+    /// let mut unordered = serde_json::to_value(letter("503", "2026-08-19T02:11:03Z"))?;
+    /// unordered["first_failed_at"] = "yesterday".into();
+    /// assert!(serde_json::from_value::<DeadLetter>(unordered).is_err());
     /// # drop(letters);
     /// # for suffix in ["", "-wal", "-shm"] {
     /// #     let mut file = path.clone().into_os_string();
