@@ -425,7 +425,7 @@ async fn compaction_keeps_every_live_letter_lease_and_audit_row() {
     assert_eq!(sink.lease("M-4", "run-b", HOUR).await.unwrap(), None);
     assert_eq!(
         sink.get("M-3").await.unwrap().unwrap().original,
-        letter("M-3", "").original,
+        letter("M-3", "2026-08-19T00:00:00Z").original,
         "the first original, after the merge"
     );
 
