@@ -129,7 +129,7 @@ async fn park_page_resolve_reconnect_lease_and_put_back() {
     assert_eq!(
         stats.oldest_first_failed_at,
         Some(instant("2026-08-19T02:11:03+09:00")),
-        "as stored"
+        "the instant, whatever its offset"
     );
     assert_eq!(
         store.page(&Page::first(10)).await.unwrap(),
@@ -222,7 +222,7 @@ async fn ordering_is_by_instant_across_offsets_then_msg_id() {
     assert_eq!(ids(&store).await, ["t1", "t2", "t3", "t4"]);
     let first = store.page(&Page::first(1)).await.unwrap();
     assert_eq!(first[0].msg_id, "t1");
-    // The cursor is the letter as stored (its own offset): the next page starts after it.
+    // The cursor is the letter's instant: the next page starts after it.
     let next = store
         .page(&Page::first(2).next_after(&first[0]))
         .await

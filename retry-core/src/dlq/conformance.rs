@@ -127,8 +127,8 @@ where
 
 // ---- the checks ----
 
-/// Every field of a parked letter reads back as it was parked, and the letter counts as
-/// pending.
+/// Every field of a parked letter reads back as it was parked (its times to the nanosecond,
+/// whatever their offsets), and the letter counts as pending.
 pub async fn parked_letter_reads_back_whole<S: DeadLetterStore + ?Sized>(store: &S) {
     let mut sent = letter("M-1", "2026-08-19T02:11:03+09:00");
     sent.idempotency_key = Some("deposit:M-1".into());
@@ -136,6 +136,8 @@ pub async fn parked_letter_reads_back_whole<S: DeadLetterStore + ?Sized>(store: 
     sent.redacted = true;
     sent.key_scope = Some("http".into());
     sent.key_expires_at = Some(time("2026-08-26T02:11:03+09:00"));
+    // Finer than the millisecond the library writes its own times to: still the same instant.
+    sent.last_failed_at = time("2026-08-19T02:12:47.123456789+09:00");
     sent.original = serde_json::json!({"amount": 10, "to": ["a", "b"], "note": "naïve ✓"});
     ok(store.park(&sent).await, "park");
     assert_eq!(

@@ -26,8 +26,8 @@ pub struct Pending {
 /// works sets it to 1.
 ///
 /// # Errors
-/// The store's error, or [`DlqError::Corrupt`] when the oldest `first_failed_at` is not
-/// RFC 3339 (its age is unknown, which is not "nothing is old").
+/// The store's error: [`DlqError::Corrupt`] when the oldest `first_failed_at` it keeps does not
+/// parse (its age is unknown, which is not "nothing is old").
 ///
 /// ```
 /// use retry_core::dlq::{pending, MemoryDeadLetters};

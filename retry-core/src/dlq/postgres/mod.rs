@@ -69,9 +69,10 @@ use writer::Writer;
 /// - Pages and [`stats`](DeadLetterStore::stats) are computed by the server; pages follow the
 ///   instant of the first failure (whatever the offsets), then `msg_id`.
 /// - Leases are measured on the database server's clock.
-/// - A letter whose `first_failed_at` or `last_failed_at` is not RFC 3339 is refused with
-///   [`DlqError::Corrupt`], one holding a NUL character with [`DlqError::Serialize`]; a row
-///   that cannot be read back is [`DlqError::Corrupt`] naming its `msg_id`, never skipped.
+/// - Times are RFC 3339 text in their columns, written in UTC and read with any offset; a
+///   letter holding a NUL character is refused with [`DlqError::Serialize`]; a row that cannot
+///   be read back (a stored time that does not parse included) is [`DlqError::Corrupt`] naming
+///   its `msg_id` and the column, never skipped.
 /// - Connections come from a [deadpool-postgres pool](deadpool_postgres::Pool), 16 by default;
 ///   the writer holds one of them while letters keep coming. An operation waits at most 5 s for
 ///   a free connection, and opening one at most 5 s; after that it fails with
@@ -264,7 +265,7 @@ impl DeadLetterSink for PgDeadLetters {
     /// ([`DeadLetter::absorb`]), never overwritten.
     ///
     /// # Errors
-    /// [`DlqError::Corrupt`] when `first_failed_at` or `last_failed_at` is not RFC 3339, and
+    /// [`DlqError::Corrupt`] when the stored letter it merges into cannot be read, and
     /// [`DlqError::Serialize`] when a text holds a NUL or the original nests deeper than
     /// [`MAX_ORIGINAL_DEPTH`](crate::dlq::MAX_ORIGINAL_DEPTH) (the server is not asked);
     /// [`DlqError::Io`] naming the server when it cannot be reached or fails, for this letter

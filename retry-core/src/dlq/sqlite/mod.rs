@@ -89,9 +89,9 @@ const WRITE_SETTINGS: Settings = Settings {
 ///   [`stats`](DeadLetterStore::stats) never loads a letter.
 /// - Leases are atomic across processes: two redrive runs on the same file never hold one
 ///   letter at once.
-/// - A letter whose `first_failed_at` or `last_failed_at` is not RFC 3339 is refused with
-///   [`DlqError::Corrupt`]; a row that cannot be read back is [`DlqError::Corrupt`] naming its
-///   `msg_id`, never skipped.
+/// - Times are RFC 3339 text in their columns, written in UTC and read with any offset; a row
+///   that cannot be read back (a stored time that does not parse included) is
+///   [`DlqError::Corrupt`] naming its `msg_id` and the column, never skipped.
 /// - A write whose future is dropped still finishes in its group: a letter may be parked
 ///   although its `park` was cancelled.
 /// - A file of the version-1 layout (before letters were resolved and merged) is upgraded when
@@ -337,8 +337,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     ///
     /// # Errors
     /// [`DlqError::Corrupt`] naming the first row of the page that cannot be read (nothing is
-    /// skipped), or when the cursor's `first_failed_at` is not RFC 3339; [`DlqError::Io`]
-    /// naming the file when SQLite fails.
+    /// skipped); [`DlqError::Io`] naming the file when SQLite fails.
     ///
     /// ```
     /// use retry_core::dlq::{DeadLetterSink, DeadLetterStore, Page, SqliteDeadLetters};
@@ -524,8 +523,8 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// the letters).
     ///
     /// # Errors
-    /// [`DlqError::Corrupt`] when `started_at` is not RFC 3339; [`DlqError::Io`] naming the
-    /// file when the group's transaction fails (a `run_id` recorded before, too).
+    /// [`DlqError::Io`] naming the file when the group's transaction fails (a `run_id` recorded
+    /// before, too).
     async fn record_redrive(&self, record: &RedriveRecord) -> Result<(), DlqError> {
         let row = row::record_row(record)?;
         self.writer
