@@ -166,15 +166,17 @@ pub fn format_rfc3339(time: SystemTime) -> String {
 /// and redrive records, so that they are written as milliseconds ([`format_rfc3339`]) and read
 /// back as the same instant.
 pub(crate) fn to_millis(time: SystemTime) -> SystemTime {
-    let extra = match time.duration_since(UNIX_EPOCH) {
-        Ok(after) => Duration::from_nanos(u64::from(after.subsec_nanos() % 1_000_000)),
+    let cut = match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => after.subsec_nanos() % 1_000_000,
         // Before the epoch, cutting towards the past keeps the order of times.
         Err(before) => match before.duration().subsec_nanos() % 1_000_000 {
-            0 => Duration::ZERO,
-            n => return time - Duration::from_nanos(u64::from(1_000_000 - n)),
+            0 => 0,
+            n => 1_000_000 - n,
         },
     };
-    time - extra
+    // Only the earliest times `SystemTime` holds could not go back a millisecond.
+    time.checked_sub(Duration::from_nanos(u64::from(cut)))
+        .unwrap_or(time)
 }
 
 /// Reads an RFC 3339 timestamp with any offset (`Z`, `+09:00`, `-05:30`) and an optional
