@@ -184,6 +184,7 @@ async fn overloaded() -> Result<(), Overloaded> {
 /// An error with neither `Display` nor a reason: its `Debug` is what there is.
 #[derive(Debug)]
 struct Opaque {
+    #[expect(dead_code, reason = "read only through Debug, which is the point")]
     code: u16,
 }
 

@@ -165,6 +165,8 @@ pub fn format_rfc3339(time: SystemTime) -> String {
 /// `time` cut to the millisecond: the times the library takes from a clock for dead letters
 /// and redrive records, so that they are written as milliseconds ([`format_rfc3339`]) and read
 /// back as the same instant.
+// Only dead letters take times from a clock to write.
+#[cfg_attr(not(feature = "dlq"), allow(dead_code))]
 pub(crate) fn to_millis(time: SystemTime) -> SystemTime {
     let cut = match time.duration_since(UNIX_EPOCH) {
         Ok(after) => after.subsec_nanos() % 1_000_000,
@@ -325,16 +327,6 @@ pub mod rfc3339 {
             struct Time(#[serde(with = "super")] SystemTime);
             Ok(Option::<Time>::deserialize(deserializer)?.map(|Time(time)| time))
         }
-    }
-}
-
-/// Nanoseconds since the Unix epoch, negative before it.
-#[cfg(feature = "dlq")]
-pub(crate) fn unix_nanos(time: SystemTime) -> i128 {
-    // A `Duration` holds at most ~1.8e28 ns, far below i128::MAX (~1.7e38).
-    match time.duration_since(UNIX_EPOCH) {
-        Ok(after) => i128::try_from(after.as_nanos()).unwrap_or(i128::MAX),
-        Err(before) => i128::try_from(before.duration().as_nanos()).map_or(i128::MIN, |n| -n),
     }
 }
 
