@@ -266,6 +266,14 @@ async fn a_post_answered_503_is_resent_only_with_an_idempotency_key() {
         reason.as_deref(),
         Some("POST without Idempotency-Key after 503 Service Unavailable")
     );
+    // The error a caller prints says why there was one request, not four.
+    let shown = error.to_string();
+    assert!(
+        shown.ends_with(
+            "answered 503 Service Unavailable (not sent again: without Idempotency-Key it may have taken effect)"
+        ),
+        "{shown}"
+    );
 
     let (base, seen) = server().await;
     assert!(
@@ -274,6 +282,10 @@ async fn a_post_answered_503_is_resent_only_with_an_idempotency_key() {
             .is_err()
     );
     assert_eq!(seen.count("/status/503"), 4);
+    let keyed = post_url(&client(), &format!("{base}/status/503"), Some("k-3"))
+        .await
+        .unwrap_err();
+    assert!(!keyed.to_string().contains("not sent again"), "{keyed}");
     // A refused request had no effect: 429 is resent even without a key.
     assert!(
         post_url(&client(), &format!("{base}/status/429"), None)

@@ -138,6 +138,7 @@ fn nested_retries_warn_once_and_give_ups_say_why() {
     );
     at_info_retries_and_give_ups_name_the_function_and_the_error();
     events_come_from_the_public_modules_they_are_about();
+    a_request_not_sent_again_is_a_warning_once_per_function();
 }
 
 /// Every WARN and INFO event's fields.
@@ -336,4 +337,67 @@ fn events_come_from_the_public_modules_they_are_about() {
         ["retry_core", "retry_core::dlq", "retry_core::idempotency"],
         "the retries and the span, the parked letter, the response not stored"
     );
+}
+
+/// Every event at WARN or DEBUG saying a request was not sent again, with its level.
+#[derive(Clone, Default)]
+struct NotSentAgain(Arc<Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for NotSentAgain {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Fields(String);
+        impl tracing::field::Visit for Fields {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={:?} ", field.name(), value));
+            }
+        }
+        let mut fields = Fields(format!("{} ", event.metadata().level()));
+        event.record(&mut fields);
+        if fields.0.contains("not sent again") {
+            self.0.lock().unwrap().push(fields.0);
+        }
+    }
+}
+
+/// Part of the one test above. A POST without `Idempotency-Key` answered 503 through
+/// `RetryMiddleware` is not sent again and returns `Ok(503)`: the log is where a team learns
+/// why, once per client (every call of an outage would flood it), with what to do.
+fn a_request_not_sent_again_is_a_warning_once_per_function() {
+    let said = NotSentAgain::default();
+    let subscriber = tracing_subscriber::registry().with(said.clone());
+    tracing::subscriber::with_default(subscriber, || {
+        // Real sockets, so the real clock.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let app = axum::Router::new().route(
+                "/pay",
+                axum::routing::post(|| async { axum::http::StatusCode::SERVICE_UNAVAILABLE }),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}/pay", listener.local_addr().unwrap());
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            let policy = retry_core::Policy::new()
+                .max_attempts(3)
+                .base(std::time::Duration::from_millis(1));
+            let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+                .with(
+                    retry_core::reqwest_middleware::RetryMiddleware::new(policy)
+                        .name("payments-client"),
+                )
+                .build();
+            for _ in 0..3 {
+                let answer = client.post(&url).body("{}").send().await.unwrap();
+                assert_eq!(answer.status(), 503);
+            }
+        })
+    });
+    let said = said.0.lock().unwrap().clone();
+    assert_eq!(said.len(), 3, "{said:?}");
+    assert!(said[0].starts_with("WARN"), "{said:?}");
+    assert!(said[0].contains("function=\"payments-client\""), "{said:?}");
+    assert!(said[0].contains("send an Idempotency-Key"), "{said:?}");
+    assert!(said[1..].iter().all(|e| e.starts_with("DEBUG")), "{said:?}");
 }

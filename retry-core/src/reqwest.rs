@@ -9,8 +9,8 @@ use ::reqwest::{RequestBuilder, Response, Url};
 use crate::attempt_timeout;
 use crate::classify::{Classify, Decision, Elapsed};
 use crate::http::{
-    CALLER_RETRIES, CALLER_RETRIES_VALUE, IDEMPOTENCY_KEY, IdempotencyKey, has_idempotency_key,
-    judge, method_name, retry_after, status_text,
+    CALLER_RETRIES, CALLER_RETRIES_VALUE, IDEMPOTENCY_KEY, IdempotencyKey, guard_resend,
+    has_idempotency_key, judge, method_name, retry_after, status_text,
 };
 use crate::scope;
 
@@ -293,6 +293,16 @@ impl HttpError {
         }
     }
 
+    /// Whether the method guard turned a retry into a stop: the request may have reached the
+    /// server, and sending it again without a key could apply it twice.
+    fn resend_refused(&self) -> bool {
+        let (decision, _, reached) = self.raw();
+        match &self.method {
+            Some(method) => reached && guard_resend(decision, method, self.keyed) != decision,
+            None => false,
+        }
+    }
+
     /// The decision with the method guard, and its reason.
     fn judged(&self) -> (Decision, String) {
         let (decision, what, reached) = self.raw();
@@ -327,7 +337,11 @@ impl fmt::Display for HttpError {
             } => {
                 write!(f, "answered {}: {excerpt}", status_text(*status))
             }
+        }?;
+        if self.resend_refused() {
+            f.write_str(" (not sent again: without Idempotency-Key it may have taken effect)")?;
         }
+        Ok(())
     }
 }
 

@@ -166,14 +166,35 @@ pub(crate) enum Warning {
     Nested,
     /// A policy's `attempt_timeout` that the call cannot apply (see `State::bound`).
     Untimed,
+    /// A non-idempotent request without `Idempotency-Key` that failed after it may have
+    /// reached the server, so it was not sent again.
+    UnsafeResend,
+}
+
+/// Where something was said: a line of code, or a retrying function (by its site's address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Code(&'static str, u32, u32),
+    Function(usize),
 }
 
 /// Whether `what` was not said at `caller` yet (and marks it said). Only the calls that have
 /// something to say come here, so the lock is off the common path.
 pub(crate) fn first_time_at(what: Warning, caller: &'static Location<'static>) -> bool {
-    static SAID: std::sync::Mutex<Vec<(Warning, &'static str, u32, u32)>> =
-        std::sync::Mutex::new(Vec::new());
-    let key = (what, caller.file(), caller.line(), caller.column());
+    first_time((
+        what,
+        Place::Code(caller.file(), caller.line(), caller.column()),
+    ))
+}
+
+/// Whether `what` was not said for the retrying function `site` yet (and marks it said).
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
+pub(crate) fn first_time_for(what: Warning, site: &'static Site) -> bool {
+    first_time((what, Place::Function(std::ptr::from_ref(site) as usize)))
+}
+
+fn first_time(key: (Warning, Place)) -> bool {
+    static SAID: std::sync::Mutex<Vec<(Warning, Place)>> = std::sync::Mutex::new(Vec::new());
     let mut said = SAID
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);

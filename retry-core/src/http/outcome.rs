@@ -15,6 +15,7 @@ use ::http::{HeaderMap, Method, StatusCode};
 use super::classify::{guard_resend, has_idempotency_key, status_text};
 use crate::attempt_timeout;
 use crate::classify::{Classify, Decision, Elapsed};
+use crate::site::{Warning, first_time_for};
 
 /// A `'static` name for a non-idempotent method, for [`Elapsed::unsafe_request`].
 pub(crate) fn method_name(method: &Method) -> &'static str {
@@ -45,10 +46,32 @@ pub(crate) fn judge(
     if guarded == decision {
         (decision, what)
     } else {
+        refused_resend(method, &what);
         (
             guarded,
             format!("{method} without Idempotency-Key after {what}"),
         )
+    }
+}
+
+/// Says why a request was not sent again: at WARN once per retrying function (news the first
+/// time, a flood at every call during an outage), else at DEBUG.
+fn refused_resend(method: &Method, what: &str) {
+    let site = crate::scope::with_current(|frame| frame.map(|frame| frame.outer));
+    let Some(site) = site else {
+        // Not inside a retry: nothing would have sent it again anyway.
+        return;
+    };
+    if first_time_for(Warning::UnsafeResend, site) {
+        tracing::warn!(
+            target: "retry_core::http",
+            function = site.function(),
+            %method,
+            failure = what,
+            "not sent again: a {method} without Idempotency-Key may have reached the server and taken effect; send an Idempotency-Key (which the receiver deduplicates) to have it retried"
+        );
+    } else {
+        tracing::debug!(target: "retry_core::http", function = site.function(), %method, failure = what, "not sent again: no Idempotency-Key");
     }
 }
 
