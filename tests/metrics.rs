@@ -459,3 +459,56 @@ fn two_methods_of_one_name_in_different_modules_are_counted_apart() {
         ]
     );
 }
+
+/// Two idempotency layers of one service, told apart by their namespaces alone: a duplicate
+/// answered by each is counted under its own `function` label, and a named layer under its name.
+#[test]
+fn the_idempotency_layers_metrics_follow_its_name_or_namespace() {
+    use retry_core::idempotency::MemoryStore;
+    use retry_core::tower::IdempotencyLayer;
+    use tower::ServiceExt as _;
+
+    let recorder = DebuggingRecorder::new();
+    metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let store = std::sync::Arc::new(MemoryStore::new());
+            let ok = axum::routing::post(|| async { "done" });
+            for layer in [
+                IdempotencyLayer::unauthenticated(store.clone()).namespace("payments"),
+                IdempotencyLayer::unauthenticated(store.clone()).namespace("refunds"),
+                IdempotencyLayer::unauthenticated(store.clone())
+                    .namespace("payments.v2")
+                    .name("create_payment"),
+                IdempotencyLayer::unauthenticated(store.clone()),
+            ] {
+                let app = axum::Router::new().route("/", ok.clone()).layer(layer);
+                for _ in 0..2 {
+                    let request = axum::http::Request::post("/")
+                        .header("idempotency-key", "\"k-1\"")
+                        .body(axum::body::Body::empty())
+                        .unwrap();
+                    let answer = app.clone().oneshot(request).await.unwrap();
+                    assert_eq!(answer.status(), 200);
+                }
+            }
+        })
+    });
+    let duplicates: Vec<String> = counters(&recorder)
+        .into_iter()
+        .filter(|(name, _, _)| name == names::DUPLICATES)
+        .map(|(_, labels, n)| format!("{labels:?} {n}"))
+        .collect();
+    assert_eq!(
+        duplicates,
+        [
+            r#"[("function", "create_payment")] 1"#,
+            r#"[("function", "idempotency_layer")] 1"#,
+            r#"[("function", "payments")] 1"#,
+            r#"[("function", "refunds")] 1"#,
+        ]
+    );
+}

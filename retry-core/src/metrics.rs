@@ -72,30 +72,30 @@ pub(crate) fn increment(key: &::metrics::Key) {
 }
 
 #[cfg(feature = "idempotency")]
-pub(crate) fn duplicate_answered(function: &'static str) {
-    ::metrics::counter!(names::DUPLICATES, "function" => function).increment(1);
+pub(crate) fn duplicate_answered(function: &str) {
+    ::metrics::counter!(names::DUPLICATES, "function" => function.to_owned()).increment(1);
 }
 
 #[cfg(feature = "idempotency")]
-pub(crate) fn fenced(function: &'static str) {
-    ::metrics::counter!(names::FENCED, "function" => function).increment(1);
+pub(crate) fn fenced(function: &str) {
+    ::metrics::counter!(names::FENCED, "function" => function.to_owned()).increment(1);
 }
 
 #[cfg(feature = "idempotency")]
-pub(crate) fn response_not_stored(function: &'static str) {
-    ::metrics::counter!(names::NOT_STORED, "function" => function).increment(1);
+pub(crate) fn response_not_stored(function: &str) {
+    ::metrics::counter!(names::NOT_STORED, "function" => function.to_owned()).increment(1);
 }
 
 #[cfg(feature = "idempotency")]
-pub(crate) fn abandoned(function: &'static str, released: bool) {
+pub(crate) fn abandoned(function: &str, released: bool) {
     let released = if released { "true" } else { "false" };
-    ::metrics::counter!(names::ABANDONED, "function" => function, "released" => released)
+    ::metrics::counter!(names::ABANDONED, "function" => function.to_owned(), "released" => released)
         .increment(1);
 }
 
 #[cfg(feature = "idempotency")]
-pub(crate) fn renewal_failed(function: &'static str, fenced: bool) {
+pub(crate) fn renewal_failed(function: &str, fenced: bool) {
     let reason = if fenced { "fenced" } else { "unavailable" };
-    ::metrics::counter!(names::RENEWAL_FAILURES, "function" => function, "reason" => reason)
+    ::metrics::counter!(names::RENEWAL_FAILURES, "function" => function.to_owned(), "reason" => reason)
         .increment(1);
 }

@@ -527,7 +527,7 @@ pub(crate) fn flow_expr(
             fingerprint: #fingerprint,
             lease: #lease,
             retention: #retention,
-            function: #function,
+            function: ::std::borrow::Cow::Borrowed(#function),
         };
     };
     // Unmet bounds on `T` and `E` point at the return type.

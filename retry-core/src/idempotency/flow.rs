@@ -1,5 +1,6 @@
 //! The flow of one idempotent call: claim, run, store or release.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -161,21 +162,21 @@ pub struct Settings {
     pub lease: Duration,
     /// See [`ClaimRequest::retention`].
     pub retention: Duration,
-    /// The function, for events and metrics.
-    pub function: &'static str,
+    /// The function (or the layer), for events and metrics: its `function` label.
+    pub function: Cow<'static, str>,
 }
 
 impl Settings {
     /// A call with an already encoded `key` (see [`encode_key`](super::encode_key)), made by
     /// `function`, with the default lease and retention.
-    pub fn new(key: impl Into<String>, function: &'static str) -> Self {
+    pub fn new(key: impl Into<String>, function: impl Into<Cow<'static, str>>) -> Self {
         Settings {
             key: key.into(),
             biz_key: None,
             fingerprint: None,
             lease: super::DEFAULT_LEASE,
             retention: super::DEFAULT_RETENTION,
-            function,
+            function: function.into(),
         }
     }
 }
@@ -216,7 +217,7 @@ pub async fn begin_call<'s, S: IdempotencyStore + ?Sized>(
         Ok(ClaimOutcome::Claimed(claim)) => Ok(Begun::Claimed(HeldClaim::new(
             store,
             claim,
-            call.function,
+            call.function.clone(),
             call.lease,
         ))),
         Ok(refused) => refused_with(refused, call).map(Begun::Stored),
@@ -250,12 +251,12 @@ fn claim_request<'c, S: IdempotencyStore + ?Sized>(
 fn refused_with(outcome: ClaimOutcome, call: &Settings) -> Result<String, IdempotencyError> {
     match outcome {
         ClaimOutcome::Done(stored) => {
-            metrics::duplicate_answered(call.function);
+            metrics::duplicate_answered(&call.function);
             Ok(stored)
         }
         ClaimOutcome::InProgress => Err(IdempotencyError::InProgress),
         ClaimOutcome::Failed(failure) => {
-            metrics::duplicate_answered(call.function);
+            metrics::duplicate_answered(&call.function);
             Err(IdempotencyError::PreviouslyFailed(failure))
         }
         ClaimOutcome::KeyReused => Err(IdempotencyError::KeyReused),
@@ -285,7 +286,7 @@ pub(crate) async fn begin_transactional<'s, S: TransactionalStore + ?Sized>(
     let request = claim_request(store, call)?;
     match bounded(store, "claim", store.claim_in_transaction(&request)).await {
         Ok(TransactionClaim::Claimed(claimed)) => {
-            let mut held = HeldClaim::new(store, claimed.claim, call.function, call.lease);
+            let mut held = HeldClaim::new(store, claimed.claim, call.function.clone(), call.lease);
             held.transactional = true;
             held.in_transaction = claimed.in_transaction;
             // A claim only the transaction has is invisible to every other connection: there
@@ -365,7 +366,7 @@ async fn give_up<S: IdempotencyStore + ?Sized>(
 ) {
     if let Err(e) = undo(store, claim, on_err, failure).await {
         // The lease frees the claim later; a resend meanwhile gets `InProgress`.
-        tracing::warn!(target: "retry_core::idempotency", function = call.function, key = %call.key, error = %crate::error_chain(&e), "could not settle the claim of a failed call");
+        tracing::warn!(target: "retry_core::idempotency", function = &*call.function, key = %call.key, error = %crate::error_chain(&e), "could not settle the claim of a failed call");
     }
 }
 
@@ -463,8 +464,8 @@ where
     {
         Ok(()) => Ok(value),
         Err(StoreError::Fenced) => {
-            tracing::error!(target: "retry_core::idempotency", function = call.function, key = %call.key, token = claim.token, "claim taken over while the body ran: its writes were rolled back");
-            metrics::fenced(call.function);
+            tracing::error!(target: "retry_core::idempotency", function = &*call.function, key = %call.key, token = claim.token, "claim taken over while the body ran: its writes were rolled back");
+            metrics::fenced(&call.function);
             Err(IdempotencyError::Store(StoreError::Fenced).into())
         }
         // The commit may or may not have happened: a duplicate finds out (done, or the lease
@@ -485,7 +486,7 @@ where
     S: TransactionalStore + ?Sized,
     E: From<IdempotencyError>,
 {
-    tracing::error!(target: "retry_core::idempotency", function = call.function, key = %call.key, error = %crate::error_chain(&error), "response cannot be stored: the body's writes were rolled back");
+    tracing::error!(target: "retry_core::idempotency", function = &*call.function, key = %call.key, error = %crate::error_chain(&error), "response cannot be stored: the body's writes were rolled back");
     roll_back(store, transaction, to_release, call).await;
     Err(error.into())
 }
@@ -501,7 +502,7 @@ async fn roll_back<S: TransactionalStore + ?Sized>(
     call: &Settings,
 ) {
     if let Err(e) = bounded(store, "rollback", store.rollback(transaction)).await {
-        tracing::warn!(target: "retry_core::idempotency", function = call.function, key = %call.key, error = %crate::error_chain(&e), "rollback failed; the store rolls back when the connection closes");
+        tracing::warn!(target: "retry_core::idempotency", function = &*call.function, key = %call.key, error = %crate::error_chain(&e), "rollback failed; the store rolls back when the connection closes");
     }
     if let Some(claim) = to_release {
         give_up(store, claim, call, OnErr::Release, "").await;
@@ -533,15 +534,15 @@ async fn finish<S: IdempotencyStore + ?Sized, T: Serialize>(
             return keep_unstorable(store, call, claim, &e).await;
         }
     };
-    match store_response(store, claim, &response, call.function).await {
+    match store_response(store, claim, &response, &call.function).await {
         Ok(()) => {}
         Err(StoreError::Fenced) => {
-            tracing::error!(target: "retry_core::idempotency", function = call.function, key = %call.key, token = claim.token, "late completion refused: the lease ran out and another call took the key over; both ran the body");
-            metrics::fenced(call.function);
+            tracing::error!(target: "retry_core::idempotency", function = &*call.function, key = %call.key, token = claim.token, "late completion refused: the lease ran out and another call took the key over; both ran the body");
+            metrics::fenced(&call.function);
         }
         Err(e) => {
-            tracing::error!(target: "retry_core::idempotency", function = call.function, key = %call.key, error = %crate::error_chain(&e), "response not stored: duplicates get InProgress until the lease ends, then run the body again");
-            metrics::response_not_stored(call.function);
+            tracing::error!(target: "retry_core::idempotency", function = &*call.function, key = %call.key, error = %crate::error_chain(&e), "response not stored: duplicates get InProgress until the lease ends, then run the body again");
+            metrics::response_not_stored(&call.function);
         }
     }
 }
@@ -555,8 +556,8 @@ async fn keep_unstorable<S: IdempotencyStore + ?Sized>(
     claim: &Claim,
     error: &IdempotencyError,
 ) {
-    tracing::error!(target: "retry_core::idempotency", function = call.function, key = %call.key, error = %crate::error_chain(&error), "response not stored: the key is kept failed, so duplicates are refused instead of running the body again");
-    metrics::response_not_stored(call.function);
+    tracing::error!(target: "retry_core::idempotency", function = &*call.function, key = %call.key, error = %crate::error_chain(&error), "response not stored: the key is kept failed, so duplicates are refused instead of running the body again");
+    metrics::response_not_stored(&call.function);
     let failure = format!("the response was not stored: {error}");
     give_up(store, claim, call, OnErr::Keep, &failure).await;
 }

@@ -1,6 +1,7 @@
 //! A claim while its body runs: the lease kept alive, the claim visible to the body, and what a
 //! dropped call leaves behind.
 
+use std::borrow::Cow;
 use std::future::{Future, poll_fn};
 use std::pin::pin;
 use std::task::Poll;
@@ -57,7 +58,7 @@ pub fn current() -> Option<Claim> {
 pub struct HeldClaim<'s, S: IdempotencyStore + ?Sized> {
     pub(super) store: &'s S,
     pub(super) claim: Option<Claim>,
-    pub(super) function: &'static str,
+    pub(super) function: Cow<'static, str>,
     pub(super) lease: Duration,
     /// Whether the flow renews the lease while the body runs (not where an open transaction
     /// already keeps the claim: [`TransactionalStore::transaction_holds_claim`](super::TransactionalStore::transaction_holds_claim)).
@@ -71,7 +72,12 @@ pub struct HeldClaim<'s, S: IdempotencyStore + ?Sized> {
 }
 
 impl<'s, S: IdempotencyStore + ?Sized> HeldClaim<'s, S> {
-    pub(super) fn new(store: &'s S, claim: Claim, function: &'static str, lease: Duration) -> Self {
+    pub(super) fn new(
+        store: &'s S,
+        claim: Claim,
+        function: Cow<'static, str>,
+        lease: Duration,
+    ) -> Self {
         HeldClaim {
             store,
             claim: Some(claim),
@@ -125,7 +131,7 @@ impl<'s, S: IdempotencyStore + ?Sized> HeldClaim<'s, S> {
             self.store,
             claim,
             self.lease,
-            self.function
+            &self.function
         ));
         let mut renewing = true;
         poll_fn(|cx| {
@@ -144,7 +150,7 @@ impl<'s, S: IdempotencyStore + ?Sized> HeldClaim<'s, S> {
     /// store's [`operation_timeout`](IdempotencyStore::operation_timeout).
     pub async fn complete(mut self, response: &str) -> Result<(), StoreError> {
         match self.take() {
-            Some(claim) => store_response(self.store, &claim, response, self.function).await,
+            Some(claim) => store_response(self.store, &claim, response, &self.function).await,
             None => Err(StoreError::Fenced),
         }
     }
@@ -170,7 +176,7 @@ async fn renew_while_running<S: IdempotencyStore + ?Sized>(
     store: &S,
     claim: &Claim,
     lease: Duration,
-    function: &'static str,
+    function: &str,
 ) {
     let every = (lease / 3).max(Duration::from_millis(1));
     loop {
@@ -200,10 +206,10 @@ impl<S: IdempotencyStore + ?Sized> Drop for HeldClaim<'_, S> {
         let released =
             self.in_transaction || (self.transactional && self.store.abandon(claim.clone()));
         if !self.transactional {
-            tracing::warn!(target: "retry_core::idempotency", function = self.function, key = %claim.key, lease = ?self.lease, "call dropped while its body ran: its effect is unknown, so the key stays in progress until its lease runs out");
+            tracing::warn!(target: "retry_core::idempotency", function = &*self.function, key = %claim.key, lease = ?self.lease, "call dropped while its body ran: its effect is unknown, so the key stays in progress until its lease runs out");
         } else if !released {
-            tracing::warn!(target: "retry_core::idempotency", function = self.function, key = %claim.key, lease = ?self.lease, "transactional call dropped: rolled back; the store cannot release the claim now, so its lease frees it");
+            tracing::warn!(target: "retry_core::idempotency", function = &*self.function, key = %claim.key, lease = ?self.lease, "transactional call dropped: rolled back; the store cannot release the claim now, so its lease frees it");
         }
-        metrics::abandoned(self.function, released);
+        metrics::abandoned(&self.function, released);
     }
 }

@@ -18,7 +18,7 @@ pub(super) async fn store_response<S: IdempotencyStore + ?Sized>(
     store: &S,
     claim: &Claim,
     response: &str,
-    function: &'static str,
+    function: &str,
 ) -> Result<(), StoreError> {
     let mut pauses = COMPLETE_RETRY_PAUSES.iter();
     loop {

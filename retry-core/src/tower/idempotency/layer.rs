@@ -1,6 +1,7 @@
 //! [`IdempotencyLayer`]: the public builder and its settings, and the modes it runs in
 //! ([`Plain`], [`InTransaction`]).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -37,6 +38,9 @@ pub const DEFAULT_MAX_KEY_BYTES: usize = 255;
 /// assert_eq!(retry_core::tower::DEFAULT_NAMESPACE, "http");
 /// ```
 pub const DEFAULT_NAMESPACE: &str = "http";
+
+/// The `function` label of a layer with neither a name nor a namespace of its own.
+const DEFAULT_NAME: &str = "idempotency_layer";
 
 /// Largest request body buffered by default to fingerprint it, in bytes: 1 MiB.
 ///
@@ -109,7 +113,8 @@ pub struct IdempotencyLayer<St, M = Plain> {
     pub(super) retention: Duration,
     pub(super) replay_headers: ReplayHeaders,
     pub(super) not_processed: NotProcessed,
-    pub(super) name: &'static str,
+    /// Set by [`name`](Self::name); see [`function`](Self::function).
+    pub(super) name: Option<&'static str>,
     pub(super) namespace: Arc<str>,
     /// Transactional mode only: the handlers promised that their effects are their writes in
     /// the request's transaction ([`effects_in_transaction`](IdempotencyLayer::effects_in_transaction)),
@@ -241,7 +246,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
             retention: DEFAULT_RETENTION,
             replay_headers: ReplayHeaders::default(),
             not_processed: NotProcessed::default(),
-            name: "idempotency_layer",
+            name: None,
             namespace: Arc::from(DEFAULT_NAMESPACE),
             claim_in_transaction: false,
             mode: PhantomData,
@@ -457,7 +462,8 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
     }
 
     /// The name of the guarded operation, used as the `function` label of the idempotency
-    /// metrics and in log events (default `"idempotency_layer"`).
+    /// metrics and in log events. Without it, the [`namespace`](Self::namespace) when one was
+    /// set, else `"idempotency_layer"`: two layers of one service are told apart either way.
     ///
     /// ```
     /// use retry_core::idempotency::MemoryStore;
@@ -468,8 +474,25 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
     /// ```
     #[must_use]
     pub fn name(mut self, name: &'static str) -> Self {
-        self.name = name;
+        self.name = Some(name);
         self
+    }
+
+    /// The `function` label of this layer's metrics and events; see [`name`](Self::name).
+    pub(super) fn function(&self) -> &str {
+        match self.name {
+            Some(name) => name,
+            None if &*self.namespace == DEFAULT_NAMESPACE => DEFAULT_NAME,
+            None => &self.namespace,
+        }
+    }
+
+    /// [`function`](Self::function), for what outlives the layer's borrow (a call's settings).
+    pub(super) fn function_label(&self) -> Cow<'static, str> {
+        match self.name {
+            Some(name) => Cow::Borrowed(name),
+            None => Cow::Owned(self.function().to_owned()),
+        }
     }
 
     /// The namespace of this layer's keys (default [`DEFAULT_NAMESPACE`], `"http"`): the stored

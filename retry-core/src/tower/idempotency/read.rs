@@ -9,11 +9,7 @@ use super::body::BoxError;
 use super::problem::Problem;
 
 /// The whole request body, or the problem that stops the request: at most `max` bytes.
-pub(super) async fn read_request<B>(
-    body: B,
-    max: usize,
-    function: &'static str,
-) -> Result<Bytes, Problem>
+pub(super) async fn read_request<B>(body: B, max: usize, function: &str) -> Result<Bytes, Problem>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,

@@ -15,7 +15,7 @@ use crate::http::IDEMPOTENT_REPLAYED;
 pub(super) fn replay(
     stored: &str,
     headers: &ReplayHeaders,
-    function: &'static str,
+    function: &str,
 ) -> Response<IdempotencyBody> {
     let (mut parts, body) = match decode_stored(stored) {
         Ok(decoded) => decoded.into_parts(),

@@ -145,7 +145,7 @@ impl<St: IdempotencyStore + 'static, M: Mode<St>> IdempotencyLayer<St, M> {
             Ok(key) => key,
             Err(problem) => return Ok(problem.response()),
         };
-        let body = match read_request(body, self.max_body_bytes, self.name).await {
+        let body = match read_request(body, self.max_body_bytes, self.function()).await {
             Ok(body) => body,
             Err(problem) => return Ok(problem.response()),
         };
@@ -159,7 +159,7 @@ impl<St: IdempotencyStore + 'static, M: Mode<St>> IdempotencyLayer<St, M> {
         if let Ok(client_key) = key.parse::<IdempotencyKey>() {
             parts.extensions.insert(client_key);
         }
-        let mut call = Settings::new(stored_key, self.name);
+        let mut call = Settings::new(stored_key, self.function_label());
         call.fingerprint = Some(fingerprint(&parts, &body));
         call.biz_key = Some(key);
         call.lease = self.lease;
@@ -167,11 +167,11 @@ impl<St: IdempotencyStore + 'static, M: Mode<St>> IdempotencyLayer<St, M> {
         // The request is whole: from here on it runs to its end on a task of its own, whether
         // or not its client is still there to read the answer, so a resend finds the stored
         // response instead of a claim dropped mid-way.
-        let function = self.name;
+        let function = self.function_label();
         match detached(M::claim_and_run(self, inner, call, parts, body)).await {
             Ok(answer) => answer,
             Err(e) => {
-                tracing::error!(target: "retry_core::tower", function, error = %crate::error_chain(&e), "the task running an idempotent request was interrupted; its key stays in progress until its lease ends");
+                tracing::error!(target: "retry_core::tower", function = &*function, error = %crate::error_chain(&e), "the task running an idempotent request was interrupted; its key stays in progress until its lease ends");
                 Ok(Problem::Interrupted.response())
             }
         }
@@ -211,7 +211,9 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
     ) -> Result<HeldClaim<'_, St>, Response<IdempotencyBody>> {
         match begin_call(&*self.store, call).await {
             Ok(Begun::Claimed(held)) => Ok(held),
-            Ok(Begun::Stored(stored)) => Err(replay(&stored, &self.replay_headers, self.name)),
+            Ok(Begun::Stored(stored)) => {
+                Err(replay(&stored, &self.replay_headers, self.function()))
+            }
             Err(e) => Err(self.refuse(parts, e)),
         }
     }
@@ -227,7 +229,7 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
         let shortest = encode_namespaced_key(&self.namespace, scope, "k").len();
         if let Some(scope) = scope.filter(|_| shortest > max) {
             tracing::warn!(target: "retry_core::tower",
-                function = self.name,
+                function = self.function(),
                 scope_bytes = scope.len(),
                 max,
                 "the client scope is too long for the store's keys: requests of this client are refused"
@@ -265,7 +267,7 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
         let max = self.store.limits().max_response_bytes;
         let handler = call_ready(inner, request);
         let ran = run_handler(&held, handler, max, &self.not_processed).await;
-        settle(held, ran, max, &self.replay_headers, self.name).await
+        settle(held, ran, max, &self.replay_headers, self.function()).await
     }
 
     /// The answer to a request whose key could not be claimed.
@@ -280,11 +282,11 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
             IdempotencyError::PreviouslyFailed(failure) => Problem::kept_failure(&failure),
             IdempotencyError::KeyTooLong { len, max } => Problem::KeyTooLong { len, max },
             IdempotencyError::Store(e) => {
-                tracing::warn!(target: "retry_core::tower", function = self.name, method = %parts.method, path = parts.uri.path(), error = %crate::error_chain(&e), "idempotency store unavailable: request refused (fail closed)");
+                tracing::warn!(target: "retry_core::tower", function = self.function(), method = %parts.method, path = parts.uri.path(), error = %crate::error_chain(&e), "idempotency store unavailable: request refused (fail closed)");
                 Problem::StoreUnavailable
             }
             other => {
-                tracing::error!(target: "retry_core::tower", function = self.name, error = %crate::error_chain(&other), "idempotency claim failed");
+                tracing::error!(target: "retry_core::tower", function = self.function(), error = %crate::error_chain(&other), "idempotency claim failed");
                 Problem::StoredUnreadable
             }
         };

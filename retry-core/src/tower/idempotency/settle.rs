@@ -18,7 +18,7 @@ pub(super) async fn settle<St, E>(
     ran: Ran<E>,
     max: usize,
     replayed: &ReplayHeaders,
-    function: &'static str,
+    function: &str,
 ) -> Result<Response<IdempotencyBody>, E>
 where
     St: IdempotencyStore + ?Sized,
@@ -71,7 +71,7 @@ where
 async fn complete<St: IdempotencyStore + ?Sized>(
     held: HeldClaim<'_, St>,
     json: &str,
-    function: &'static str,
+    function: &str,
 ) {
     match held.complete(json).await {
         Ok(()) => {}
@@ -95,7 +95,7 @@ async fn not_kept<St: IdempotencyStore + ?Sized>(
     held: HeldClaim<'_, St>,
     len: usize,
     max: usize,
-    function: &'static str,
+    function: &str,
 ) {
     tracing::warn!(target: "retry_core::tower",
         function,
@@ -113,7 +113,7 @@ async fn not_kept<St: IdempotencyStore + ?Sized>(
 async fn keep_failed<St: IdempotencyStore + ?Sized>(
     held: HeldClaim<'_, St>,
     failure: &str,
-    function: &'static str,
+    function: &str,
 ) {
     tracing::warn!(target: "retry_core::tower",
         function,
@@ -128,7 +128,7 @@ async fn keep_failed<St: IdempotencyStore + ?Sized>(
 /// The handler's effect did not happen (`why`): the claim is given up so a resend runs again.
 pub(super) async fn release<St: IdempotencyStore + ?Sized>(
     held: HeldClaim<'_, St>,
-    function: &'static str,
+    function: &str,
     why: &'static str,
 ) {
     tracing::debug!(target: "retry_core::tower", function, why, "idempotency claim released");

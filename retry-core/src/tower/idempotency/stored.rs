@@ -48,7 +48,7 @@ pub(super) fn stored_form(
     parts: &::http::response::Parts,
     body: &[u8],
     replayed: &ReplayHeaders,
-    function: &'static str,
+    function: &str,
 ) -> Result<String, serde_json::Error> {
     serde_json::to_string(&stored(parts, body, replayed, function))
 }
@@ -58,7 +58,7 @@ pub(super) fn stored(
     parts: &::http::response::Parts,
     body: &[u8],
     replayed: &ReplayHeaders,
-    function: &'static str,
+    function: &str,
 ) -> StoredResponse {
     let mut headers = Vec::new();
     for (name, value) in &parts.headers {

@@ -151,7 +151,7 @@ where
                     (held, open)
                 }
                 Ok(BegunTransaction::Stored(stored)) => {
-                    return Ok(replay(&stored, &self.replay_headers, self.name));
+                    return Ok(replay(&stored, &self.replay_headers, self.function()));
                 }
                 Err(e) => return Ok(self.refuse(&parts, e)),
             }
@@ -225,7 +225,7 @@ impl Finished<'_> {
     where
         St: TransactionalStore + ?Sized,
     {
-        let function = self.call.function;
+        let function = &*self.call.function;
         let (transaction, verdict) = match taken {
             // The handler chose not to use the transaction: the non-transactional rules.
             Taken::Unasked => return settle(held, ran, self.max, self.replayed, function).await,
@@ -311,7 +311,7 @@ impl Finished<'_> {
 /// What a transactional handler's answer means: a complete answer below `500` commits;
 /// anything else (`5xx`, [`NotApplied`](super::NotApplied) or a not-processed status, an error,
 /// a panic, a body that failed or cannot be kept) rolls back.
-fn verdict<E>(ran: Ran<E>, function: &'static str) -> Verdict<E> {
+fn verdict<E>(ran: Ran<E>, function: &str) -> Verdict<E> {
     match ran {
         Ran::Answered {
             parts,
