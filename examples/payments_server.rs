@@ -23,7 +23,16 @@
 //! [`effects_in_transaction`](retry_core::tower::IdempotencyLayer::effects_in_transaction); one
 //! commit per request, and after a crash the resend runs at once).
 //!
+//! Before booking, the handler charges the card at the card network (simulated here). When the
+//! network cannot be reached, the charge is retried three times and then parked as a dead letter
+//! in the same SQLite file, under the client's `Idempotency-Key` (`dlq(id = key, ..)`), and the
+//! client gets `503` with the key freed (nothing was charged or booked). Once the network is
+//! back, `retry-dlq --sqlite payments.sqlite3 redrive --to http://127.0.0.1:3000/payments
+//! --who ops` sends each letter's payment again under that key: the payment is booked once,
+//! whether the client or the redrive comes first (the other gets the stored answer).
+//!
 //! Fault injection, for tests and demos:
+//! - `PAYMENTS_CARD_NETWORK=down`: the card network is unreachable.
 //! - `PAYMENTS_FAILPOINT=after_write`: the process exits (code 86) inside the handler, after
 //!   its booking was written and before the layer commits it. Restart without it and resend:
 //!   after the lease (`409` until then) the payment is booked once, then replayed.
@@ -39,8 +48,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
+use retry_core::dlq::{DeadLetter, DeadLetterSink, DlqError, DlqFailed, SqliteDeadLetters};
+use retry_core::http::IdempotencyKey;
 use retry_core::idempotency::{SqliteStore, StoreError, TransactionalStore};
-use retry_core::tower::{IdempotencyLayer, InTransaction, RequestTransaction};
+use retry_core::tower::{IdempotencyLayer, InTransaction, NotApplied, RequestTransaction};
+use retry_core::{Classify, Decision, retryable};
 use serde::{Deserialize, Serialize};
 
 /// The exit code of the `after_write` failpoint.
@@ -53,8 +65,8 @@ const SQLITE_TABLE: &str = "CREATE TABLE IF NOT EXISTS payments (
     cents INTEGER NOT NULL
 )";
 
-/// What a client asks for.
-#[derive(Deserialize)]
+/// What a client asks for (and what a dead letter keeps, to send again).
+#[derive(Serialize, Deserialize)]
 struct Payment {
     order: String,
     cents: i64,
@@ -68,11 +80,83 @@ struct Booked {
     cents: i64,
 }
 
+/// What the handlers share: the fault injection and the dead letters.
+#[derive(Clone)]
+struct App {
+    faults: Faults,
+    letters: std::sync::Arc<Letters>,
+}
+
+/// Where charges the card network refused are parked: the service's own database.
+enum Letters {
+    Sqlite(SqliteDeadLetters),
+    #[cfg(feature = "postgres")]
+    Pg(retry_core::dlq::PgDeadLetters),
+}
+
+impl DeadLetterSink for Letters {
+    async fn park(&self, letter: &DeadLetter) -> Result<(), DlqError> {
+        match self {
+            Letters::Sqlite(letters) => letters.park(letter).await,
+            #[cfg(feature = "postgres")]
+            Letters::Pg(letters) => letters.park(letter).await,
+        }
+    }
+}
+
+/// Why a charge failed.
+#[derive(Debug)]
+enum CardError {
+    /// The card network could not be reached: nothing was charged.
+    Unreachable,
+    /// The charge gave up and its dead letter could not be parked either.
+    NotParked,
+}
+
+impl Classify for CardError {
+    fn classify(&self) -> Decision {
+        match self {
+            CardError::Unreachable => Decision::Retry,
+            CardError::NotParked => Decision::Stop,
+        }
+    }
+    fn reason(&self) -> Option<String> {
+        Some(match self {
+            CardError::Unreachable => "card network unreachable".into(),
+            CardError::NotParked => "card network unreachable; not parked".into(),
+        })
+    }
+}
+
+impl From<DlqFailed> for CardError {
+    fn from(failed: DlqFailed) -> Self {
+        eprintln!("payments: dead letter not parked: {failed}");
+        CardError::NotParked
+    }
+}
+
+/// Charges the card at the (simulated) card network. Given up, the payment is parked under the
+/// client's key, so a redrive sends it again as the same operation.
+#[retryable(max = 3, base = "10ms", dlq(sink = letters, id = key.as_str(), original = payment))]
+async fn charge_card(
+    letters: &Letters,
+    key: &IdempotencyKey,
+    payment: &Payment,
+    network_down: bool,
+) -> Result<(), CardError> {
+    if network_down {
+        Err(CardError::Unreachable)
+    } else {
+        Ok(())
+    }
+}
+
 /// The fault injection read from the environment at start.
 #[derive(Clone, Copy, Default)]
 struct Faults {
     exit_after_write: bool,
     delay_after_write: Duration,
+    card_network_down: bool,
 }
 
 impl Faults {
@@ -89,9 +173,11 @@ impl Faults {
             .ok()
             .and_then(|ms| ms.parse().ok())
             .map_or(Duration::ZERO, Duration::from_millis);
+        let card_network_down = std::env::var("PAYMENTS_CARD_NETWORK").is_ok_and(|v| v == "down");
         Faults {
             exit_after_write,
             delay_after_write,
+            card_network_down,
         }
     }
 
@@ -118,6 +204,18 @@ fn refusal(payment: &Payment) -> Option<Response> {
     })
 }
 
+/// The card was not charged (the network was down, the payment is parked): a `503` whose key
+/// the layer frees ([`NotApplied`]), since nothing happened; a resend or a redrive runs it again.
+fn not_charged() -> Response {
+    let mut response = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        "card network unreachable: try again",
+    )
+        .into_response();
+    response.extensions_mut().insert(NotApplied);
+    response
+}
+
 /// The store failed: nothing was booked (the transaction rolls back), and a `503` tells the
 /// layer so: the key is freed and the client's resend runs again.
 fn unavailable(error: &StoreError) -> Response {
@@ -137,12 +235,20 @@ fn booked(payment: i64, request: Payment) -> Response {
 /// `POST /payments` on SQLite: the booking runs on the store's blocking thread, in the
 /// transaction the layer commits with the response.
 async fn pay_sqlite(
-    State(faults): State<Faults>,
+    State(app): State<App>,
+    Extension(key): Extension<IdempotencyKey>,
     Extension(tx): Extension<RequestTransaction<SqliteStore>>,
     Json(request): Json<Payment>,
 ) -> Response {
     if let Some(refusal) = refusal(&request) {
         return refusal;
+    }
+    let faults = app.faults;
+    if charge_card(&app.letters, &key, &request, faults.card_network_down)
+        .await
+        .is_err()
+    {
+        return not_charged();
     }
     // Taken as late as possible: on SQLite it holds the file's write lock until the commit.
     let mut tx = match tx.get().await {
@@ -171,12 +277,20 @@ async fn pay_sqlite(
 /// `POST /payments` on PostgreSQL: the booking runs on the transaction's tokio-postgres client.
 #[cfg(feature = "postgres")]
 async fn pay_pg(
-    State(faults): State<Faults>,
+    State(app): State<App>,
+    Extension(key): Extension<IdempotencyKey>,
     Extension(tx): Extension<RequestTransaction<retry_core::idempotency::PgStore>>,
     Json(request): Json<Payment>,
 ) -> Response {
     if let Some(refusal) = refusal(&request) {
         return refusal;
+    }
+    let faults = app.faults;
+    if charge_card(&app.letters, &key, &request, faults.card_network_down)
+        .await
+        .is_err()
+    {
+        return not_charged();
     }
     let tx = match tx.get().await {
         Ok(tx) => tx,
@@ -259,6 +373,7 @@ async fn app(options: &Options, faults: Faults) -> Result<Router, Box<dyn std::e
     }
     let store = SqliteStore::open(&options.db)?;
     rusqlite::Connection::open(&options.db)?.execute_batch(SQLITE_TABLE)?;
+    let letters = Letters::Sqlite(SqliteDeadLetters::open(&options.db)?);
     // Keys are unguessable here; a real service scopes them by its authenticated client
     // (`IdempotencyLayer::new(store, |parts| ...)`).
     let layer = IdempotencyLayer::unauthenticated(store)
@@ -266,10 +381,14 @@ async fn app(options: &Options, faults: Faults) -> Result<Router, Box<dyn std::e
         .lease(options.lease)
         .transactional();
     let layer = one_commit_if_asked(layer, options);
+    let state = App {
+        faults,
+        letters: std::sync::Arc::new(letters),
+    };
     Ok(Router::new()
         .route("/payments", post(pay_sqlite))
         .layer(layer)
-        .with_state(faults))
+        .with_state(state))
 }
 
 #[cfg(feature = "postgres")]
@@ -294,15 +413,21 @@ async fn pg_app(
             )",
         )
         .await?;
+    let letters =
+        Letters::Pg(retry_core::dlq::PgDeadLetters::from_pool(store.pool().clone()).await?);
     let layer = IdempotencyLayer::unauthenticated(store)
         .name("create_payment")
         .lease(options.lease)
         .transactional();
     let layer = one_commit_if_asked(layer, options);
+    let state = App {
+        faults,
+        letters: std::sync::Arc::new(letters),
+    };
     Ok(Router::new()
         .route("/payments", post(pay_pg))
         .layer(layer)
-        .with_state(faults))
+        .with_state(state))
 }
 
 #[cfg(not(feature = "postgres"))]

@@ -335,6 +335,82 @@ async fn duplicates_book_once(db: &Db, claim: Claim) {
     assert_eq!(db.keys().await, ["done"], "one stored response");
 }
 
+/// `retry-dlq`, the operator's command, built once (it is another package of the workspace).
+fn retry_dlq_binary() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "retry-dlq"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building retry-dlq failed: {status}");
+        let exe = std::env::current_exe().unwrap();
+        let profile = exe.parent().and_then(Path::parent).unwrap();
+        let binary = profile.join("retry-dlq");
+        assert!(binary.exists(), "{} was not built", binary.display());
+        binary
+    })
+}
+
+/// The card network is down: the charge gives up, its payment is parked under the client's own
+/// key (read unescaped from the layer), and the client gets `503` with the key freed. Once the
+/// network is back, `retry-dlq redrive` sends the parked payment under that key: it is booked,
+/// the letter resolved, and the client's own resend gets the same answer replayed: one booking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_charge_given_up_is_parked_under_the_clients_key_and_redriven_once() {
+    let dir = TempDir::new("http-tx-card-down");
+    let file = dir.file("payments.sqlite3");
+    let db = Db::Sqlite(dir);
+    let key = r#"order-77 \"first\""#; // sent as "order-77 \"first\"": an escaped quote
+    let down = Server::start(
+        &db,
+        Claim::OnItsOwn,
+        "127.0.0.1:0",
+        &[("PAYMENTS_CARD_NETWORK", "down")],
+    );
+    let refused = curl(down.payments(), key, ORDER, Some("10")).await;
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert_eq!(db.payments().await, 0);
+    assert_eq!(db.keys().await, ["released"], "the key was freed");
+    let addr = down.addr.clone();
+    drop(down);
+
+    let cli = |args: &[&str]| {
+        let output = Command::new(retry_dlq_binary())
+            .arg("--sqlite")
+            .arg(&file)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (_, listed, _) = cli(&["list"]);
+    assert!(
+        listed.contains(r#"order-77 "first""#),
+        "parked under the key as the client meant it: {listed}"
+    );
+
+    let server = Server::start(&db, Claim::OnItsOwn, &addr, &[]);
+    let (code, out, err) = cli(&["redrive", "--to", &server.payments(), "--who", "ops"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_eq!(db.payments().await, 1, "the redrive booked it");
+    let (code, _, _) = cli(&["stats", "--check"]);
+    assert_eq!(code, Some(0), "nothing pending after the redrive");
+
+    let resend = curl(server.payments(), key, ORDER, Some("10")).await;
+    assert_eq!(resend.status, 201, "{resend:?}");
+    assert!(
+        resend.replayed(),
+        "the redrive's answer, replayed: {resend:?}"
+    );
+    assert_eq!(db.payments().await, 1, "booked once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_crash_before_the_commit_books_the_resend_once() {
     for claim in BOTH {
