@@ -79,6 +79,27 @@ impl IdempotencyKey {
         IdempotencyKey { key }
     }
 
+    /// [`derived`](Self::derived) with HMAC-SHA-256 keyed by `secret`. For
+    /// [`Claim::derive_keyed`](crate::idempotency::Claim::derive_keyed).
+    #[cfg(feature = "idempotency")]
+    pub(crate) fn derived_keyed(secret: &[u8], seed: &str) -> Self {
+        use hmac::{KeyInit as _, Mac as _};
+        use std::fmt::Write as _;
+
+        // HMAC takes a key of any length (a longer one is hashed first): this cannot fail.
+        let mut mac = match hmac::Hmac::<sha2::Sha256>::new_from_slice(secret) {
+            Ok(mac) => mac,
+            Err(_) => return Self::derived(seed),
+        };
+        mac.update(seed.as_bytes());
+        let mut key = String::with_capacity(32);
+        for byte in &mac.finalize().into_bytes()[..16] {
+            // Writing to a String cannot fail.
+            let _ = write!(key, "{byte:02x}");
+        }
+        IdempotencyKey { key }
+    }
+
     /// The key itself, without the structured-field quotes: for logs, an outbox row, or a
     /// server that expects the bare form.
     ///

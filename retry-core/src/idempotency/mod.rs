@@ -145,6 +145,31 @@ impl Claim {
         crate::http::IdempotencyKey::derived(&encode_key(&(self.key.as_str(), label)))
     }
 
+    /// [`derive`](Self::derive), keyed with the service's `secret`: HMAC-SHA-256 instead of
+    /// SHA-256, so nobody without the secret can compute the key a claim derives (a downstream
+    /// service's logs, or a client that knows another tenant's key, tell nothing). Give every
+    /// instance the same secret, from configuration: the same claim and label then derive the
+    /// same key on every instance and after restarts.
+    ///
+    /// ```
+    /// use retry_core::idempotency::Claim;
+    ///
+    /// let claim = Claim { key: "s7:deposit/n42".into(), token: 1 };
+    /// let secret = b"service secret";
+    /// // HMAC-SHA-256("service secret", "s14:s7:deposit/n42,s6:ledger"), its first 16 bytes.
+    /// assert_eq!(
+    ///     claim.derive_keyed(secret, "ledger").as_str(),
+    ///     "6c17fb757347c248124de47d6fe52899"
+    /// );
+    /// assert_ne!(claim.derive_keyed(secret, "ledger"), claim.derive("ledger"));
+    /// assert_ne!(claim.derive_keyed(b"another", "ledger"), claim.derive_keyed(secret, "ledger"));
+    /// ```
+    #[cfg(feature = "http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+    pub fn derive_keyed(&self, secret: &[u8], label: &str) -> crate::http::IdempotencyKey {
+        crate::http::IdempotencyKey::derived_keyed(secret, &encode_key(&(self.key.as_str(), label)))
+    }
+
     /// The first claim of `key`, which had no row: fencing token 1, as every store numbers it.
     pub(crate) fn first(key: &str) -> Claim {
         Claim {
