@@ -295,7 +295,7 @@ async fn leases_audit_rows_and_put_backs_survive_reopening() {
     drop(sink);
 
     let mut expected = parked;
-    expected.failed_again(1, failure);
+    expected.redrive_failed(failure);
     let sink = JsonlSink::open(&path).unwrap();
     assert_eq!(sink.get("M-1").await.unwrap(), Some(expected.clone()));
     assert_eq!(

@@ -180,8 +180,8 @@ async fn park_page_resolve_reopen_lease_and_put_back() {
     assert_eq!(ids(&letters).await, ["M-b", "M-c"]);
     assert_eq!(letters.audit_rows(None).await.unwrap(), [audit]);
 
-    // A redrive of b failed again: one attempt more, the failure merged, the lease ended; b
-    // keeps its first failure and so its place in the order.
+    // A redrive of b failed again: the failure in its history (its attempts stay the
+    // service's), the lease ended; b keeps its first failure and so its place in the order.
     assert!(letters.lease("M-b", "run-1", LONG).await.unwrap().is_some());
     let failure = Failure {
         at: instant("2026-08-20T09:30:00+09:00"),
@@ -191,9 +191,9 @@ async fn park_page_resolve_reopen_lease_and_put_back() {
     assert!(letters.put_back("M-b", "run-1", &failure).await.unwrap());
     let now = letters.get("M-b").await.unwrap().unwrap();
     let mut expected = b.clone();
-    expected.failed_again(1, failure);
+    expected.redrive_failed(failure);
     assert_eq!(now, expected);
-    assert_eq!(now.attempts, 2);
+    assert_eq!(now.attempts, b.attempts);
     assert_eq!(now.first_failed_at, instant("2026-08-18T18:00:00Z"));
     assert_eq!(ids(&letters).await, ["M-b", "M-c"]);
     assert_eq!(letters.stats().await.unwrap().leased, 0);

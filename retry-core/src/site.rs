@@ -168,6 +168,7 @@ pub(crate) enum Warning {
     Untimed,
     /// A non-idempotent request without `Idempotency-Key` that failed after it may have
     /// reached the server, so it was not sent again.
+    #[cfg(feature = "http")]
     UnsafeResend,
 }
 
@@ -175,6 +176,7 @@ pub(crate) enum Warning {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
     Code(&'static str, u32, u32),
+    #[cfg(feature = "http")]
     Function(usize),
 }
 
@@ -188,7 +190,7 @@ pub(crate) fn first_time_at(what: Warning, caller: &'static Location<'static>) -
 }
 
 /// Whether `what` was not said for the retrying function `site` yet (and marks it said).
-#[cfg_attr(not(feature = "http"), allow(dead_code))]
+#[cfg(feature = "http")]
 pub(crate) fn first_time_for(what: Warning, site: &'static Site) -> bool {
     first_time((what, Place::Function(std::ptr::from_ref(site) as usize)))
 }

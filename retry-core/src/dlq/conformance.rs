@@ -528,8 +528,9 @@ pub async fn resolve_respects_the_lease<S: DeadLetterStore + ?Sized>(store: &S) 
     );
 }
 
-/// A redrive that failed again merges one attempt and the failure into the letter and ends the
-/// lease; a run that does not hold the letter cannot put it back.
+/// A redrive that failed again adds the failure to the letter's history (its attempts and
+/// reason stay the service's) and ends the lease; a run that does not hold the letter cannot
+/// put it back.
 pub async fn put_back_merges_the_failure_and_ends_the_lease<S: DeadLetterStore + ?Sized>(
     store: &S,
 ) {
@@ -554,11 +555,14 @@ pub async fn put_back_merges_the_failure_and_ends_the_lease<S: DeadLetterStore +
         "the holder: true"
     );
     let mut expected = parked.clone();
-    expected.failed_again(1, failure);
+    expected.redrive_failed(failure);
+    let stored = ok(store.get("M-1").await, "get");
+    assert_eq!(stored, Some(expected), "merged as redrive_failed does");
+    let stored = stored.unwrap_or_else(|| parked.clone());
     assert_eq!(
-        ok(store.get("M-1").await, "get"),
-        Some(expected),
-        "merged as failed_again does"
+        (stored.attempts, stored.reason.as_str()),
+        (parked.attempts, parked.reason.as_str()),
+        "the service's attempts and reason"
     );
     assert!(
         ok(store.lease("M-1", "run-b", LONG).await, "lease").is_some(),

@@ -265,14 +265,14 @@ impl DeadLetter {
     /// assert_eq!(first.history[0].reason, "503");
     /// ```
     pub fn absorb(&mut self, again: &DeadLetter) {
-        self.failed_again(
-            again.attempts,
-            Failure {
-                at: again.last_failed_at,
-                reason: again.reason.clone(),
-                trace_id: again.trace_id.clone(),
-            },
-        );
+        let earlier = Failure {
+            at: std::mem::replace(&mut self.last_failed_at, again.last_failed_at),
+            reason: std::mem::replace(&mut self.reason, again.reason.clone()),
+            trace_id: std::mem::replace(&mut self.trace_id, again.trace_id.clone()),
+        };
+        self.remember(earlier);
+        self.attempts = self.attempts.saturating_add(again.attempts);
+        self.resolved = None;
         self.class = again.class;
         self.error_type.clone_from(&again.error_type);
         if self.idempotency_key.is_none() {
@@ -289,8 +289,10 @@ impl DeadLetter {
         }
     }
 
-    /// `attempts` more attempts failed, the last as `failure` (a redrive that failed again
-    /// makes one): the letter's latest give-up becomes history, and it is pending again.
+    /// A redrive sent the letter and it `failure`d: the failure goes to the history, and the
+    /// letter is pending again. Its `attempts`, `reason` and `last_failed_at` stay the service's:
+    /// they say how the call itself gave up, which a redrive (another run, at another time, by
+    /// a person) does not change.
     ///
     /// ```
     /// # use retry_core::dlq::{DeadLetter, Failure};
@@ -300,30 +302,24 @@ impl DeadLetter {
     /// #   "first_failed_at": "2026-08-19T02:00:00Z", "last_failed_at": "2026-08-19T02:00:00Z",
     /// #   "trace_id": "t", "class": "system", "error_type": "E" })).unwrap();
     /// let at = parse_rfc3339("2026-08-20T09:00:00Z").unwrap();
-    /// letter.failed_again(1, Failure {
+    /// letter.redrive_failed(Failure {
     ///     at, reason: "redrive failed: 503".into(), trace_id: "run".into(),
     /// });
-    /// assert_eq!((letter.attempts, letter.history.len()), (6, 1));
-    /// assert_eq!(letter.last_failed_at, at);
+    /// assert_eq!((letter.attempts, letter.reason.as_str()), (5, "503"), "the service's");
+    /// assert_eq!(letter.history.last().map(|f| f.at), Some(at));
     /// ```
-    pub fn failed_again(&mut self, attempts: u32, failure: Failure) {
-        let Failure {
-            at,
-            reason,
-            trace_id,
-        } = failure;
-        let earlier = Failure {
-            at: std::mem::replace(&mut self.last_failed_at, at),
-            reason: std::mem::replace(&mut self.reason, reason),
-            trace_id: std::mem::replace(&mut self.trace_id, trace_id),
-        };
-        self.history.push(earlier);
+    pub fn redrive_failed(&mut self, failure: Failure) {
+        self.remember(failure);
+        self.resolved = None;
+    }
+
+    /// Adds `failure` to the history, keeping the newest [`HISTORY_LIMIT`].
+    fn remember(&mut self, failure: Failure) {
+        self.history.push(failure);
         if self.history.len() > HISTORY_LIMIT {
             let drop = self.history.len() - HISTORY_LIMIT;
             self.history.drain(..drop);
         }
-        self.attempts = self.attempts.saturating_add(attempts);
-        self.resolved = None;
     }
 }
 

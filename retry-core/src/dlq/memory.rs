@@ -202,7 +202,7 @@ impl DeadLetterStore for MemoryDeadLetters {
         }
         match state.letter(msg_id) {
             Some(letter) => {
-                letter.failed_again(1, failure.clone());
+                letter.redrive_failed(failure.clone());
                 Ok(true)
             }
             None => Ok(false),

@@ -111,7 +111,7 @@ pub trait DeadLetterStore: DeadLetterSink {
     ) -> impl Future<Output = Result<bool, DlqError>> + Send;
 
     /// The redrive run `run_id` sent `msg_id` and it failed again: the failure is merged in
-    /// ([`DeadLetter::failed_again`], one attempt) and the lease ends. `false` if the run did
+    /// ([`DeadLetter::redrive_failed`]: into its history) and the lease ends. `false` if the run did
     /// not hold it.
     fn put_back(
         &self,

@@ -414,7 +414,7 @@ impl Core {
                     None => group.answers.push(Answer::Flag(reply, false)),
                     Some(letter) => {
                         let mut again = DeadLetter::clone(letter);
-                        again.failed_again(1, failure);
+                        again.redrive_failed(failure);
                         let lines = vec![
                             Line::Letter(Arc::new(again)),
                             Line::Release { msg_id, run_id },

@@ -9,7 +9,7 @@
 //! - A letter is never overwritten: a `msg_id` parked again is merged by
 //!   [`DeadLetter::absorb`] itself, read and written under the row's lock
 //!   (`SELECT .. FOR UPDATE`) in one transaction, rather than by a second copy of the merge
-//!   rules in SQL; a redrive that failed again ([`DeadLetter::failed_again`]) goes the same
+//!   rules in SQL; a redrive that failed again ([`DeadLetter::redrive_failed`]) goes the same
 //!   way. New letters, the usual case, need no lock: one multi-row `INSERT .. ON CONFLICT DO
 //!   NOTHING`.
 //! - Acknowledging resolves (`resolved_at`, `_by`, `_run`); only resolved rows are purged, by

@@ -342,7 +342,7 @@ pub(super) async fn put_back(
         return Ok(false);
     }
     merge_failure(db, msg_id, run_id, &|letter| {
-        letter.failed_again(1, failure.clone());
+        letter.redrive_failed(failure.clone());
     })
     .await
 }

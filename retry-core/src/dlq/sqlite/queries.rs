@@ -199,7 +199,7 @@ pub(super) fn resolve(
 }
 
 /// The run `run_id` sent `msg_id` and it failed again: merged as
-/// [`DeadLetter::failed_again`] (one attempt), lease ended. `false` if the run does not hold
+/// [`DeadLetter::redrive_failed`] (into the history), lease ended. `false` if the run does not hold
 /// the lease.
 pub(super) fn put_back(
     conn: &Connection,
@@ -213,7 +213,7 @@ pub(super) fn put_back(
     let Some(mut letter) = get(conn, msg_id)? else {
         return Ok(false);
     };
-    letter.failed_again(1, failure.clone());
+    letter.redrive_failed(failure.clone());
     update_merged(conn, &letter, &format_utc(SystemTime::now()))?;
     Ok(true)
 }
