@@ -1368,8 +1368,14 @@ fn redrive_needs_who_and_an_http_url_and_runs_beside_the_service() {
     use retry_core::dlq::DeadLetterStore as _;
     assert_eq!(block_on(service.redrives()).unwrap().len(), 1);
     let letter = block_on(service.get("M-1")).unwrap().unwrap();
-    let failed = letter.history.last().expect("the redrive's failure, in the history");
-    assert!(failed.reason.starts_with("redrive by a failed"), "{letter:?}");
+    let failed = letter
+        .history
+        .last()
+        .expect("the redrive's failure, in the history");
+    assert!(
+        failed.reason.starts_with("redrive by a failed"),
+        "{letter:?}"
+    );
 }
 
 #[test]
