@@ -750,3 +750,46 @@ async fn under_the_promise_a_handler_that_never_asks_is_held_to_it() {
     );
     assert_eq!(bench.runs.load(Ordering::SeqCst), 2);
 }
+
+/// A handler written for a transactional route, mounted behind a layer built without
+/// `.transactional()`: its first request is refused with a `500` that says so (not axum's
+/// "Missing request extension", stored and replayed to every resend), nothing is booked, and
+/// the key stays free, so once the layer is fixed the same resend books.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactional_handler_behind_a_plain_layer_is_refused_and_burns_no_key() {
+    let (bench, store) = Bench::new("http-tx-plain-layer");
+    // As a handler is written: a store that fails is a 503 for the client to resend.
+    let handler = post(
+        |State(runs): State<Arc<AtomicU32>>,
+         Extension(tx): Extension<RequestTransaction<SqliteStore>>| async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            let Ok(mut tx) = tx.get().await else {
+                return StatusCode::SERVICE_UNAVAILABLE;
+            };
+            tx.run(|c| c.execute("INSERT INTO bookings (run) VALUES (1)", []))
+                .await
+                .unwrap();
+            StatusCode::CREATED
+        },
+    );
+    let mut plain = Router::new()
+        .route("/pay", handler.clone())
+        .layer(IdempotencyLayer::unauthenticated(store))
+        .with_state(Arc::clone(&bench.runs));
+    for _ in 0..2 {
+        let (status, replayed, body) = send(&mut plain, "k-plain").await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+        assert!(!replayed, "never stored, so never replayed: {body}");
+        assert!(body.contains("not transactional"), "{body}");
+    }
+    assert_eq!(bench.bookings(), 0, "nothing booked");
+
+    let store = SqliteStore::open(&bench.path).unwrap();
+    let mut fixed = Router::new()
+        .route("/pay", handler)
+        .layer(IdempotencyLayer::unauthenticated(store).transactional())
+        .with_state(Arc::clone(&bench.runs));
+    let (status, replayed, body) = send(&mut fixed, "k-plain").await;
+    assert_eq!((status, replayed), (StatusCode::CREATED, false), "{body}");
+    assert_eq!(bench.bookings(), 1);
+}

@@ -7,8 +7,11 @@
 //! under the non-transactional rules. Between the handler and the layer it lives in a slot
 //! shared by both; a [`TransactionGuard`] lends it to the handler and puts it back when dropped.
 
+use std::any::Any;
 use std::fmt;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::idempotency::flow::bounded;
@@ -80,8 +83,42 @@ use crate::idempotency::{Claim, StoreError, TransactionalStore};
 /// # Ok(())
 /// # }
 /// ```
-pub struct RequestTransaction<St: TransactionalStore> {
-    shared: Arc<Shared<St>>,
+///
+/// A layer built without [`transactional`](super::IdempotencyLayer::transactional) offers it
+/// too, so a handler written for a transactional route and mounted behind a plain layer is
+/// found out at its first request: `get` fails, and the layer answers `500` ("the route is not
+/// transactional"), frees the key and logs an ERROR, instead of storing and replaying whatever
+/// the handler answered.
+pub struct RequestTransaction<St: ?Sized> {
+    slot: Offered,
+    store: PhantomData<fn() -> Box<St>>,
+}
+
+/// What the layer offered: a transaction's slot (`Shared<St>`, behind `Any` so that a layer whose
+/// store has no transactions can still offer the type), or a refusal that remembers being asked.
+#[derive(Clone)]
+enum Offered {
+    Transaction(Arc<dyn Any + Send + Sync>),
+    NotTransactional(Arc<AtomicBool>),
+}
+
+/// Whether the handler behind a non-transactional layer asked for the request's transaction.
+#[derive(Clone, Default)]
+pub(super) struct Asked(Arc<AtomicBool>);
+
+impl Asked {
+    /// A refusing [`RequestTransaction`] for the handler, which marks this when asked.
+    pub(super) fn offer<St: ?Sized + 'static>(&self) -> RequestTransaction<St> {
+        RequestTransaction {
+            slot: Offered::NotTransactional(Arc::clone(&self.0)),
+            store: PhantomData,
+        }
+    }
+
+    /// Whether the handler asked.
+    pub(super) fn asked(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
 }
 
 /// What the handler and the layer share.
@@ -120,7 +157,7 @@ pub(super) enum Taken<T> {
     Lent,
 }
 
-impl<St: TransactionalStore> RequestTransaction<St> {
+impl<St: TransactionalStore + 'static> RequestTransaction<St> {
     /// A slot for one request holding `claim`, on `store`: the transaction begins when the
     /// handler asks for it.
     pub(super) fn new(store: Arc<St>, claim: Option<Claim>) -> Self {
@@ -133,13 +170,36 @@ impl<St: TransactionalStore> RequestTransaction<St> {
         Self::with(store, None, Slot::Open(transaction))
     }
 
-    fn with(store: Arc<St>, claim: Option<Claim>, slot: Slot<St::Transaction>) -> Self {
+    fn with(store: Arc<St>, claim: Option<Claim>, slot: Slot<St::Transaction>) -> Self
+    where
+        St: 'static,
+    {
+        let shared: Arc<Shared<St>> = Arc::new(Shared {
+            store,
+            claim,
+            slot: Mutex::new(slot),
+        });
         RequestTransaction {
-            shared: Arc::new(Shared {
-                store,
-                claim,
-                slot: Mutex::new(slot),
-            }),
+            slot: Offered::Transaction(shared),
+            store: PhantomData,
+        }
+    }
+
+    /// The slot a transactional layer offered, or the refusal of a plain one (marked asked).
+    fn shared(&self) -> Result<Arc<Shared<St>>, StoreError>
+    where
+        St: 'static,
+    {
+        match &self.slot {
+            Offered::Transaction(shared) => Arc::clone(shared)
+                .downcast::<Shared<St>>()
+                .map_err(|_| unavailable("the request's transaction is of another store type")),
+            Offered::NotTransactional(asked) => {
+                asked.store(true, Ordering::Release);
+                Err(unavailable(
+                    "this route's IdempotencyLayer is not transactional: build it with .transactional() to use the request's transaction",
+                ))
+            }
         }
     }
 
@@ -175,10 +235,11 @@ impl<St: TransactionalStore> RequestTransaction<St> {
     /// }
     /// ```
     pub async fn get(&self) -> Result<TransactionGuard<St>, StoreError> {
+        let shared = self.shared()?;
         {
-            let mut slot = self.shared.lock();
+            let mut slot = shared.lock();
             match std::mem::replace(&mut *slot, Slot::Lent) {
-                Slot::Open(transaction) => return Ok(self.lend(transaction)),
+                Slot::Open(transaction) => return Ok(lend(&shared, transaction)),
                 Slot::Unasked | Slot::NotBegun => {}
                 taken @ (Slot::Lent | Slot::Closed) => {
                     let over = matches!(taken, Slot::Closed);
@@ -194,16 +255,16 @@ impl<St: TransactionalStore> RequestTransaction<St> {
         // Marked lent while it is begun (outside the lock: `begin` waits); if this future is
         // dropped half way, the mark says "asked, nothing begun".
         let mut beginning = Beginning {
-            shared: &self.shared,
+            shared: &shared,
             done: false,
         };
-        let store = &*self.shared.store;
-        let begun = match &self.shared.claim {
+        let store = &*shared.store;
+        let begun = match &shared.claim {
             Some(claim) => bounded(store, "begin", store.begin_for(claim)).await,
             None => bounded(store, "begin", store.begin()).await,
         };
         beginning.done = true;
-        let mut slot = self.shared.lock();
+        let mut slot = shared.lock();
         match begun {
             Ok(transaction) => {
                 if matches!(*slot, Slot::Closed) {
@@ -215,7 +276,7 @@ impl<St: TransactionalStore> RequestTransaction<St> {
                     ));
                 }
                 drop(slot);
-                Ok(self.lend(transaction))
+                Ok(lend(&shared, transaction))
             }
             Err(e) => {
                 if !matches!(*slot, Slot::Closed) {
@@ -226,22 +287,29 @@ impl<St: TransactionalStore> RequestTransaction<St> {
         }
     }
 
-    fn lend(&self, transaction: St::Transaction) -> TransactionGuard<St> {
-        TransactionGuard {
-            transaction: Some(transaction),
-            shared: Arc::clone(&self.shared),
-        }
-    }
-
     /// Takes the transaction back once the handler answered; from now on the slot is closed
     /// (a guard still alive rolls its transaction back when dropped).
     pub(super) fn close(&self) -> Taken<St::Transaction> {
-        match std::mem::replace(&mut *self.shared.lock(), Slot::Closed) {
+        let Ok(shared) = self.shared() else {
+            return Taken::NotBegun;
+        };
+        match std::mem::replace(&mut *shared.lock(), Slot::Closed) {
             Slot::Unasked => Taken::Unasked,
             Slot::NotBegun | Slot::Closed => Taken::NotBegun,
             Slot::Open(transaction) => Taken::Open(transaction),
             Slot::Lent => Taken::Lent,
         }
+    }
+}
+
+/// `transaction`, lent to the handler from `shared`.
+fn lend<St: TransactionalStore>(
+    shared: &Arc<Shared<St>>,
+    transaction: St::Transaction,
+) -> TransactionGuard<St> {
+    TransactionGuard {
+        transaction: Some(transaction),
+        shared: Arc::clone(shared),
     }
 }
 
@@ -252,22 +320,28 @@ impl<St: TransactionalStore> Shared<St> {
     }
 }
 
-impl<St: TransactionalStore> Clone for RequestTransaction<St> {
+impl<St: ?Sized> Clone for RequestTransaction<St> {
     fn clone(&self) -> Self {
         RequestTransaction {
-            shared: Arc::clone(&self.shared),
+            slot: self.slot.clone(),
+            store: PhantomData,
         }
     }
 }
 
-impl<St: TransactionalStore> fmt::Debug for RequestTransaction<St> {
+impl<St: TransactionalStore + 'static> fmt::Debug for RequestTransaction<St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match *self.shared.lock() {
-            Slot::Unasked => "not begun",
-            Slot::NotBegun => "begin failed",
-            Slot::Open(_) => "open",
-            Slot::Lent => "in use",
-            Slot::Closed => "over",
+        let shared = match &self.slot {
+            Offered::Transaction(shared) => shared.downcast_ref::<Shared<St>>(),
+            Offered::NotTransactional(_) => None,
+        };
+        let state = match shared.map(|shared| shared.lock()).as_deref() {
+            None => "not transactional",
+            Some(Slot::Unasked) => "not begun",
+            Some(Slot::NotBegun) => "begin failed",
+            Some(Slot::Open(_)) => "open",
+            Some(Slot::Lent) => "in use",
+            Some(Slot::Closed) => "over",
         };
         f.debug_struct("RequestTransaction")
             .field("state", &state)

@@ -228,7 +228,10 @@
 //!    runs the handler's rusqlite code on the store's blocking thread; on PostgreSQL a
 //!    [`PgTransaction`](crate::idempotency::PgTransaction), whose `client()` is a
 //!    tokio-postgres client inside the transaction. The guard gives the transaction back to
-//!    the layer when it is dropped.
+//!    the layer when it is dropped. A layer built without `.transactional()` offers the same
+//!    extension, refusing: `get` fails, and the layer answers `500` ("this route is not
+//!    transactional"), logs an ERROR and frees the key, so the mistake costs one request, not
+//!    a key that replays the handler's error forever.
 //! 3. Once the handler answered and its body was read, the layer takes the transaction back and
 //!    commits it with the stored response, or rolls it back:
 //!

@@ -58,6 +58,9 @@ pub(super) enum Problem {
     /// Transactional mode: the handler answered, but its transaction could not be committed
     /// (fenced, or the store failed at the commit): a resend finds out.
     NotCommitted,
+    /// The handler asked for the request's transaction behind a layer built without
+    /// `.transactional()`: a mistake of the service's, answered as a refusal with the key free.
+    NotTransactional,
 }
 
 impl Problem {
@@ -151,6 +154,11 @@ impl Problem {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 None,
                 "the request failed and nothing of it was committed; it may be sent again with the same Idempotency-Key".into(),
+            ),
+            Problem::NotTransactional => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                None,
+                "this route is not transactional: its handler asked for the request's transaction, which its idempotency layer does not offer; nothing was committed, and the request may be sent again with the same Idempotency-Key".into(),
             ),
             Problem::NotCommitted => (
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -15,13 +15,14 @@ use ::tower_layer::Layer;
 use ::tower_service::Service;
 
 use super::body::{BoxError, IdempotencyBody};
+use super::extract::Asked;
 use super::fingerprint::fingerprint;
 use super::key::KeyField;
 use super::layer::{IdempotencyLayer, Mode, Plain, sealed};
 use super::problem::Problem;
 use super::read::read_request;
 use super::replay::replay;
-use super::run::{detached, run_handler};
+use super::run::{Ran, detached, run_handler};
 use super::settle::settle;
 use crate::http::IdempotencyKey;
 use crate::idempotency::{
@@ -263,10 +264,23 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
             Ok(held) => held,
             Err(answer) => return Ok(answer),
         };
-        let request = Request::from_parts(parts, IdempotencyBody::new(Full::new(body)));
+        let mut request = Request::from_parts(parts, IdempotencyBody::new(Full::new(body)));
+        // The request's transaction is offered here too, refusing: a handler written for a
+        // transactional route is found out at its first request, not stored and replayed.
+        let asked = Asked::default();
+        request.extensions_mut().insert(asked.offer::<St>());
         let max = self.store.limits().max_response_bytes;
         let handler = call_ready(inner, request);
-        let ran = run_handler(&held, handler, max, &self.not_processed).await;
+        let mut ran = run_handler(&held, handler, max, &self.not_processed).await;
+        if asked.asked() {
+            // The handler promised that its effects are its writes in the transaction, which
+            // it could not have: nothing happened, so the key is freed.
+            tracing::error!(target: "retry_core::tower", function = self.function(), "the handler asked for the request's transaction, but this route's IdempotencyLayer is not transactional: build it with .transactional(); the request was answered 500 and its key freed");
+            ran = Ran::NotApplied(
+                Problem::NotTransactional.response(),
+                "the route is not transactional",
+            );
+        }
         settle(held, ran, max, &self.replay_headers, self.function()).await
     }
 
