@@ -235,3 +235,47 @@ async fn a_derived_final_error_is_not_retried() {
     assert!(matches!(result, Err(ConnectError::Io(e)) if e.kind() == io::ErrorKind::NotFound));
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+/// `#[classify(reason = display)]`: the error's `Display` is its reason, so `Policy::retry` (which
+/// has no other words for an error) and dead letters say what happened; a delegated field's own
+/// reason comes first.
+#[derive(Debug, Classify)]
+#[classify(reason = display)]
+enum Charge {
+    #[classify(retry)]
+    Busy,
+    #[classify(stop)]
+    Declined { code: u16 },
+    #[classify(delegate)]
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for Charge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Charge::Busy => f.write_str("the card network is busy"),
+            Charge::Declined { code } => write!(f, "declined ({code})"),
+            Charge::Io(e) => write!(f, "i/o: {e}"),
+        }
+    }
+}
+
+#[test]
+fn reason_display_gives_the_display_unless_a_delegate_has_its_own() {
+    assert_eq!(
+        Charge::Busy.reason().as_deref(),
+        Some("the card network is busy")
+    );
+    assert_eq!(
+        Charge::Declined { code: 51 }.reason().as_deref(),
+        Some("declined (51)")
+    );
+    let reset = Charge::Io(std::io::ErrorKind::ConnectionReset.into());
+    assert_eq!(reset.classify(), retry_core::Decision::Retry);
+    assert_eq!(
+        reset.reason(),
+        std::io::Error::from(std::io::ErrorKind::ConnectionReset)
+            .reason()
+            .or_else(|| Some(reset.to_string()))
+    );
+}

@@ -366,6 +366,9 @@ pub use retry_macros::idempotent;
 /// Other attributes (`thiserror`'s `#[error(...)]`, `#[from]`, `#[source]`) are left alone.
 /// On a struct, one `#[classify(...)]` on the struct itself classifies every value.
 /// `#[classify(crate = path)]` on the type names where `retry_core` is, when it is renamed.
+/// `#[classify(reason = display)]` on the type makes its `Display` its
+/// [`reason`](Classify::reason) (a delegated field's own reason first), so the closure API's
+/// events and dead letters say what happened too.
 ///
 /// ```
 /// use std::{io, time::Duration};

@@ -13,6 +13,8 @@ pub(super) struct Target<'a> {
     pub(super) ident: &'a Ident,
     pub(super) generics: &'a Generics,
     pub(super) krate: Option<Path>,
+    /// `#[classify(reason = display)]`: the span of `display`.
+    pub(super) reason_display: Option<Span>,
 }
 
 impl Target<'_> {
@@ -73,6 +75,7 @@ impl Target<'_> {
             });
             quote!(match self { #(#arms)* })
         });
+        let reason = self.or_display(reason);
         self.implement(variants.iter().map(|(_, action)| action), &body, reason)
     }
 
@@ -93,7 +96,27 @@ impl Target<'_> {
             }
             Action::Retry | Action::Stop | Action::RetryAfter(..) => None,
         };
+        let reason = self.or_display(reason);
         self.implement([action], &quote!(#binding #decision), reason)
+    }
+
+    /// With `reason = display`, `reason` (a delegated field's), else the error's `Display`; the
+    /// `to_string` is located at `display`, so a type without `Display` is reported there.
+    fn or_display(&self, reason: Option<TokenStream>) -> Option<TokenStream> {
+        let Some(span) = self.reason_display else {
+            return reason;
+        };
+        let to_string = quote_spanned!(at(span)=> ::std::string::ToString::to_string);
+        let display = quote!(#to_string(self));
+        Some(match reason {
+            Some(reason) => quote! {
+                match { #reason } {
+                    ::core::option::Option::Some(reason) => ::core::option::Option::Some(reason),
+                    ::core::option::Option::None => ::core::option::Option::Some(#display),
+                }
+            },
+            None => quote!(::core::option::Option::Some(#display)),
+        })
     }
 
     /// The impl, with a `Classify` bound on every delegated field whose type uses a generic

@@ -44,6 +44,7 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
                 ident: &item.ident,
                 generics: &item.generics,
                 krate: container.krate,
+                reason_display: container.reason_display,
             };
             fallback = Some(target.fallback());
             // Only expanded when every variant was read; `errors` says why otherwise.
@@ -57,6 +58,7 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
                 ident: &item.ident,
                 generics: &item.generics,
                 krate: found.krate.clone(),
+                reason_display: found.reason_display,
             };
             fallback = Some(target.fallback());
             resolve(found, &item.fields, &owner, &mut errors)
@@ -67,6 +69,7 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
                 ident: &item.ident,
                 generics: &item.generics,
                 krate: None,
+                reason_display: None,
             };
             fallback = Some(target.fallback());
             errors.at(

@@ -15,7 +15,14 @@ use crate::suggest::closest;
 const CHOICES: &[&str] = &["retry", "stop", "delegate", "retry_after"];
 
 /// What the type itself may say: on a struct, a choice; on an enum, only `crate`.
-const CONTAINER_OPTIONS: &[&str] = &["retry", "stop", "delegate", "retry_after", "crate"];
+const CONTAINER_OPTIONS: &[&str] = &[
+    "retry",
+    "stop",
+    "delegate",
+    "retry_after",
+    "crate",
+    "reason",
+];
 
 /// Where a `#[classify]` attribute sits.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -78,6 +85,8 @@ pub(super) struct Chosen {
 pub(super) struct Found {
     pub(super) chosen: Option<Chosen>,
     pub(super) krate: Option<Path>,
+    /// `reason = display`: the error's `Display` is its reason (the span of `display`).
+    pub(super) reason_display: Option<Span>,
     /// An option was already reported as wrong: a "says nothing" error would only repeat it.
     pub(super) reported: bool,
 }
@@ -190,6 +199,7 @@ fn parse_option(
         "delegate" => "delegate",
         "retry_after" => "retry_after",
         "crate" => "crate",
+        "reason" => "reason",
         _ => {
             found.reported = true;
             let options = if place == Place::Variant {
@@ -209,6 +219,38 @@ fn parse_option(
         }
     };
     match keyword {
+        "reason" => {
+            if place == Place::Variant {
+                found.reported = true;
+                errors.at(
+                    span,
+                    "`reason` applies to the whole type; write `#[classify(reason = display)]` on the enum or struct",
+                );
+                return skip_value(meta);
+            }
+            let written = if meta.input.peek(syn::Token![=]) {
+                meta.value()?.parse::<Ident>().ok()
+            } else {
+                None
+            };
+            match written {
+                Some(display) if display == "display" && found.reason_display.is_none() => {
+                    found.reason_display = Some(display.span());
+                }
+                Some(display) if display == "display" => {
+                    found.reported = true;
+                    errors.at(display.span(), "duplicate `reason`; write it once");
+                }
+                other => {
+                    found.reported = true;
+                    errors.at(
+                        other.map_or(span, |ident| ident.span()),
+                        "`reason` takes `display`: `#[classify(reason = display)]` gives the error's `Display` as its reason in events and dead letters",
+                    );
+                    return skip_value(meta);
+                }
+            }
+        }
         "crate" => {
             if place == Place::Variant {
                 found.reported = true;
