@@ -219,6 +219,7 @@ pub async fn begin_call<'s, S: IdempotencyStore + ?Sized>(
             claim,
             call.function.clone(),
             call.lease,
+            call.biz_key.clone(),
         ))),
         Ok(refused) => refused_with(refused, call).map(Begun::Stored),
         // Fail closed: without a claim the body must not run.
@@ -286,7 +287,13 @@ pub(crate) async fn begin_transactional<'s, S: TransactionalStore + ?Sized>(
     let request = claim_request(store, call)?;
     match bounded(store, "claim", store.claim_in_transaction(&request)).await {
         Ok(TransactionClaim::Claimed(claimed)) => {
-            let mut held = HeldClaim::new(store, claimed.claim, call.function.clone(), call.lease);
+            let mut held = HeldClaim::new(
+                store,
+                claimed.claim,
+                call.function.clone(),
+                call.lease,
+                call.biz_key.clone(),
+            );
             held.transactional = true;
             held.in_transaction = claimed.in_transaction;
             // A claim only the transaction has is invisible to every other connection: there

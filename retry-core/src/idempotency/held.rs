@@ -13,7 +13,16 @@ use super::{Claim, IdempotencyStore, StoreError};
 use crate::metrics;
 
 tokio::task_local! {
-    static CURRENT: Claim;
+    static CURRENT: Current;
+}
+
+/// What a running body can ask of its call: the claim, and the key as its caller gave it.
+#[derive(Clone)]
+struct Current {
+    claim: Claim,
+    /// `Settings::biz_key`: the client's `Idempotency-Key` under the layer, an `#[idempotent]`
+    /// function's `biz_key`.
+    given: Option<String>,
 }
 
 /// The claim of the `#[idempotent]` call whose body is running in this task, if any: its key
@@ -43,7 +52,43 @@ tokio::task_local! {
 /// # }
 /// ```
 pub fn current() -> Option<Claim> {
-    CURRENT.try_with(Claim::clone).ok()
+    CURRENT.try_with(|current| current.claim.clone()).ok()
+}
+
+/// The key of the call whose body is running in this task, as its caller gave it: under an
+/// `IdempotencyLayer` the client's `Idempotency-Key` (unquoted, unescaped), in an
+/// `#[idempotent(biz_key = ..)]` function its `biz_key`, otherwise the stored key
+/// ([`current`]`().key`); `None` outside. The key to park a dead letter under (`dlq(id =
+/// ..)`), so that a redrive is answered by the stored response.
+///
+/// ```
+/// use retry_core::idempotency::{current_key, IdempotencyError, MemoryStore};
+/// use retry_core::idempotent;
+///
+/// #[derive(Debug)]
+/// struct Failed;
+/// impl From<IdempotencyError> for Failed { fn from(_: IdempotencyError) -> Self { Failed } }
+///
+/// #[idempotent(key = order, store = inbox, biz_key = format!("order {order}"))]
+/// async fn charge(inbox: &MemoryStore, order: u64) -> Result<String, Failed> {
+///     Ok(current_key().expect("inside an #[idempotent] body"))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// assert_eq!(charge(&MemoryStore::new(), 7).await.unwrap(), "order 7");
+/// assert!(current_key().is_none());
+/// # }
+/// ```
+pub fn current_key() -> Option<String> {
+    CURRENT
+        .try_with(|current| {
+            current
+                .given
+                .clone()
+                .unwrap_or_else(|| current.claim.key.clone())
+        })
+        .ok()
 }
 
 /// A claim held while the body runs. While it is [held](Self::hold) its lease is renewed every
@@ -60,6 +105,8 @@ pub struct HeldClaim<'s, S: IdempotencyStore + ?Sized> {
     pub(super) claim: Option<Claim>,
     pub(super) function: Cow<'static, str>,
     pub(super) lease: Duration,
+    /// The key as the caller gave it, for [`current_key`].
+    given: Option<String>,
     /// Whether the flow renews the lease while the body runs (not where an open transaction
     /// already keeps the claim: [`TransactionalStore::transaction_holds_claim`](super::TransactionalStore::transaction_holds_claim)).
     pub(super) renews: bool,
@@ -72,17 +119,20 @@ pub struct HeldClaim<'s, S: IdempotencyStore + ?Sized> {
 }
 
 impl<'s, S: IdempotencyStore + ?Sized> HeldClaim<'s, S> {
+    /// `claim`, on `store`, of a call named `function` whose caller gave `given` as its key.
     pub(super) fn new(
         store: &'s S,
         claim: Claim,
         function: Cow<'static, str>,
         lease: Duration,
+        given: Option<String>,
     ) -> Self {
         HeldClaim {
             store,
             claim: Some(claim),
             function,
             lease,
+            given,
             renews: true,
             transactional: false,
             in_transaction: false,
@@ -122,7 +172,11 @@ impl<'s, S: IdempotencyStore + ?Sized> HeldClaim<'s, S> {
         let Some(claim) = &self.claim else {
             return body.await;
         };
-        let mut body = pin!(CURRENT.scope(claim.clone(), body));
+        let current = Current {
+            claim: claim.clone(),
+            given: self.given.clone(),
+        };
+        let mut body = pin!(CURRENT.scope(current, body));
         // Outside a Tokio runtime there is no timer to renew with.
         if !self.renews || tokio::runtime::Handle::try_current().is_err() {
             return body.await;
