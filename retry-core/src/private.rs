@@ -18,11 +18,14 @@ pub use ::metrics;
 #[cfg(feature = "dlq")]
 #[path = "private/dead_letters.rs"]
 mod dead_letters;
+#[path = "private/describe.rs"]
+mod describe;
 #[cfg(feature = "idempotency")]
 #[path = "private/idempotent.rs"]
 mod idempotent;
 #[cfg(feature = "dlq")]
 pub use dead_letters::*;
+pub use describe::*;
 #[cfg(feature = "idempotency")]
 pub use idempotent::*;
 
@@ -119,84 +122,6 @@ impl<E> crate::Classifier<E> for ClassifyFns<E> {
     }
     fn reason(&mut self, error: &E) -> Option<String> {
         (self.reason)(error)
-    }
-}
-
-/// The classifier of one failed attempt, with words for the error when the classifier has none
-/// ([`Classify::reason`] returns `None` by default): the error's `Display`, else its `Debug`, as
-/// [`Describe`] found them. Events and dead letters then never say `error=""`.
-pub struct Described<'c, C, E> {
-    inner: &'c mut C,
-    describe: fn(&E) -> Option<String>,
-}
-
-impl<'c, C, E> Described<'c, C, E> {
-    /// `inner`, with `describe` for the errors it has no reason for.
-    #[inline]
-    pub fn new(inner: &'c mut C, describe: fn(&E) -> Option<String>) -> Self {
-        Described { inner, describe }
-    }
-}
-
-impl<C: crate::Classifier<E>, E> crate::Classifier<E> for Described<'_, C, E> {
-    #[inline]
-    fn decide(&mut self, error: &E) -> Decision {
-        self.inner.decide(error)
-    }
-    fn reason(&mut self, error: &E) -> Option<String> {
-        self.inner.reason(error).or_else(|| (self.describe)(error))
-    }
-}
-
-/// The error of a failed attempt, probed by autoref for how it can be written:
-/// `(&&&Describe::of(&error)).describe()` picks [`DescribeDisplay`] when `E: Display`, else
-/// [`DescribeDebug`] when `E: Debug`, else [`DescribeNothing`].
-pub struct Describe<E>(std::marker::PhantomData<fn(&E)>);
-
-impl<E> Describe<E> {
-    /// The probe for `error`'s type.
-    #[inline]
-    pub fn of(_: &E) -> Self {
-        Describe(std::marker::PhantomData)
-    }
-}
-
-/// See [`Describe`]: `E: Display`.
-pub trait DescribeDisplay<E> {
-    /// `error.to_string()`.
-    fn describe(&self) -> fn(&E) -> Option<String>;
-}
-
-impl<E: std::fmt::Display> DescribeDisplay<E> for &&Describe<E> {
-    #[inline]
-    fn describe(&self) -> fn(&E) -> Option<String> {
-        |error| Some(error.to_string())
-    }
-}
-
-/// See [`Describe`]: `E: Debug`.
-pub trait DescribeDebug<E> {
-    /// `format!("{error:?}")`.
-    fn describe(&self) -> fn(&E) -> Option<String>;
-}
-
-impl<E: std::fmt::Debug> DescribeDebug<E> for &Describe<E> {
-    #[inline]
-    fn describe(&self) -> fn(&E) -> Option<String> {
-        |error| Some(format!("{error:?}"))
-    }
-}
-
-/// See [`Describe`]: an error that can be written neither way.
-pub trait DescribeNothing<E> {
-    /// Nothing.
-    fn describe(&self) -> fn(&E) -> Option<String>;
-}
-
-impl<E> DescribeNothing<E> for Describe<E> {
-    #[inline]
-    fn describe(&self) -> fn(&E) -> Option<String> {
-        |_| None
     }
 }
 
