@@ -4,7 +4,7 @@
 use crate::{Classifier, Decision};
 
 /// The classifier of one failed attempt, with words for the error when the classifier has none
-/// ([`Classify::reason`] returns `None` by default): the error's `Display`, else its `Debug`, as
+/// ([`Classify::reason`](crate::Classify::reason) returns `None` by default): the error's `Display`, else its `Debug`, as
 /// [`Describe`] found them. Events and dead letters then never say `error=""`.
 pub struct Described<'c, C, E> {
     inner: &'c mut C,
