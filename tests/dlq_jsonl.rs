@@ -16,7 +16,6 @@ use retry_core::dlq::{
     AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, FailureClass,
     JsonlSink, Page, RedriveRecord, Resolution, TornLine,
 };
-use retry_core::time::format_rfc3339;
 use tracing_subscriber::layer::SubscriberExt as _;
 
 #[path = "common/tempdir.rs"]
@@ -38,8 +37,8 @@ fn letter(msg_id: &str, first_failed_at: &str) -> DeadLetter {
         original: serde_json::json!({ "amount": 10, "note": "line\nbreak" }),
         reason: "gave up after 5 attempts: 503 Service Unavailable".to_owned(),
         attempts: 5,
-        first_failed_at: first_failed_at.to_owned(),
-        last_failed_at: first_failed_at.to_owned(),
+        first_failed_at: instant(first_failed_at),
+        last_failed_at: instant(first_failed_at),
         trace_id: "a1b2c3d4".to_owned(),
         class: FailureClass::System,
         error_type: "FetchError".to_owned(),
@@ -162,10 +161,7 @@ async fn parked_letters_survive_reopening_in_order() {
     assert_eq!(pending_ids(&sink).await, ["M-1", "M-2", "M-3"]);
     let stats = sink.stats().await.unwrap();
     assert_eq!((stats.pending, stats.system, stats.resolved), (3, 3, 0));
-    assert_eq!(
-        stats.oldest_first_failed_at.as_deref(),
-        Some(early_a.first_failed_at.as_str())
-    );
+    assert_eq!(stats.oldest_first_failed_at, Some(early_a.first_failed_at));
     assert_eq!(sink.get("M-2").await.unwrap(), Some(early_b));
     assert_eq!(sink.get("M-404").await.unwrap(), None);
 }
@@ -214,7 +210,7 @@ async fn a_resolved_letter_survives_reopening_with_who_and_when() {
             .await
             .unwrap();
     }
-    let by_run = Resolution::new("alice", "2026-08-20T09:00:00.000+00:00").in_run("run-7");
+    let by_run = Resolution::new("alice", instant("2026-08-20T09:00:00.000+00:00")).in_run("run-7");
     assert!(sink.resolve("M-1", &by_run).await.unwrap());
     assert!(
         !sink.resolve("M-1", &by_run).await.unwrap(),
@@ -247,7 +243,10 @@ async fn a_resolved_letter_survives_reopening_with_who_and_when() {
     assert_eq!(kept.resolved, Some(by_run));
     assert_eq!(
         sink.get("M-2").await.unwrap().unwrap().resolved,
-        Some(Resolution::new("", "2026-08-20T10:00:00.000+00:00"))
+        Some(Resolution::new(
+            "",
+            instant("2026-08-20T10:00:00.000+00:00")
+        ))
     );
     let stats = sink.stats().await.unwrap();
     assert_eq!((stats.pending, stats.resolved), (0, 2));
@@ -260,7 +259,13 @@ async fn leases_audit_rows_and_put_backs_survive_reopening() {
     let dir = TempDir::new("leases");
     let path = dir.file("dlq.jsonl");
     let parked = letter("M-1", "2026-08-19T01:00:00Z");
-    let intent = AuditEntry::intent("run-a", "M-1", "alice", "deposit", "2026-08-20T09:00:00Z");
+    let intent = AuditEntry::intent(
+        "run-a",
+        "M-1",
+        "alice",
+        "deposit",
+        instant("2026-08-20T09:00:00Z"),
+    );
     let sink = JsonlSink::open(&path).unwrap();
     sink.park(&parked).await.unwrap();
     assert_eq!(
@@ -280,12 +285,12 @@ async fn leases_audit_rows_and_put_backs_survive_reopening() {
     );
 
     let failure = Failure {
-        at: "2026-08-20T09:00:01Z".into(),
+        at: instant("2026-08-20T09:00:01Z"),
         reason: "redrive by alice failed: 503".into(),
         trace_id: "run-a".into(),
     };
     assert!(sink.put_back("M-1", "run-a", &failure).await.unwrap());
-    let done = intent.finished("failed again: 503", "2026-08-20T09:00:01Z");
+    let done = intent.finished("failed again: 503", instant("2026-08-20T09:00:01Z"));
     sink.audit(&done).await.unwrap();
     drop(sink);
 
@@ -351,7 +356,7 @@ async fn compaction_keeps_every_live_letter_lease_and_audit_row() {
     let dir = TempDir::new("compaction");
     let path = dir.file("dlq.jsonl");
     let now = SystemTime::now();
-    let long_ago = format_rfc3339(now - Duration::from_secs(30 * 86_400));
+    let long_ago = now - Duration::from_secs(30 * 86_400);
     let sink = JsonlSink::open(&path).unwrap();
     let ids = ["M-1", "M-2", "M-3", "M-4", "M-5"];
     for (i, id) in ids.iter().enumerate() {
@@ -363,26 +368,36 @@ async fn compaction_keeps_every_live_letter_lease_and_audit_row() {
     let mut again = letter("M-3", "2026-08-19T09:00:00Z");
     again.original = serde_json::json!("second");
     sink.park(&again).await.unwrap();
-    sink.resolve("M-1", &Resolution::new("alice", long_ago.clone()))
+    sink.resolve("M-1", &Resolution::new("alice", long_ago))
         .await
         .unwrap();
-    sink.resolve("M-2", &Resolution::new("bob", format_rfc3339(now)))
+    sink.resolve("M-2", &Resolution::new("bob", now))
         .await
         .unwrap();
     sink.lease("M-4", "run-a", HOUR).await.unwrap().unwrap();
     sink.lease("M-5", "run-b", HOUR).await.unwrap().unwrap();
     assert!(sink.release("M-5", "run-b").await.unwrap());
-    let intent = AuditEntry::intent("run-a", "M-4", "alice", "deposit", "2026-08-20T09:00:00Z");
+    let intent = AuditEntry::intent(
+        "run-a",
+        "M-4",
+        "alice",
+        "deposit",
+        instant("2026-08-20T09:00:00Z"),
+    );
     sink.audit(&intent).await.unwrap();
-    sink.audit(&intent.clone().finished("redriven", "2026-08-20T09:00:01Z"))
-        .await
-        .unwrap();
+    sink.audit(
+        &intent
+            .clone()
+            .finished("redriven", instant("2026-08-20T09:00:01Z")),
+    )
+    .await
+    .unwrap();
     sink.audit(&AuditEntry::intent(
         "run-a",
         "M-1",
         "alice",
         "deposit",
-        "2026-08-20T09:00:00Z",
+        instant("2026-08-20T09:00:00Z"),
     ))
     .await
     .unwrap();
@@ -410,7 +425,7 @@ async fn compaction_keeps_every_live_letter_lease_and_audit_row() {
     assert_eq!(sink.lease("M-4", "run-b", HOUR).await.unwrap(), None);
     assert_eq!(
         sink.get("M-3").await.unwrap().unwrap().original,
-        letter("M-3", "").original,
+        letter("M-3", "2026-08-19T00:00:00Z").original,
         "the first original, after the merge"
     );
 
@@ -806,7 +821,7 @@ async fn sinks_on_one_file_see_each_other_and_follow_a_compaction() {
     assert_eq!(operator.get("M-1").await.unwrap().unwrap().attempts, 10);
 
     // The operator resolves and purges: the file is renamed over. The others notice.
-    let at = format_rfc3339(SystemTime::now() - Duration::from_secs(60));
+    let at = SystemTime::now() - Duration::from_secs(60);
     assert!(
         operator
             .resolve("M-2", &Resolution::new("alice", at))
@@ -1188,4 +1203,9 @@ async fn a_lock_held_for_seconds_fails_open_and_parks_instead_of_hanging() {
     // Free again: the sink goes on.
     held.unlock().unwrap();
     sink.park(&l).await.unwrap();
+}
+
+/// The instant an RFC 3339 time the test spells out stands for.
+fn instant(text: &str) -> std::time::SystemTime {
+    retry_core::time::parse_rfc3339(text).unwrap_or_else(|| panic!("{text:?} is not RFC 3339"))
 }

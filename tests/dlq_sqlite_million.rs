@@ -120,14 +120,14 @@ fn measure(path: &str) {
                 .count() as u64
         );
         assert_eq!(
-            stats.oldest_first_failed_at.as_deref(),
-            Some(first_failed_at(1).as_str())
+            stats.oldest_first_failed_at,
+            retry_core::time::parse_rfc3339(&first_failed_at(1))
         );
 
         // The 10 letters of class data after the 900,000th: a range scan of the class index.
         let mut deep = Page::first(10).class(FailureClass::Data);
         deep.after = Some(retry_core::dlq::Cursor {
-            first_failed_at: first_failed_at(900_000),
+            first_failed_at: retry_core::time::parse_rfc3339(&first_failed_at(900_000)).unwrap(),
             msg_id: msg_id(900_000),
         });
         let started = Instant::now();

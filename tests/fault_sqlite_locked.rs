@@ -254,8 +254,8 @@ fn letter(msg_id: &str) -> DeadLetter {
         original: serde_json::json!({ "id": msg_id }),
         reason: "gave up after 2 attempts: upstream 503".into(),
         attempts: 2,
-        first_failed_at: "2026-08-19T02:11:03+09:00".into(),
-        last_failed_at: "2026-08-19T02:12:47+09:00".into(),
+        first_failed_at: instant("2026-08-19T02:11:03+09:00"),
+        last_failed_at: instant("2026-08-19T02:12:47+09:00"),
         trace_id: "t".into(),
         class: FailureClass::System,
         error_type: "Failed".into(),
@@ -339,4 +339,9 @@ async fn letters_given_up_on_a_locked_file_come_back_to_the_caller_and_park_once
     for l in &expected {
         assert_eq!(letters.get(&l.msg_id).await.unwrap().as_ref(), Some(l));
     }
+}
+
+/// The instant an RFC 3339 time the test spells out stands for.
+fn instant(text: &str) -> std::time::SystemTime {
+    retry_core::time::parse_rfc3339(text).unwrap_or_else(|| panic!("{text:?} is not RFC 3339"))
 }

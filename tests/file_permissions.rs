@@ -72,8 +72,8 @@ fn card_letter(msg_id: &str) -> DeadLetter {
         original: serde_json::json!({"card": "4111"}),
         reason: "gave up".into(),
         attempts: 3,
-        first_failed_at: "2026-08-19T02:11:03+09:00".into(),
-        last_failed_at: "2026-08-19T02:12:47+09:00".into(),
+        first_failed_at: instant("2026-08-19T02:11:03+09:00"),
+        last_failed_at: instant("2026-08-19T02:12:47+09:00"),
         trace_id: "t".into(),
         class: FailureClass::System,
         error_type: "E".into(),
@@ -96,9 +96,7 @@ async fn jsonl_files_holding_letters_are_owner_only() {
     sink.park(&card_letter("M-2")).await.unwrap();
     assert_eq!(mode(&path), 0o600);
     // A purge compacts: the file renamed over the old one is owner-only too.
-    let an_hour_ago = retry_core::time::format_rfc3339(
-        std::time::SystemTime::now() - std::time::Duration::from_secs(3600),
-    );
+    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
     sink.resolve("M-1", &Resolution::new("alice", an_hour_ago))
         .await
         .unwrap();
@@ -171,4 +169,9 @@ fn an_existing_file_keeps_the_permissions_its_owner_gave_it() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
     let _store = SqliteStore::open(&path).unwrap();
     assert_eq!(mode(&path), 0o640);
+}
+
+/// The instant an RFC 3339 time the test spells out stands for.
+fn instant(text: &str) -> std::time::SystemTime {
+    retry_core::time::parse_rfc3339(text).unwrap_or_else(|| panic!("{text:?} is not RFC 3339"))
 }

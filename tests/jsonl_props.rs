@@ -71,13 +71,25 @@ fn run_id() -> impl Strategy<Value = String> {
 
 /// Times as RFC 3339 with any offset, or text that is not a time at all (such letters sort
 /// last but must still be kept).
-fn time() -> impl Strategy<Value = String> {
-    prop_oneof![
-        4 => (2000u32..2100, 1u32..=12, 1u32..=28, 0u32..24, 0u32..60, -12i32..=14).prop_map(
-            |(y, mo, d, h, mi, off)| format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:00{off:+03}:00")
+/// A time read from RFC 3339 with any offset, with a fraction of a second or none (a time
+/// finer than the millisecond must come back as the same instant too).
+fn time() -> impl Strategy<Value = SystemTime> {
+    (
+        (
+            2000u32..2100,
+            1u32..=12,
+            1u32..=28,
+            0u32..24,
+            0u32..60,
+            -12i32..=14,
         ),
-        1 => ".{0,10}",
-    ]
+        prop::sample::select(vec![0u64, 500_000_000, 123_000, 7]),
+    )
+        .prop_map(|((y, mo, d, h, mi, off), nanos)| {
+            instant(&format!(
+                "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:00{off:+03}:00"
+            )) + Duration::from_nanos(nanos)
+        })
 }
 
 fn letter() -> impl Strategy<Value = DeadLetter> {
@@ -127,14 +139,13 @@ fn letter() -> impl Strategy<Value = DeadLetter> {
 
 /// Resolution and purge times: a few fixed instants (so purges cut between them), and text
 /// that is not a time (never purged: its age is unknown).
-fn resolved_at() -> impl Strategy<Value = String> {
+fn resolved_at() -> impl Strategy<Value = SystemTime> {
     prop::sample::select(vec![
         "2026-08-20T09:00:00Z",
         "2026-09-01T00:00:00+09:00",
         "2027-03-01T12:00:00.500-05:00",
-        "yesterday",
     ])
-    .prop_map(str::to_owned)
+    .prop_map(instant)
 }
 
 fn purge_cut() -> impl Strategy<Value = SystemTime> {
@@ -199,9 +210,10 @@ fn audit() -> impl Strategy<Value = AuditEntry> {
         proptest::option::of(".{0,10}"),
     )
         .prop_map(|(run, msg, who, outcome)| {
-            let intent = AuditEntry::intent(run, msg, who, "deposit", "2026-08-20T09:00:00Z");
+            let intent =
+                AuditEntry::intent(run, msg, who, "deposit", instant("2026-08-20T09:00:00Z"));
             match outcome {
-                Some(outcome) => intent.finished(outcome, "2026-08-20T09:00:01Z"),
+                Some(outcome) => intent.finished(outcome, instant("2026-08-20T09:00:01Z")),
                 None => intent,
             }
         })
@@ -294,14 +306,11 @@ async fn snapshot<S: DeadLetterStore>(store: &S, ids: &BTreeSet<String>) -> Snap
     }
 }
 
-/// The sink's pending letters come by first failure as a time (unreadable times last), then
-/// `msg_id`; pages of three with the cursor give the same; the oldest is the first.
+/// The sink's pending letters come by first failure, then `msg_id`; pages of three with the
+/// cursor give the same; the oldest is the first.
 async fn check_order(sink: &JsonlSink) -> Result<(), TestCaseError> {
     let all = sink.page(&Page::first(usize::MAX)).await.unwrap();
-    let key = |l: &DeadLetter| {
-        let at = parse_rfc3339(&l.first_failed_at);
-        (at.is_none(), at, l.msg_id.clone())
-    };
+    let key = |l: &DeadLetter| (l.first_failed_at, l.msg_id.clone());
     prop_assert!(all.windows(2).all(|w| key(&w[0]) < key(&w[1])), "order");
     let mut paged = Vec::new();
     let mut page = Page::first(3);
@@ -314,7 +323,7 @@ async fn check_order(sink: &JsonlSink) -> Result<(), TestCaseError> {
     prop_assert_eq!(&paged, &all, "paging with the cursor");
     prop_assert_eq!(
         sink.stats().await.unwrap().oldest_first_failed_at,
-        all.first().map(|l| l.first_failed_at.clone())
+        all.first().map(|l| l.first_failed_at)
     );
     Ok(())
 }
@@ -578,8 +587,8 @@ fn big_letter() -> DeadLetter {
         original: Value::from("x\n\"{".repeat(1 << 18)),
         reason: "r".repeat(100_000),
         attempts: u32::MAX,
-        first_failed_at: "2026-08-19T02:11:03+09:00".into(),
-        last_failed_at: "not a time".into(),
+        first_failed_at: instant("2026-08-19T02:11:03+09:00"),
+        last_failed_at: instant("2026-08-19T02:12:47.000000001-05:00"),
         trace_id: "t".into(),
         class: FailureClass::Data,
         error_type: "E".into(),
@@ -698,4 +707,9 @@ fn lines_over_the_limit_are_refused_and_reported() {
     assert_eq!(sink.torn()[0].text.len(), JsonlSink::MAX_LINE);
     assert_eq!(std::fs::read(&path).unwrap(), one);
     assert_eq!(RUNTIME.block_on(sink.get("M-1")).unwrap(), Some(small));
+}
+
+/// The instant an RFC 3339 time the test spells out stands for.
+fn instant(text: &str) -> std::time::SystemTime {
+    retry_core::time::parse_rfc3339(text).unwrap_or_else(|| panic!("{text:?} is not RFC 3339"))
 }

@@ -143,8 +143,8 @@ fn letter(msg_id: String, texts: &[String; 8], original: Value) -> DeadLetter {
         original,
         reason,
         attempts: 3,
-        first_failed_at: "2026-08-19T02:11:03+09:00".into(),
-        last_failed_at: "2026-08-19T02:12:47+09:00".into(),
+        first_failed_at: instant("2026-08-19T02:11:03+09:00"),
+        last_failed_at: instant("2026-08-19T02:12:47+09:00"),
         trace_id,
         class: FailureClass::Data,
         error_type,
@@ -189,8 +189,8 @@ fn dead_letters_and_redrive_records_are_bound_not_spliced() {
                     who: texts[1].clone(),
                     filter: texts[2].clone(),
                     target: texts[3].clone(),
-                    started_at: format!("2026-08-20T09:{:02}:00+00:00", case % 60),
-                    finished_at: "2026-08-20T10:00:00+00:00".into(),
+                    started_at: instant(&format!("2026-08-20T09:{:02}:00+00:00", case % 60)),
+                    finished_at: instant("2026-08-20T10:00:00+00:00"),
                     limit: 10,
                     rate_per_second: 1,
                     selected: 1,
@@ -204,9 +204,9 @@ fn dead_letters_and_redrive_records_are_bound_not_spliced() {
                     msg_id.clone(),
                     texts[7].clone(),
                     texts[3].clone(),
-                    texts[2].clone(),
+                    instant("2026-08-20T09:00:00Z"),
                 )
-                .finished(texts[6].clone(), texts[5].clone());
+                .finished(texts[6].clone(), instant("2026-08-20T09:00:01Z"));
                 let of_source = Page::first(10).source(letter.source.clone().unwrap());
                 RUNTIME.block_on(async {
                     letters.park(&letter).await.unwrap();
@@ -262,7 +262,8 @@ fn dead_letters_and_redrive_records_are_bound_not_spliced() {
                 // by a person of hostile name.
                 if case.is_multiple_of(2) {
                     let resolution =
-                        Resolution::new(texts[7].clone(), "2026-08-20T10:00:00Z").in_run(&run_id);
+                        Resolution::new(texts[7].clone(), instant("2026-08-20T10:00:00Z"))
+                            .in_run(&run_id);
                     RUNTIME.block_on(async {
                         let ttl = std::time::Duration::from_secs(60);
                         assert!(
@@ -312,8 +313,8 @@ fn hostile_record(case: u32, texts: &[String]) -> RedriveRecord {
         who: texts[1].clone(),
         filter: texts[2].clone(),
         target: texts[3].clone(),
-        started_at: format!("2026-08-20T09:{:02}:00+00:00", case % 60),
-        finished_at: "2026-08-20T10:00:00+00:00".into(),
+        started_at: instant(&format!("2026-08-20T09:{:02}:00+00:00", case % 60)),
+        finished_at: instant("2026-08-20T10:00:00+00:00"),
         limit: 10,
         rate_per_second: 1,
         selected: 1,
@@ -416,9 +417,9 @@ fn postgres_dead_letters_resolutions_audit_rows_and_redrive_records_are_bound_no
                         sent.msg_id.clone(),
                         texts[3].replace('\0', ""),
                         texts[4].replace('\0', ""),
-                        "2026-08-20T09:00:00Z",
+                        instant("2026-08-20T09:00:00Z"),
                     )
-                    .finished(texts[0].replace('\0', ""), "2026-08-20T09:00:01Z");
+                    .finished(texts[0].replace('\0', ""), instant("2026-08-20T09:00:01Z"));
                     letters.audit(&entry).await.unwrap();
                     assert_eq!(letters.audit_rows(Some(&run)).await.unwrap(), [entry]);
                     let mut record = hostile_record(case, &texts);
@@ -438,9 +439,11 @@ fn postgres_dead_letters_resolutions_audit_rows_and_redrive_records_are_bound_no
                     );
                     // Every other case's letter is resolved, by a hostile who in a hostile run.
                     if case.is_multiple_of(2) {
-                        let resolution =
-                            Resolution::new(texts[1].replace('\0', ""), "2026-08-20T09:00:02Z")
-                                .in_run(run.clone());
+                        let resolution = Resolution::new(
+                            texts[1].replace('\0', ""),
+                            instant("2026-08-20T09:00:02Z"),
+                        )
+                        .in_run(run.clone());
                         assert!(letters.resolve(&sent.msg_id, &resolution).await.unwrap());
                         let stored = DeadLetterStore::get(&letters, &sent.msg_id).await.unwrap();
                         assert_eq!(stored.unwrap().resolved, Some(resolution));
@@ -503,4 +506,9 @@ fn postgres_dead_letters_resolutions_audit_rows_and_redrive_records_are_bound_no
     );
     drop(letters);
     RUNTIME.block_on(schema.drop_all());
+}
+
+/// The instant an RFC 3339 time the test spells out stands for.
+fn instant(text: &str) -> std::time::SystemTime {
+    retry_core::time::parse_rfc3339(text).unwrap_or_else(|| panic!("{text:?} is not RFC 3339"))
 }

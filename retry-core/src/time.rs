@@ -1,5 +1,6 @@
-//! Time as the stores and dead letters write it: an injectable clock, and fixed-width UTC and
-//! RFC 3339 text, written and read with jiff.
+//! Time as the library reads and writes it: an injectable clock, and at the edges (JSON, SQL
+//! text columns) fixed-width UTC and RFC 3339 text, written and read with jiff. Inside, a time is
+//! a `SystemTime`.
 
 use jiff::civil::{self, DateTime};
 use jiff::fmt::temporal::Pieces;
@@ -136,8 +137,10 @@ pub fn format_utc(time: SystemTime) -> String {
     format!("{:.6}Z", writable(time))
 }
 
-/// `time` as RFC 3339 with an explicit offset, to the millisecond: `2026-08-19T02:11:03.123+00:00`
-/// (what dead letters carry). Clamped to the years 0000 to 9999 as [`format_utc`] is.
+/// `time` as RFC 3339 with an explicit offset, to the millisecond when that loses nothing:
+/// `2026-08-19T02:11:03.123+00:00` (what dead letters carry). A time with a finer part keeps
+/// it (six or nine digits), so it reads back as the same instant. Clamped to the years 0000 to
+/// 9999 as [`format_utc`] is.
 ///
 /// ```
 /// use retry_core::time::format_rfc3339;
@@ -145,9 +148,35 @@ pub fn format_utc(time: SystemTime) -> String {
 ///
 /// let t = UNIX_EPOCH + Duration::from_millis(1_755_569_463_123);
 /// assert_eq!(format_rfc3339(t), "2025-08-19T02:11:03.123+00:00");
+/// let finer = t + Duration::from_nanos(4_500);
+/// assert_eq!(format_rfc3339(finer), "2025-08-19T02:11:03.123004500+00:00");
 /// ```
 pub fn format_rfc3339(time: SystemTime) -> String {
-    format!("{:.3}+00:00", writable(time))
+    let time = writable(time);
+    // Milliseconds are what the library writes (it reads its clocks to the millisecond, see
+    // `to_millis`); a finer time written so would read back as another instant.
+    match time.subsec_nanosecond() {
+        n if n % 1_000_000 == 0 => format!("{time:.3}+00:00"),
+        n if n % 1_000 == 0 => format!("{time:.6}+00:00"),
+        _ => format!("{time:.9}+00:00"),
+    }
+}
+
+/// `time` cut to the millisecond: the times the library takes from a clock for dead letters
+/// and redrive records, so that they are written as milliseconds ([`format_rfc3339`]) and read
+/// back as the same instant.
+pub(crate) fn to_millis(time: SystemTime) -> SystemTime {
+    let cut = match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => after.subsec_nanos() % 1_000_000,
+        // Before the epoch, cutting towards the past keeps the order of times.
+        Err(before) => match before.duration().subsec_nanos() % 1_000_000 {
+            0 => 0,
+            n => 1_000_000 - n,
+        },
+    };
+    // Only the earliest times `SystemTime` holds could not go back a millisecond.
+    time.checked_sub(Duration::from_nanos(u64::from(cut)))
+        .unwrap_or(time)
 }
 
 /// Reads an RFC 3339 timestamp with any offset (`Z`, `+09:00`, `-05:30`) and an optional
@@ -181,8 +210,122 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
 /// ```
 pub fn parse_utc(text: &str) -> Option<SystemTime> {
     // Only the fixed-width form: SQL compares these as text, so another spelling of the same
-    // instant would sort wrong. Writing it again is the exact check of that form.
-    parse_rfc3339(text).filter(|&time| format_utc(time) == text)
+    // instant would sort wrong. Its shape is checked byte by byte; jiff reads the civil time.
+    let civil = text.strip_suffix('Z')?;
+    let fixed = civil.len() == 26
+        && civil.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            10 => b == b'T',
+            13 | 16 => b == b':',
+            19 => b == b'.',
+            _ => b.is_ascii_digit(),
+        });
+    if !fixed {
+        return None;
+    }
+    utc_instant(civil.parse().ok()?, Offset::UTC)
+}
+
+/// `#[serde(with = "retry_core::time::rfc3339")]`: a `SystemTime` as RFC 3339 text, written by
+/// [`format_rfc3339`] (UTC, to the millisecond when that loses nothing) and read by
+/// [`parse_rfc3339`] (any offset, normalised to the instant). Dead letters and redrive records
+/// carry their times so; [`option`](rfc3339::option) is the same for an `Option<SystemTime>`.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use std::time::SystemTime;
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Seen {
+///     #[serde(with = "retry_core::time::rfc3339")]
+///     at: SystemTime,
+/// }
+///
+/// let seen: Seen = serde_json::from_str(r#"{"at":"2026-08-19T02:11:03+09:00"}"#).unwrap();
+/// let text = serde_json::to_string(&seen).unwrap();
+/// assert_eq!(text, r#"{"at":"2026-08-18T17:11:03.000+00:00"}"#);
+/// assert!(serde_json::from_str::<Seen>(r#"{"at":"2026-08-19 02:11:03"}"#).is_err());
+/// ```
+pub mod rfc3339 {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+    use std::time::SystemTime;
+
+    /// Writes `time` as [`format_rfc3339`](super::format_rfc3339) does.
+    ///
+    /// # Errors
+    ///
+    /// Only the serializer's own.
+    pub fn serialize<S: Serializer>(time: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&super::format_rfc3339(*time))
+    }
+
+    /// Reads RFC 3339 text with any offset, as [`parse_rfc3339`](super::parse_rfc3339) does.
+    ///
+    /// # Errors
+    ///
+    /// Text that is not an RFC 3339 time with an offset, or not text.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SystemTime, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        super::parse_rfc3339(&text).ok_or_else(|| {
+            D::Error::custom(format_args!(
+                "{text:?} is not an RFC 3339 time with an offset"
+            ))
+        })
+    }
+
+    /// `#[serde(with = "retry_core::time::rfc3339::option")]`: an `Option<SystemTime>`, `None`
+    /// as `null` (with `default` and `skip_serializing_if`, as a missing field).
+    ///
+    /// ```
+    /// use serde::{Deserialize, Serialize};
+    /// use std::time::SystemTime;
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Entry {
+    ///     #[serde(default, skip_serializing_if = "Option::is_none", with = "retry_core::time::rfc3339::option")]
+    ///     finished_at: Option<SystemTime>,
+    /// }
+    ///
+    /// let entry: Entry = serde_json::from_str("{}").unwrap();
+    /// assert_eq!(entry.finished_at, None);
+    /// let entry: Entry = serde_json::from_str(r#"{"finished_at":"2026-08-19T02:11:03Z"}"#).unwrap();
+    /// assert_eq!(serde_json::to_string(&entry).unwrap(), r#"{"finished_at":"2026-08-19T02:11:03.000+00:00"}"#);
+    /// ```
+    pub mod option {
+        use serde::{Deserialize, Deserializer, Serializer};
+        use std::time::SystemTime;
+
+        /// Writes `Some(time)` as [`rfc3339::serialize`](super::serialize) does, `None` as
+        /// `null`.
+        ///
+        /// # Errors
+        ///
+        /// Only the serializer's own.
+        pub fn serialize<S: Serializer>(
+            time: &Option<SystemTime>,
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            match time {
+                Some(time) => super::serialize(time, serializer),
+                None => serializer.serialize_none(),
+            }
+        }
+
+        /// Reads `null` as `None`, and text as [`rfc3339::deserialize`](super::deserialize)
+        /// does.
+        ///
+        /// # Errors
+        ///
+        /// Text that is not an RFC 3339 time with an offset.
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<Option<SystemTime>, D::Error> {
+            /// One time, read through the parent module.
+            #[derive(Deserialize)]
+            struct Time(#[serde(with = "super")] SystemTime);
+            Ok(Option::<Time>::deserialize(deserializer)?.map(|Time(time)| time))
+        }
+    }
 }
 
 /// Nanoseconds since the Unix epoch, negative before it.
@@ -248,6 +391,67 @@ mod tests {
     }
 
     #[test]
+    fn rfc3339_text_is_to_the_millisecond_when_that_loses_nothing_and_reads_back_exactly() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_755_569_463_123);
+        // What the library wrote before times were typed, byte for byte.
+        assert_eq!(format_rfc3339(t), "2025-08-19T02:11:03.123+00:00");
+        assert_eq!(format_rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000+00:00");
+        for (nanos, text) in [
+            (1_000, "2025-08-19T02:11:03.123001+00:00"),
+            (1, "2025-08-19T02:11:03.123000001+00:00"),
+            (999_999, "2025-08-19T02:11:03.123999999+00:00"),
+        ] {
+            let finer = t + Duration::from_nanos(nanos);
+            assert_eq!(format_rfc3339(finer), text);
+            assert_eq!(parse_rfc3339(text), Some(finer));
+            assert_eq!(to_millis(finer), t);
+        }
+        assert_eq!(to_millis(t), t);
+        let before = UNIX_EPOCH - Duration::from_nanos(1);
+        assert_eq!(to_millis(before), UNIX_EPOCH - Duration::from_millis(1));
+        assert_eq!(
+            to_millis(UNIX_EPOCH - Duration::from_millis(2)),
+            UNIX_EPOCH - Duration::from_millis(2)
+        );
+    }
+
+    #[test]
+    fn serde_writes_utc_and_reads_any_offset() {
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        struct Times {
+            #[serde(with = "rfc3339")]
+            at: SystemTime,
+            #[serde(
+                default,
+                skip_serializing_if = "Option::is_none",
+                with = "rfc3339::option"
+            )]
+            until: Option<SystemTime>,
+        }
+        let read: Times = serde_json::from_str(
+            r#"{"at": "2026-08-19T02:11:03+09:00", "until": "2026-08-19T02:11:03.5-05:00"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::to_string(&read).unwrap(),
+            r#"{"at":"2026-08-18T17:11:03.000+00:00","until":"2026-08-19T07:11:03.500+00:00"}"#
+        );
+        let none: Times = serde_json::from_str(r#"{"at": "2026-08-19T02:11:03Z"}"#).unwrap();
+        assert_eq!(none.until, None);
+        assert_eq!(
+            serde_json::to_string(&none).unwrap(),
+            r#"{"at":"2026-08-19T02:11:03.000+00:00"}"#
+        );
+        for bad in [
+            r#"{"at": "2026-08-19T02:11:03"}"#,
+            r#"{"at": 1}"#,
+            r#"{"at": "2026-08-19T02:11:03Z", "until": "soon"}"#,
+        ] {
+            assert!(serde_json::from_str::<Times>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn malformed_timestamps_are_rejected() {
         for bad in [
             "",
@@ -255,6 +459,11 @@ mod tests {
             "2025-08-19 02:11:03.000000Z",
             "2025-08-19T24:00:00.000000Z",
             "+025-08-19T02:11:03.000000Z",
+            // The same instant in other spellings: they would sort wrong as text.
+            "2025-08-19T02:11:03.000000+00:00",
+            "2025-08-19T02:11:03.000Z",
+            "2025-08-19T02:11:03.000000z",
+            "2025-08-19t02:11:03.000000Z",
         ] {
             assert_eq!(parse_utc(bad), None, "{bad}");
         }

@@ -105,8 +105,9 @@ enum Command {
 Exit status:
   without --check: 0 once printed
   with --check:    0 nothing to alert on; 1 letters are pending (with --max-age: the oldest
-                   first failure is older than that, or a letter's first_failed_at is unreadable)
-  2                usage error, or the store could not be opened or read
+                   first failure is older than that)
+  2                usage error, or the store could not be opened or read (a stored time that is
+                   not RFC 3339 included)
 
 For cron or a monitoring check, e.g.:  retry-dlq --jsonl /var/lib/app/dlq.jsonl stats --check --max-age 1h
 
@@ -563,10 +564,7 @@ async fn run<S: DeadLetterStore + Sync>(
         Command::Ack { msg_ids, who } => {
             let mut status = EXIT_OK;
             for msg_id in msg_ids {
-                let resolution = Resolution::new(
-                    who.as_str(),
-                    retry_core::time::format_rfc3339(SystemTime::now()),
-                );
+                let resolution = Resolution::new(who.as_str(), now_to_the_millisecond());
                 let resolved = store
                     .resolve(msg_id, &resolution)
                     .await
@@ -591,6 +589,17 @@ async fn run<S: DeadLetterStore + Sync>(
             .await?;
             Ok(EXIT_OK)
         }
+    }
+}
+
+/// The clock, cut to the millisecond, as the library cuts its own readings (a redrive run's
+/// resolutions): an ack's time is then written as `2026-08-20T09:00:00.123+00:00`, like theirs.
+fn now_to_the_millisecond() -> SystemTime {
+    let now = SystemTime::now();
+    match now.duration_since(std::time::UNIX_EPOCH) {
+        Ok(since) => now - Duration::from_nanos(u64::from(since.subsec_nanos() % 1_000_000)),
+        // Before 1970: a clock that wrong is written as it is.
+        Err(_) => now,
     }
 }
 

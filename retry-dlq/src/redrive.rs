@@ -17,6 +17,7 @@ use retry_core::dlq::{
     assume_idempotent,
 };
 use retry_core::reqwest::redacted_url;
+use retry_core::time::format_rfc3339;
 
 use crate::report::{one_line, truncate};
 use crate::{ClassArg, EXIT_FLAGGED, EXIT_OK, Failure, Format};
@@ -422,7 +423,7 @@ pub(crate) async fn audit<S: DeadLetterStore>(
 /// started_at, run_id, who, target, filter, selected, succeeded, failed, skipped, stopped.
 fn audit_line(r: &RedriveRecord) -> String {
     [
-        one_line(&r.started_at),
+        format_rfc3339(r.started_at),
         one_line(&r.run_id),
         one_line(&r.who),
         one_line(&r.target),
@@ -443,10 +444,11 @@ const NO_OUTCOME: &str =
 /// at, msg_id, outcome, finished_at (`-` while there is none).
 fn row_line(row: &AuditEntry) -> String {
     [
-        one_line(&row.at),
+        format_rfc3339(row.at),
         one_line(&row.msg_id),
         one_line(row.outcome.as_deref().unwrap_or(NO_OUTCOME)),
-        one_line(row.finished_at.as_deref().unwrap_or("-")),
+        row.finished_at
+            .map_or_else(|| "-".to_owned(), format_rfc3339),
     ]
     .join("\t")
 }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use retry_core::dlq::{DeadLetter, FailureClass};
-use retry_core::time::parse_rfc3339;
+use retry_core::time::format_rfc3339;
 
 use crate::duration::format_age;
 
@@ -21,11 +21,9 @@ pub struct Stats {
     pub leased: u64,
     /// Resolved letters not purged yet.
     pub resolved: u64,
-    /// The letter with the earliest first failure, when its time is readable.
+    /// The letter with the earliest first failure. (A store fails a read of a time that is
+    /// not RFC 3339, so every oldest letter has an age.)
     pub oldest: Option<Oldest>,
-    /// The oldest letter's msg_id, when its `first_failed_at` is not RFC 3339: its age is
-    /// unknown.
-    pub unreadable_oldest: Option<String>,
     /// Letters per reason, most frequent first (ties by reason); `None` when not counted.
     pub reasons: Option<Vec<(String, u64)>>,
 }
@@ -34,8 +32,8 @@ pub struct Stats {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Oldest {
     pub msg_id: String,
-    /// As stored.
-    pub first_failed_at: String,
+    /// When it first failed.
+    pub first_failed_at: SystemTime,
     /// How long ago; zero when the time lies in the future (clock skew).
     pub age: Duration,
     /// The time lies in the future.
@@ -62,23 +60,16 @@ impl Stats {
         oldest: Option<&DeadLetter>,
         now: SystemTime,
     ) -> Stats {
-        let mut unreadable_oldest = None;
-        let oldest = oldest.and_then(|letter| match parse_rfc3339(&letter.first_failed_at) {
-            Some(at) => {
-                let (age, in_future) = match now.duration_since(at) {
-                    Ok(age) => (age, false),
-                    Err(_) => (Duration::ZERO, true),
-                };
-                Some(Oldest {
-                    msg_id: letter.msg_id.clone(),
-                    first_failed_at: letter.first_failed_at.clone(),
-                    age,
-                    in_future,
-                })
-            }
-            None => {
-                unreadable_oldest = Some(letter.msg_id.clone());
-                None
+        let oldest = oldest.map(|letter| {
+            let (age, in_future) = match now.duration_since(letter.first_failed_at) {
+                Ok(age) => (age, false),
+                Err(_) => (Duration::ZERO, true),
+            };
+            Oldest {
+                msg_id: letter.msg_id.clone(),
+                first_failed_at: letter.first_failed_at,
+                age,
+                in_future,
             }
         });
         Stats {
@@ -90,7 +81,6 @@ impl Stats {
             leased: counts.leased,
             resolved: counts.resolved,
             oldest,
-            unreadable_oldest,
             reasons: None,
         }
     }
@@ -118,20 +108,13 @@ impl Stats {
                 let _ = writeln!(
                     out,
                     "oldest first failure: {} ({age}; msg_id {})",
-                    oldest.first_failed_at,
+                    format_rfc3339(oldest.first_failed_at),
                     one_line(&oldest.msg_id)
                 );
             }
             None => {
                 let _ = writeln!(out, "oldest first failure: -");
             }
-        }
-        if let Some(msg_id) = &self.unreadable_oldest {
-            let _ = writeln!(
-                out,
-                "unreadable first_failed_at (age unknown): msg_id {}",
-                one_line(msg_id)
-            );
         }
         if self.total == 0 && self.resolved == 0 {
             return out;
@@ -171,8 +154,7 @@ pub enum Verdict {
     Alert(String),
 }
 
-/// Alert when anything is pending; with `max_age`, only when the oldest letter is older than it
-/// (or a letter's age cannot be read).
+/// Alert when anything is pending; with `max_age`, only when the oldest letter is older than it.
 pub fn check(stats: &Stats, max_age: Option<Duration>) -> Verdict {
     if stats.total == 0 {
         return Verdict::Ok("nothing pending".to_owned());
@@ -182,12 +164,6 @@ pub fn check(stats: &Stats, max_age: Option<Duration>) -> Verdict {
     };
     // As the option is written (`1h30m`, `500ms`), not rounded as an age.
     let limit = retry_core::duration::format(max_age);
-    if let Some(msg_id) = &stats.unreadable_oldest {
-        return Verdict::Alert(format!(
-            "the oldest letter ({}) has an unreadable first_failed_at, so its age is unknown (limit {limit})",
-            one_line(msg_id)
-        ));
-    }
     match &stats.oldest {
         Some(oldest) if oldest.age > max_age => Verdict::Alert(format!(
             "{} letter(s) pending, the oldest ({}) failed {} ago, longer than {limit}",
@@ -200,7 +176,7 @@ pub fn check(stats: &Stats, max_age: Option<Duration>) -> Verdict {
             stats.total,
             format_age(oldest.age)
         )),
-        // Unreachable: letters with readable times give an oldest, unreadable ones return above.
+        // Unreachable: a store that counts pending letters has an oldest one.
         None => Verdict::Alert(format!("{} letter(s) pending", stats.total)),
     }
 }
@@ -213,7 +189,7 @@ pub fn list_line(letter: &DeadLetter) -> String {
         one_line(&letter.msg_id),
         letter.class,
         letter.attempts,
-        one_line(&letter.first_failed_at),
+        format_rfc3339(letter.first_failed_at),
         one_line(&letter.reason)
     )
 }
@@ -245,16 +221,20 @@ pub fn truncate(text: &str, max_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use retry_core::time::format_rfc3339;
+    use retry_core::time::parse_rfc3339;
 
-    fn letter(id: &str, class: FailureClass, reason: &str, failed: &str) -> DeadLetter {
+    fn at(text: &str) -> SystemTime {
+        parse_rfc3339(text).unwrap()
+    }
+
+    fn letter(id: &str, class: FailureClass, reason: &str, failed: SystemTime) -> DeadLetter {
         DeadLetter {
             msg_id: id.to_owned(),
             original: serde_json::json!({"id": id}),
             reason: reason.to_owned(),
             attempts: 5,
-            first_failed_at: failed.to_owned(),
-            last_failed_at: failed.to_owned(),
+            first_failed_at: failed,
+            last_failed_at: failed,
             trace_id: "t".to_owned(),
             class,
             error_type: "E".to_owned(),
@@ -277,32 +257,32 @@ mod tests {
             .filter(|l| l.class == FailureClass::System)
             .count() as u64;
         counts.data = counts.pending - counts.system;
-        // Stores take letters by first failure; an unreadable one has no time, and comes first.
+        // Stores take letters by first failure, then msg_id.
         let oldest = letters
             .iter()
-            .min_by_key(|l| (parse_rfc3339(&l.first_failed_at), l.msg_id.clone()));
+            .min_by_key(|l| (l.first_failed_at, l.msg_id.clone()));
         let mut reasons = Reasons::default();
         reasons.add(letters);
         Stats::new(&counts, oldest, now).with_reasons(reasons)
     }
 
-    fn ago(now: SystemTime, secs: u64) -> String {
-        format_rfc3339(now - Duration::from_secs(secs))
+    fn ago(now: SystemTime, secs: u64) -> SystemTime {
+        now - Duration::from_secs(secs)
     }
 
     #[test]
     fn counts_by_class_and_reason_and_finds_the_oldest_across_offsets() {
-        let now = parse_rfc3339("2026-08-19T12:00:00Z").unwrap();
+        let now = at("2026-08-19T12:00:00Z");
         let letters = [
-            letter("a", FailureClass::System, "503", "2026-08-19T11:00:00Z"),
+            letter("a", FailureClass::System, "503", at("2026-08-19T11:00:00Z")),
             // 02:30 UTC: the oldest, though its text sorts after "2026-08-19T11..".
             letter(
                 "b",
                 FailureClass::System,
                 "503",
-                "2026-08-19T11:30:00+09:00",
+                at("2026-08-19T11:30:00+09:00"),
             ),
-            letter("c", FailureClass::Data, "400", "2026-08-19T11:59:00Z"),
+            letter("c", FailureClass::Data, "400", at("2026-08-19T11:59:00Z")),
         ];
         let stats = of(&letters, now);
         assert_eq!(stats.total, 3);
@@ -320,7 +300,8 @@ mod tests {
         let text = stats.render(1);
         assert!(text.contains("pending: 3\n"), "{text}");
         assert!(
-            text.contains("2026-08-19T11:30:00+09:00 (9h 30m ago; msg_id b)"),
+            // Printed as the stores write times: in UTC, to the millisecond.
+            text.contains("2026-08-19T02:30:00.000+00:00 (9h 30m ago; msg_id b)"),
             "{text}"
         );
         assert!(
@@ -344,7 +325,7 @@ mod tests {
         ));
         assert_eq!(empty.render(10), "pending: 0\noldest first failure: -\n");
 
-        let recent = of(&[letter("r", FailureClass::Data, "x", &ago(now, 60))], now);
+        let recent = of(&[letter("r", FailureClass::Data, "x", ago(now, 60))], now);
         assert!(matches!(check(&recent, None), Verdict::Alert(_)));
         assert!(matches!(
             check(&recent, Some(Duration::from_secs(3600))),
@@ -353,13 +334,6 @@ mod tests {
         assert!(matches!(
             check(&recent, Some(Duration::from_secs(30))),
             Verdict::Alert(_)
-        ));
-
-        let unreadable = of(&[letter("u", FailureClass::Data, "x", "yesterday")], now);
-        assert_eq!(unreadable.unreadable_oldest.as_deref(), Some("u"));
-        assert!(matches!(
-            check(&unreadable, Some(Duration::from_secs(3600))),
-            Verdict::Alert(m) if m.contains("unreadable")
         ));
     }
 
@@ -371,7 +345,7 @@ mod tests {
                 "f",
                 FailureClass::System,
                 "x",
-                &format_rfc3339(now + Duration::from_secs(600)),
+                now + Duration::from_secs(600),
             )],
             now,
         );
@@ -385,11 +359,11 @@ mod tests {
             "id\n2",
             FailureClass::Data,
             "bad\trow\nhere",
-            "2026-08-19T11:00:00Z",
+            at("2026-08-19T11:00:00Z"),
         );
         assert_eq!(
             list_line(&l),
-            "id\\n2\tdata\t5\t2026-08-19T11:00:00Z\tbad\\trow\\nhere"
+            "id\\n2\tdata\t5\t2026-08-19T11:00:00.000+00:00\tbad\\trow\\nhere"
         );
         assert_eq!(truncate("abcdef", 3), "abc…");
         assert_eq!(truncate("abc", 3), "abc");

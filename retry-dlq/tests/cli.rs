@@ -125,14 +125,19 @@ impl Kind {
 }
 
 fn letter(id: &str, class: FailureClass, reason: &str, failed_ago: Duration) -> DeadLetter {
-    let first = SystemTime::now() - failed_ago;
+    // To the millisecond, as the library takes times from its clock: printed and stored as
+    // `2026-08-19T02:11:03.123+00:00`.
+    let now = SystemTime::now();
+    let since = now.duration_since(SystemTime::UNIX_EPOCH).unwrap();
+    let first =
+        SystemTime::UNIX_EPOCH + Duration::from_millis(since.as_millis() as u64) - failed_ago;
     DeadLetter {
         msg_id: id.to_owned(),
         original: serde_json::json!({ "order": id, "amount": 10, "lines": ["a", "b"] }),
         reason: reason.to_owned(),
         attempts: 5,
-        first_failed_at: format_rfc3339(first),
-        last_failed_at: format_rfc3339(first + Duration::from_secs(30)),
+        first_failed_at: first,
+        last_failed_at: first + Duration::from_secs(30),
         trace_id: format!("trace-{id}"),
         class,
         error_type: "FetchError".to_owned(),
@@ -260,7 +265,7 @@ fn stats_reports_classes_reasons_and_the_oldest_with_its_age() {
         assert!(
             text.contains(&format!(
                 "oldest first failure: {} (3h ago; msg_id M-1)",
-                oldest.first_failed_at
+                format_rfc3339(oldest.first_failed_at)
             )),
             "{kind:?}: {text}"
         );
@@ -363,7 +368,11 @@ fn list_prints_a_line_per_letter_oldest_first() {
         let line = |l: &DeadLetter| {
             format!(
                 "{}\t{}\t{}\t{}\t{}\n",
-                l.msg_id, l.class, l.attempts, l.first_failed_at, l.reason
+                l.msg_id,
+                l.class,
+                l.attempts,
+                format_rfc3339(l.first_failed_at),
+                l.reason
             )
         };
 

@@ -1,5 +1,7 @@
 //! The record a redrive run leaves behind: when, who, which letters, and how it went.
 
+use std::time::SystemTime;
+
 use serde::{Deserialize, Serialize};
 
 /// One redrive run, as its audit log keeps it. Every store keeps these beside its letters
@@ -28,10 +30,12 @@ pub struct RedriveRecord {
     pub filter: String,
     /// Where the letters were sent: a function's name or a URL.
     pub target: String,
-    /// When the run took its snapshot of the letters (RFC 3339).
-    pub started_at: String,
-    /// When the run ended (RFC 3339).
-    pub finished_at: String,
+    /// When the run took its snapshot of the letters (RFC 3339 when serialised).
+    #[serde(with = "crate::time::rfc3339")]
+    pub started_at: SystemTime,
+    /// When the run ended (RFC 3339 when serialised).
+    #[serde(with = "crate::time::rfc3339")]
+    pub finished_at: SystemTime,
     /// At most this many letters per run.
     pub limit: u64,
     /// At most this many sends per second.
@@ -55,10 +59,12 @@ pub struct RedriveRecord {
 ///
 /// ```
 /// use retry_core::dlq::AuditEntry;
+/// use std::time::{Duration, SystemTime};
 ///
-/// let intent = AuditEntry::intent("5f0c8a1e2b3d4c6f", "M-1", "alice", "deposit", "2026-08-20T09:00:00Z");
+/// let sent = SystemTime::now();
+/// let intent = AuditEntry::intent("5f0c8a1e2b3d4c6f", "M-1", "alice", "deposit", sent);
 /// assert!(intent.outcome.is_none());
-/// let done = intent.finished("redriven", "2026-08-20T09:00:01Z");
+/// let done = intent.finished("redriven", sent + Duration::from_secs(1));
 /// assert_eq!(done.outcome.as_deref(), Some("redriven"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,15 +77,20 @@ pub struct AuditEntry {
     pub who: String,
     /// Where the letter was sent.
     pub target: String,
-    /// When the intent was written, just before the send (RFC 3339).
-    pub at: String,
+    /// When the intent was written, just before the send (RFC 3339 when serialised).
+    #[serde(with = "crate::time::rfc3339")]
+    pub at: SystemTime,
     /// How it went: `redriven`, `failed again: ..`, `skipped: ..`; `None` while in flight (or
     /// when the run died before it knew).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
-    /// When the outcome was written (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<String>,
+    /// When the outcome was written (RFC 3339 when serialised).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::time::rfc3339::option"
+    )]
+    pub finished_at: Option<SystemTime>,
 }
 
 impl AuditEntry {
@@ -89,23 +100,23 @@ impl AuditEntry {
         msg_id: impl Into<String>,
         who: impl Into<String>,
         target: impl Into<String>,
-        at: impl Into<String>,
+        at: SystemTime,
     ) -> Self {
         AuditEntry {
             run_id: run_id.into(),
             msg_id: msg_id.into(),
             who: who.into(),
             target: target.into(),
-            at: at.into(),
+            at,
             outcome: None,
             finished_at: None,
         }
     }
 
     /// The same row with its outcome.
-    pub fn finished(mut self, outcome: impl Into<String>, at: impl Into<String>) -> Self {
+    pub fn finished(mut self, outcome: impl Into<String>, at: SystemTime) -> Self {
         self.outcome = Some(outcome.into());
-        self.finished_at = Some(at.into());
+        self.finished_at = Some(at);
         self
     }
 }

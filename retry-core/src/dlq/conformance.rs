@@ -31,7 +31,7 @@ use super::{
 };
 pub use crate::conformance::{CheckResult, Report};
 use crate::conformance::{check, join_all};
-use crate::time::format_rfc3339;
+use crate::time::parse_rfc3339;
 
 /// A lease the checks wait out.
 const SHORT: Duration = Duration::from_millis(200);
@@ -127,15 +127,17 @@ where
 
 // ---- the checks ----
 
-/// Every field of a parked letter reads back as it was parked, and the letter counts as
-/// pending.
+/// Every field of a parked letter reads back as it was parked (its times to the nanosecond,
+/// whatever their offsets), and the letter counts as pending.
 pub async fn parked_letter_reads_back_whole<S: DeadLetterStore + ?Sized>(store: &S) {
     let mut sent = letter("M-1", "2026-08-19T02:11:03+09:00");
     sent.idempotency_key = Some("deposit:M-1".into());
     sent.source = Some("payments::deposit".into());
     sent.redacted = true;
     sent.key_scope = Some("http".into());
-    sent.key_expires_at = Some("2026-08-26T02:11:03+09:00".into());
+    sent.key_expires_at = Some(time("2026-08-26T02:11:03+09:00"));
+    // Finer than the millisecond the library writes its own times to: still the same instant.
+    sent.last_failed_at = time("2026-08-19T02:12:47.123456789+09:00");
     sent.original = serde_json::json!({"amount": 10, "to": ["a", "b"], "note": "naïve ✓"});
     ok(store.park(&sent).await, "park");
     assert_eq!(
@@ -166,10 +168,7 @@ pub async fn parked_letter_reads_back_whole<S: DeadLetterStore + ?Sized>(store: 
         (1, 1, 0, 0, 0),
         "stats of one pending system letter: {stats:?}"
     );
-    assert_eq!(
-        stats.oldest_first_failed_at.as_deref(),
-        Some(sent.first_failed_at.as_str())
-    );
+    assert_eq!(stats.oldest_first_failed_at, Some(sent.first_failed_at));
 }
 
 /// A letter whose original nests [`MAX_ORIGINAL_DEPTH`] levels parks and reads back whole; one
@@ -264,9 +263,7 @@ pub async fn pages_follow_the_order_and_the_cursor<S: DeadLetterStore + ?Sized>(
         ok(store.park(&l).await, "park");
         expected.push(l);
     }
-    expected.sort_by(|a, b| {
-        (instant(&a.first_failed_at), &a.msg_id).cmp(&(instant(&b.first_failed_at), &b.msg_id))
-    });
+    expected.sort_by(|a, b| (a.first_failed_at, &a.msg_id).cmp(&(b.first_failed_at, &b.msg_id)));
     let mut seen = Vec::new();
     let mut page = Page::first(10);
     loop {
@@ -331,7 +328,7 @@ pub async fn resolved_letter_is_kept_with_who_and_when<S: DeadLetterStore + ?Siz
         store.park(&letter("M-2", "2026-08-19T02:01:00Z")).await,
         "park",
     );
-    let resolution = Resolution::new("alice", "2026-08-20T09:00:00Z").in_run("run-1");
+    let resolution = Resolution::new("alice", time("2026-08-20T09:00:00Z")).in_run("run-1");
     assert!(
         ok(store.resolve("M-1", &resolution).await, "resolve"),
         "a pending letter resolves"
@@ -356,8 +353,8 @@ pub async fn resolved_letter_is_kept_with_who_and_when<S: DeadLetterStore + ?Siz
     let stats = ok(store.stats().await, "stats");
     assert_eq!((stats.pending, stats.resolved), (1, 1), "{stats:?}");
     assert_eq!(
-        stats.oldest_first_failed_at.as_deref(),
-        Some("2026-08-19T02:01:00Z")
+        stats.oldest_first_failed_at,
+        Some(time("2026-08-19T02:01:00Z"))
     );
 }
 
@@ -368,7 +365,10 @@ pub async fn reparking_a_resolved_letter_opens_it_again<S: DeadLetterStore + ?Si
     ok(store.park(&first).await, "park");
     ok(
         store
-            .resolve("M-1", &Resolution::new("alice", "2026-08-20T09:00:00Z"))
+            .resolve(
+                "M-1",
+                &Resolution::new("alice", time("2026-08-20T09:00:00Z")),
+            )
             .await,
         "resolve",
     );
@@ -427,7 +427,7 @@ pub async fn one_run_holds_a_lease<S: DeadLetterStore + ?Sized>(store: &S) {
         store
             .resolve(
                 "M-1",
-                &Resolution::new("bob", "2026-08-20T09:00:00Z").in_run("run-b"),
+                &Resolution::new("bob", time("2026-08-20T09:00:00Z")).in_run("run-b"),
             )
             .await,
         "resolve",
@@ -495,7 +495,7 @@ pub async fn resolve_respects_the_lease<S: DeadLetterStore + ?Sized>(store: &S) 
         "park",
     );
     assert!(ok(store.lease("M-1", "run-a", LONG).await, "lease").is_some());
-    let at = "2026-08-20T09:00:00Z";
+    let at = time("2026-08-20T09:00:00Z");
     assert!(
         !ok(
             store
@@ -536,7 +536,7 @@ pub async fn put_back_merges_the_failure_and_ends_the_lease<S: DeadLetterStore +
     let parked = letter("M-1", "2026-08-19T02:00:00Z");
     ok(store.park(&parked).await, "park");
     let failure = Failure {
-        at: "2026-08-20T09:00:00Z".into(),
+        at: time("2026-08-20T09:00:00Z"),
         reason: "redrive by alice failed: 503".into(),
         trace_id: "run-a".into(),
     };
@@ -569,14 +569,16 @@ pub async fn put_back_merges_the_failure_and_ends_the_lease<S: DeadLetterStore +
 /// Purging deletes resolved letters resolved before the cut, and nothing else.
 pub async fn purge_deletes_only_resolved_letters_by_age<S: DeadLetterStore + ?Sized>(store: &S) {
     let now = SystemTime::now();
-    let long_ago = format_rfc3339(now - Duration::from_secs(30 * 86_400));
-    let lately = format_rfc3339(now - Duration::from_secs(60));
+    let long_ago = now - Duration::from_secs(30 * 86_400);
+    let lately = now - Duration::from_secs(60);
     for id in ["M-old", "M-new", "M-pending"] {
-        ok(store.park(&letter(id, &long_ago)).await, "park");
+        let mut parked = letter(id, "2026-08-19T02:00:00Z");
+        (parked.first_failed_at, parked.last_failed_at) = (long_ago, long_ago);
+        ok(store.park(&parked).await, "park");
     }
     ok(
         store
-            .resolve("M-old", &Resolution::new("alice", long_ago.clone()))
+            .resolve("M-old", &Resolution::new("alice", long_ago))
             .await,
         "resolve",
     );
@@ -615,14 +617,16 @@ pub async fn purge_deletes_only_resolved_letters_by_age<S: DeadLetterStore + ?Si
 /// The audit keeps one row per run and letter: the intent, then the same row with its outcome;
 /// a row without an outcome stays as it was written.
 pub async fn audit_rows_complete_their_intent<S: DeadLetterStore + ?Sized>(store: &S) {
-    let at = "2026-08-20T09:00:00Z";
+    let at = time("2026-08-20T09:00:00Z");
     let one = AuditEntry::intent("run-a", "M-1", "alice", "deposit", at);
     let two = AuditEntry::intent("run-a", "M-2", "alice", "deposit", at);
     let other = AuditEntry::intent("run-b", "M-1", "bob", "deposit", at);
     ok(store.audit(&one).await, "audit");
     ok(store.audit(&two).await, "audit");
     ok(store.audit(&other).await, "audit");
-    let done = one.clone().finished("redriven", "2026-08-20T09:00:01Z");
+    let done = one
+        .clone()
+        .finished("redriven", time("2026-08-20T09:00:01Z"));
     ok(store.audit(&done).await, "audit");
     assert_eq!(
         ok(store.audit_rows(Some("run-a")).await, "audit_rows"),
@@ -646,8 +650,8 @@ pub async fn redrive_records_are_kept_in_order<S: DeadLetterStore + ?Sized>(stor
         who: "alice".into(),
         filter: "all".into(),
         target: "deposit".into(),
-        started_at: "2026-08-20T09:00:00.000+00:00".into(),
-        finished_at: "2026-08-20T09:00:02.000+00:00".into(),
+        started_at: time("2026-08-20T09:00:00.000+00:00"),
+        finished_at: time("2026-08-20T09:00:02.000+00:00"),
         limit: 10,
         rate_per_second: 5,
         selected: 1,
@@ -671,8 +675,8 @@ fn letter(msg_id: &str, at: &str) -> DeadLetter {
         original: serde_json::json!({"msg_id": msg_id, "amount": 10}),
         reason: "gave up after 5 attempts: 503 Service Unavailable".into(),
         attempts: 5,
-        first_failed_at: at.into(),
-        last_failed_at: at.into(),
+        first_failed_at: time(at),
+        last_failed_at: time(at),
         trace_id: "a1b2c3d4".into(),
         class: FailureClass::System,
         error_type: "FetchError".into(),
@@ -699,8 +703,13 @@ fn nested(depth: usize) -> serde_json::Value {
     value
 }
 
-fn instant(text: &str) -> Option<SystemTime> {
-    crate::time::parse_rfc3339(text)
+/// The instant of `text`, an RFC 3339 time the checks spell out.
+#[track_caller]
+fn time(text: &str) -> SystemTime {
+    match parse_rfc3339(text) {
+        Some(time) => time,
+        None => panic!("{text:?} is not an RFC 3339 time"),
+    }
 }
 
 /// Unwraps an operation the contract says succeeds.

@@ -1,6 +1,7 @@
 //! The dead letter itself.
 
 use std::fmt;
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +50,11 @@ impl fmt::Display for FailureClass {
 /// }"#).unwrap();
 /// assert_eq!(letter.class, FailureClass::System);
 /// assert_eq!(letter.idempotency_key, None);
+/// // The offset is read and the instant kept: written again, it is in UTC.
+/// let tokyo = retry_core::time::parse_rfc3339("2026-08-18T17:11:03Z").unwrap();
+/// assert_eq!(letter.first_failed_at, tokyo);
+/// let json = serde_json::to_value(&letter).unwrap();
+/// assert_eq!(json["first_failed_at"], "2026-08-18T17:11:03.000+00:00");
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeadLetter {
@@ -62,10 +68,13 @@ pub struct DeadLetter {
     pub reason: String,
     /// Attempts made.
     pub attempts: u32,
-    /// When the first attempt failed (RFC 3339 with offset).
-    pub first_failed_at: String,
-    /// When the last attempt failed (RFC 3339 with offset).
-    pub last_failed_at: String,
+    /// When the first attempt failed. Serialised as RFC 3339 (read with any offset, written
+    /// in UTC: [`time::rfc3339`](crate::time::rfc3339)).
+    #[serde(with = "crate::time::rfc3339")]
+    pub first_failed_at: SystemTime,
+    /// When the last attempt failed (RFC 3339 when serialised, as `first_failed_at`).
+    #[serde(with = "crate::time::rfc3339")]
+    pub last_failed_at: SystemTime,
     /// The logical call's trace id, as on its tracing events (16 hex digits). With the feature
     /// `opentelemetry`, parked while an OpenTelemetry span is current: that span's trace id, in
     /// W3C form (32 lowercase hex digits), so the letter leads to the trace.
@@ -90,10 +99,14 @@ pub struct DeadLetter {
     /// redrive into another scope would not find the first run's record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_scope: Option<String>,
-    /// When the receiver forgets the idempotency key (RFC 3339), when known: after it, a resend
-    /// could repeat the effect, so a redrive refuses the letter.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_expires_at: Option<String>,
+    /// When the receiver forgets the idempotency key, when known: after it, a resend could
+    /// repeat the effect, so a redrive refuses the letter. RFC 3339 when serialised.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::time::rfc3339::option"
+    )]
+    pub key_expires_at: Option<SystemTime>,
     /// The earlier give-ups of this `msg_id` (parked again, or redriven and failed again),
     /// oldest first; at most [`HISTORY_LIMIT`] are kept. The latest is the letter's own
     /// `reason` and `last_failed_at`.
@@ -135,16 +148,19 @@ pub const MAX_ORIGINAL_DEPTH: usize = 126;
 ///
 /// ```
 /// use retry_core::dlq::Failure;
+/// use retry_core::time::parse_rfc3339;
 ///
 /// let failure: Failure = serde_json::from_str(
 ///     r#"{"at": "2026-08-19T02:12:47+09:00", "reason": "upstream 503 after 5 attempts", "trace_id": "a1b2"}"#,
 /// ).unwrap();
 /// assert_eq!(failure.reason, "upstream 503 after 5 attempts");
+/// assert_eq!(Some(failure.at), parse_rfc3339("2026-08-18T17:12:47Z"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
-    /// When it gave up (RFC 3339 with offset).
-    pub at: String,
+    /// When it gave up (RFC 3339 when serialised).
+    #[serde(with = "crate::time::rfc3339")]
+    pub at: SystemTime,
     /// Why, in words.
     pub reason: String,
     /// The trace id of the call (or redrive run) that gave up.
@@ -155,14 +171,16 @@ pub struct Failure {
 ///
 /// ```
 /// use retry_core::dlq::Resolution;
+/// use std::time::SystemTime;
 ///
-/// let by_hand = Resolution::new("alice", "2026-08-20T09:00:00Z");
+/// let by_hand = Resolution::new("alice", SystemTime::now());
 /// assert_eq!(by_hand.run_id, None);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Resolution {
-    /// When (RFC 3339 with offset).
-    pub at: String,
+    /// When (RFC 3339 when serialised).
+    #[serde(with = "crate::time::rfc3339")]
+    pub at: SystemTime,
     /// Who: a person, or the redrive run's `who`.
     pub by: String,
     /// The redrive run that sent it, when it was redriven.
@@ -172,9 +190,9 @@ pub struct Resolution {
 
 impl Resolution {
     /// Acknowledged by `by` at `at`, outside a redrive run.
-    pub fn new(by: impl Into<String>, at: impl Into<String>) -> Self {
+    pub fn new(by: impl Into<String>, at: SystemTime) -> Self {
         Resolution {
-            at: at.into(),
+            at,
             by: by.into(),
             run_id: None,
         }
@@ -234,6 +252,7 @@ impl DeadLetter {
     ///
     /// ```
     /// # use retry_core::dlq::{DeadLetter, FailureClass};
+    /// # use retry_core::time::parse_rfc3339;
     /// # fn letter(original: u32, reason: &str, at: &str) -> DeadLetter { serde_json::from_value(serde_json::json!({
     /// #   "msg_id": "M-1", "original": original, "reason": reason, "attempts": 5,
     /// #   "first_failed_at": at, "last_failed_at": at,
@@ -242,14 +261,14 @@ impl DeadLetter {
     /// first.absorb(&letter(2, "timeout", "2026-08-19T03:00:00Z"));
     /// assert_eq!(first.original, serde_json::json!(1), "the first original stays");
     /// assert_eq!((first.attempts, first.reason.as_str()), (10, "timeout"));
-    /// assert_eq!(first.first_failed_at, "2026-08-19T02:00:00Z");
+    /// assert_eq!(Some(first.first_failed_at), parse_rfc3339("2026-08-19T02:00:00Z"));
     /// assert_eq!(first.history[0].reason, "503");
     /// ```
     pub fn absorb(&mut self, again: &DeadLetter) {
         self.failed_again(
             again.attempts,
             Failure {
-                at: again.last_failed_at.clone(),
+                at: again.last_failed_at,
                 reason: again.reason.clone(),
                 trace_id: again.trace_id.clone(),
             },
@@ -266,7 +285,7 @@ impl DeadLetter {
             self.key_scope.clone_from(&again.key_scope);
         }
         if self.key_expires_at.is_none() {
-            self.key_expires_at.clone_from(&again.key_expires_at);
+            self.key_expires_at = again.key_expires_at;
         }
     }
 
@@ -275,15 +294,17 @@ impl DeadLetter {
     ///
     /// ```
     /// # use retry_core::dlq::{DeadLetter, Failure};
+    /// # use retry_core::time::parse_rfc3339;
     /// # let mut letter: DeadLetter = serde_json::from_value(serde_json::json!({
     /// #   "msg_id": "M-1", "original": null, "reason": "503", "attempts": 5,
     /// #   "first_failed_at": "2026-08-19T02:00:00Z", "last_failed_at": "2026-08-19T02:00:00Z",
     /// #   "trace_id": "t", "class": "system", "error_type": "E" })).unwrap();
+    /// let at = parse_rfc3339("2026-08-20T09:00:00Z").unwrap();
     /// letter.failed_again(1, Failure {
-    ///     at: "2026-08-20T09:00:00Z".into(), reason: "redrive failed: 503".into(), trace_id: "run".into(),
+    ///     at, reason: "redrive failed: 503".into(), trace_id: "run".into(),
     /// });
     /// assert_eq!((letter.attempts, letter.history.len()), (6, 1));
-    /// assert_eq!(letter.last_failed_at, "2026-08-20T09:00:00Z");
+    /// assert_eq!(letter.last_failed_at, at);
     /// ```
     pub fn failed_again(&mut self, attempts: u32, failure: Failure) {
         let Failure {
@@ -440,6 +461,11 @@ impl std::error::Error for DlqFailed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::parse_rfc3339;
+
+    fn at(text: &str) -> SystemTime {
+        parse_rfc3339(text).unwrap()
+    }
 
     fn letter(original: serde_json::Value) -> DeadLetter {
         DeadLetter {
@@ -447,8 +473,8 @@ mod tests {
             original,
             reason: "r".into(),
             attempts: 1,
-            first_failed_at: "2026-08-19T02:00:00Z".into(),
-            last_failed_at: "2026-08-19T02:00:00Z".into(),
+            first_failed_at: at("2026-08-19T02:00:00Z"),
+            last_failed_at: at("2026-08-19T02:00:00Z"),
             trace_id: "t".into(),
             class: FailureClass::System,
             error_type: "E".into(),
@@ -458,11 +484,11 @@ mod tests {
             key_scope: None,
             key_expires_at: None,
             history: vec![Failure {
-                at: "2026-08-19T01:00:00Z".into(),
+                at: at("2026-08-19T01:00:00Z"),
                 reason: "r".into(),
                 trace_id: "t".into(),
             }],
-            resolved: Some(Resolution::new("alice", "2026-08-20T00:00:00Z")),
+            resolved: Some(Resolution::new("alice", at("2026-08-20T00:00:00Z"))),
         }
     }
 

@@ -8,7 +8,6 @@ use super::{
     AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, Page,
     RedriveRecord, Resolution, Stats,
 };
-use crate::time::parse_rfc3339;
 
 /// Keeps dead letters in memory: for tests, and for trying things out. Not durable.
 ///
@@ -71,8 +70,8 @@ impl MemoryDeadLetters {
 }
 
 /// The order stores list pending letters in: first failure, then `msg_id`.
-fn order_key(first_failed_at: &str, msg_id: &str) -> (Option<SystemTime>, String) {
-    (parse_rfc3339(first_failed_at), msg_id.to_owned())
+fn order_key(first_failed_at: SystemTime, msg_id: &str) -> (SystemTime, &str) {
+    (first_failed_at, msg_id)
 }
 
 impl DeadLetterSink for MemoryDeadLetters {
@@ -94,7 +93,7 @@ impl DeadLetterStore for MemoryDeadLetters {
         let after = page
             .after
             .as_ref()
-            .map(|c| order_key(&c.first_failed_at, &c.msg_id));
+            .map(|c| order_key(c.first_failed_at, &c.msg_id));
         let mut letters: Vec<DeadLetter> = self
             .state()
             .letters
@@ -109,11 +108,13 @@ impl DeadLetterStore for MemoryDeadLetters {
             .filter(|l| {
                 after
                     .as_ref()
-                    .is_none_or(|after| order_key(&l.first_failed_at, &l.msg_id) > *after)
+                    .is_none_or(|after| order_key(l.first_failed_at, &l.msg_id) > *after)
             })
             .cloned()
             .collect();
-        letters.sort_by_key(|l| order_key(&l.first_failed_at, &l.msg_id));
+        letters.sort_by(|a, b| {
+            order_key(a.first_failed_at, &a.msg_id).cmp(&order_key(b.first_failed_at, &b.msg_id))
+        });
         letters.truncate(page.limit);
         Ok(letters)
     }
@@ -137,13 +138,13 @@ impl DeadLetterStore for MemoryDeadLetters {
                 stats.leased += 1;
             }
             if oldest.is_none_or(|o| {
-                order_key(&letter.first_failed_at, &letter.msg_id)
-                    < order_key(&o.first_failed_at, &o.msg_id)
+                order_key(letter.first_failed_at, &letter.msg_id)
+                    < order_key(o.first_failed_at, &o.msg_id)
             }) {
                 oldest = Some(letter);
             }
         }
-        stats.oldest_first_failed_at = oldest.map(|l| l.first_failed_at.clone());
+        stats.oldest_first_failed_at = oldest.map(|l| l.first_failed_at);
         Ok(stats)
     }
 
@@ -211,11 +212,9 @@ impl DeadLetterStore for MemoryDeadLetters {
     async fn purge_resolved(&self, before: SystemTime) -> Result<u64, DlqError> {
         let mut state = self.state();
         let had = state.letters.len();
-        state.letters.retain(|l| {
-            l.resolved
-                .as_ref()
-                .is_none_or(|r| parse_rfc3339(&r.at).is_none_or(|at| at >= before))
-        });
+        state
+            .letters
+            .retain(|l| l.resolved.as_ref().is_none_or(|r| r.at >= before));
         Ok((had - state.letters.len()) as u64)
     }
 

@@ -173,10 +173,18 @@ pub struct Page {
 }
 
 /// Where a page starts: after the letter with this first failure and `msg_id`.
+///
+/// ```
+/// use retry_core::dlq::Cursor;
+/// use std::time::{Duration, UNIX_EPOCH};
+///
+/// let after = Cursor { first_failed_at: UNIX_EPOCH + Duration::from_secs(60), msg_id: "M-7".into() };
+/// assert_eq!(after.msg_id, "M-7");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {
-    /// The letter's `first_failed_at`, as stored.
-    pub first_failed_at: String,
+    /// The letter's `first_failed_at`.
+    pub first_failed_at: SystemTime,
     /// The letter's `msg_id`.
     pub msg_id: String,
 }
@@ -217,7 +225,7 @@ impl Page {
     /// ```
     pub fn next_after(mut self, last: &DeadLetter) -> Self {
         self.after = Some(Cursor {
-            first_failed_at: last.first_failed_at.clone(),
+            first_failed_at: last.first_failed_at,
             msg_id: last.msg_id.clone(),
         });
         self
@@ -238,8 +246,8 @@ pub struct Stats {
     pub leased: u64,
     /// Acknowledged letters not purged yet.
     pub resolved: u64,
-    /// The oldest pending `first_failed_at`, as stored.
-    pub oldest_first_failed_at: Option<String>,
+    /// The oldest pending `first_failed_at`.
+    pub oldest_first_failed_at: Option<SystemTime>,
 }
 
 impl<S: DeadLetterSink + ?Sized> DeadLetterSink for &S {

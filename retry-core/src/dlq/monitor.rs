@@ -6,7 +6,6 @@ use std::time::{Duration, SystemTime};
 
 use super::{DeadLetterStore, DlqError};
 use crate::metrics::names;
-use crate::time::parse_rfc3339;
 
 /// What is pending in a dead-letter store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,8 +26,8 @@ pub struct Pending {
 /// works sets it to 1.
 ///
 /// # Errors
-/// The store's error, or [`DlqError::Corrupt`] when the oldest `first_failed_at` is not
-/// RFC 3339 (its age is unknown, which is not "nothing is old").
+/// The store's error: [`DlqError::Corrupt`] when the oldest `first_failed_at` it keeps does not
+/// parse (its age is unknown, which is not "nothing is old").
 ///
 /// ```
 /// use retry_core::dlq::{pending, MemoryDeadLetters};
@@ -64,17 +63,9 @@ pub async fn pending<S: DeadLetterStore + ?Sized>(
 
 async fn read<S: DeadLetterStore + ?Sized>(store: &S) -> Result<Pending, DlqError> {
     let stats = store.stats().await?;
-    let oldest_age = match stats.oldest_first_failed_at {
-        None => None,
-        Some(at) => {
-            let first = parse_rfc3339(&at).ok_or_else(|| {
-                DlqError::Corrupt(format!(
-                    "the oldest pending letter has an unreadable first_failed_at: {at:?}"
-                ))
-            })?;
-            Some(SystemTime::now().duration_since(first).unwrap_or_default())
-        }
-    };
+    let oldest_age = stats
+        .oldest_first_failed_at
+        .map(|first| SystemTime::now().duration_since(first).unwrap_or_default());
     Ok(Pending {
         count: stats.pending,
         oldest_age,

@@ -128,8 +128,10 @@ pub async fn park_on_give_up<T, E>(
         original: input.original,
         reason: failures.reason.clone(),
         attempts: state.attempts(),
-        first_failed_at: crate::time::format_rfc3339(failures.first),
-        last_failed_at: crate::time::format_rfc3339(failures.last),
+        // To the millisecond, as letters are written: the letter handed back equals the one
+        // read back from any store.
+        first_failed_at: crate::time::to_millis(failures.first),
+        last_failed_at: crate::time::to_millis(failures.last),
         trace_id: crate::otel::letter_trace_id(),
         class,
         error_type: std::any::type_name::<E>().to_owned(),
@@ -140,7 +142,7 @@ pub async fn park_on_give_up<T, E>(
         key_expires_at: input
             .key
             .as_ref()
-            .map(|k| crate::time::format_rfc3339(crate::time::later(failures.first, k.retention))),
+            .map(|k| crate::time::to_millis(crate::time::later(failures.first, k.retention))),
         key_scope: input.key.as_ref().map(|k| k.scope.to_owned()),
         idempotency_key: input.key.map(|k| k.key),
         history: Vec::new(),

@@ -94,12 +94,12 @@ const SELECT_PAGE: usize = 200;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let an_hour_ago = retry_core::time::format_rfc3339(std::time::SystemTime::now() - std::time::Duration::from_secs(3600));
+/// let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
 /// let letters = MemoryDeadLetters::new();
 /// letters.park(&DeadLetter {
 ///     msg_id: "1".into(), original: serde_json::json!({"msg_no": 1, "amount": 10}),
 ///     reason: "gave up after 5 attempts: 503 Service Unavailable".into(), attempts: 5,
-///     first_failed_at: an_hour_ago.clone(), last_failed_at: an_hour_ago,
+///     first_failed_at: an_hour_ago, last_failed_at: an_hour_ago,
 ///     trace_id: "a1b2c3d4".into(), class: FailureClass::System, error_type: "Rejected".into(),
 ///     idempotency_key: None, source: Some("app::deposit".into()), redacted: false,
 ///     key_scope: None, key_expires_at: None, history: Vec::new(), resolved: None,

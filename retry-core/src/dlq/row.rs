@@ -5,9 +5,10 @@ use std::fmt;
 use std::time::SystemTime;
 
 use super::{DeadLetter, DlqError, Failure, FailureClass, RedriveRecord, Resolution};
-use crate::time::{format_utc, parse_rfc3339};
+use crate::time::{format_rfc3339, format_utc, parse_rfc3339};
 
-/// A letter as its row stores it, checked before anything is written.
+/// A letter as its row stores it, checked before anything is written: its times as RFC 3339
+/// text ([`format_rfc3339`]), as the text columns keep them.
 pub(super) struct NewRow {
     pub(super) msg_id: String,
     pub(super) original: String,
@@ -42,53 +43,40 @@ pub(super) struct ResolvedRow {
 }
 
 impl ResolvedRow {
-    /// `resolution` of the letter `msg_id`; refused when its time is not RFC 3339, since a
-    /// resolved letter is purged by that time.
-    pub(super) fn new(msg_id: &str, resolution: &Resolution) -> Result<Self, DlqError> {
-        let at = parse_rfc3339(&resolution.at).ok_or_else(|| {
-            DlqError::Corrupt(format!(
-                "dead letter `{msg_id}`: resolved at {:?}, which is not an RFC 3339 time with an offset",
-                resolution.at
-            ))
-        })?;
-        Ok(ResolvedRow {
-            at: resolution.at.clone(),
+    /// `resolution` as its columns store it.
+    pub(super) fn new(resolution: &Resolution) -> Self {
+        ResolvedRow {
+            at: format_rfc3339(resolution.at),
             by: resolution.by.clone(),
             run_id: resolution.run_id.clone(),
-            at_utc: format_utc(at),
-        })
+            at_utc: format_utc(resolution.at),
+        }
     }
 }
 
 impl NewRow {
     pub(super) fn new(letter: &DeadLetter) -> Result<Self, DlqError> {
         letter.check_readable()?;
-        let first = instant(letter, "first_failed_at", &letter.first_failed_at)?;
-        instant(letter, "last_failed_at", &letter.last_failed_at)?;
         let original = serde_json::to_string(&letter.original).map_err(|e| {
             DlqError::Serialize(format!("dead letter `{}`: original: {e}", letter.msg_id))
         })?;
-        let resolved = letter
-            .resolved
-            .as_ref()
-            .map(|r| ResolvedRow::new(&letter.msg_id, r))
-            .transpose()?;
+        let resolved = letter.resolved.as_ref().map(ResolvedRow::new);
         Ok(NewRow {
             msg_id: letter.msg_id.clone(),
             original,
             reason: letter.reason.clone(),
             attempts: i64::from(letter.attempts),
-            first_failed_at: letter.first_failed_at.clone(),
-            last_failed_at: letter.last_failed_at.clone(),
+            first_failed_at: format_rfc3339(letter.first_failed_at),
+            last_failed_at: format_rfc3339(letter.last_failed_at),
             trace_id: letter.trace_id.clone(),
             class: letter.class.as_str(),
             error_type: letter.error_type.clone(),
             idempotency_key: letter.idempotency_key.clone(),
-            first_failed_utc: format_utc(first),
+            first_failed_utc: format_utc(letter.first_failed_at),
             source: letter.source.clone(),
             redacted: letter.redacted,
             key_scope: letter.key_scope.clone(),
-            key_expires_at: letter.key_expires_at.clone(),
+            key_expires_at: letter.key_expires_at.map(format_rfc3339),
             history: history_json(&letter.msg_id, &letter.history)?,
             resolved,
         })
@@ -113,28 +101,6 @@ pub(super) fn history(msg_id: &str, text: &str) -> Result<Vec<Failure>, DlqError
     })
 }
 
-/// A failure a redrive reports, checked before anything is written: its time becomes the
-/// letter's `last_failed_at`, which must be RFC 3339.
-pub(super) fn check_failure(msg_id: &str, failure: &Failure) -> Result<(), DlqError> {
-    match parse_rfc3339(&failure.at) {
-        Some(_) => Ok(()),
-        None => Err(DlqError::Corrupt(format!(
-            "dead letter `{msg_id}`: failure at {:?}, which is not an RFC 3339 time with an offset",
-            failure.at
-        ))),
-    }
-}
-
-/// `text`, the letter's `field`, as an instant; a letter that cannot be ordered is refused.
-fn instant(letter: &DeadLetter, field: &str, text: &str) -> Result<SystemTime, DlqError> {
-    parse_rfc3339(text).ok_or_else(|| {
-        DlqError::Corrupt(format!(
-            "dead letter `{}`: {field} {text:?} is not an RFC 3339 time with an offset",
-            letter.msg_id
-        ))
-    })
-}
-
 /// The stored `original` column, which must be JSON.
 pub(super) fn original(msg_id: &str, text: &str) -> Result<serde_json::Value, DlqError> {
     serde_json::from_str(text)
@@ -147,15 +113,29 @@ pub(super) fn attempts(msg_id: &str, stored: i64) -> Result<u32, DlqError> {
         .map_err(|_| corrupt(msg_id, format_args!("attempts {stored} is out of range")))
 }
 
-/// A stored time column (`column`), which must be RFC 3339.
-pub(super) fn time(msg_id: &str, column: &str, text: String) -> Result<String, DlqError> {
-    match parse_rfc3339(&text) {
-        Some(_) => Ok(text),
-        None => Err(corrupt(
+/// A stored time column (`column`), which must be RFC 3339 with an offset: read once, here.
+pub(super) fn time(msg_id: &str, column: &str, text: &str) -> Result<SystemTime, DlqError> {
+    parse_rfc3339(text).ok_or_else(|| {
+        corrupt(
             msg_id,
             format_args!("{column} {text:?} is not an RFC 3339 time"),
-        )),
-    }
+        )
+    })
+}
+
+/// A stored time column (`column`) of the audit row of `run_id` and `msg_id`, which must be
+/// RFC 3339 with an offset.
+pub(super) fn audit_time(
+    run_id: &str,
+    msg_id: &str,
+    column: &str,
+    text: &str,
+) -> Result<SystemTime, DlqError> {
+    parse_rfc3339(text).ok_or_else(|| {
+        DlqError::Corrupt(format!(
+            "dead_letter_audit row `{run_id}`, letter `{msg_id}`: {column} {text:?} is not an RFC 3339 time"
+        ))
+    })
 }
 
 /// The stored `class` column.
@@ -174,15 +154,9 @@ pub(super) fn corrupt(msg_id: &str, what: impl fmt::Display) -> DlqError {
 
 /// A redrive record as its row stores it: `(run_id, started_utc, record JSON)`.
 pub(super) fn record_row(record: &RedriveRecord) -> Result<(String, String, String), DlqError> {
-    let started = parse_rfc3339(&record.started_at).ok_or_else(|| {
-        DlqError::Corrupt(format!(
-            "redrive record `{}`: started_at {:?} is not an RFC 3339 time",
-            record.run_id, record.started_at
-        ))
-    })?;
     let json = serde_json::to_string(record)
         .map_err(|e| DlqError::Serialize(format!("redrive record `{}`: {e}", record.run_id)))?;
-    Ok((record.run_id.clone(), format_utc(started), json))
+    Ok((record.run_id.clone(), format_utc(record.started_at), json))
 }
 
 /// A stored redrive record, named by its `run_id` when unreadable.
@@ -199,14 +173,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn letters_with_unreadable_times_are_refused_before_anything_is_written() {
+    fn letters_are_written_as_rfc3339_text_and_ordered_by_utc() {
         let letter = DeadLetter {
             msg_id: "M-1".into(),
             original: serde_json::json!({}),
             reason: "r".into(),
             attempts: 1,
-            first_failed_at: "2026-08-19T02:11:03+09:00".into(),
-            last_failed_at: "2026-08-19 02:12:47".into(),
+            first_failed_at: parse_rfc3339("2026-08-19T02:11:03+09:00").unwrap(),
+            last_failed_at: parse_rfc3339("2026-08-19T02:12:47Z").unwrap(),
             trace_id: "t".into(),
             class: FailureClass::Data,
             error_type: "E".into(),
@@ -218,19 +192,24 @@ mod tests {
             history: Vec::new(),
             resolved: None,
         };
-        let Err(DlqError::Corrupt(message)) = NewRow::new(&letter) else {
+        let row = NewRow::new(&letter).unwrap();
+        assert_eq!(row.first_failed_at, "2026-08-18T17:11:03.000+00:00");
+        assert_eq!(row.last_failed_at, "2026-08-19T02:12:47.000+00:00");
+        assert_eq!(row.first_failed_utc, "2026-08-18T17:11:03.000000Z");
+        assert_eq!(row.class, "data");
+    }
+
+    #[test]
+    fn stored_times_are_read_once_and_unreadable_ones_name_the_letter_and_column() {
+        let read = time("M-1", "first_failed_at", "2026-08-19T02:11:03+09:00");
+        assert_eq!(read.ok(), parse_rfc3339("2026-08-18T17:11:03Z"));
+        let Err(DlqError::Corrupt(message)) = time("M-1", "last_failed_at", "2026-08-19 02:12:47")
+        else {
             panic!("accepted");
         };
         assert!(
             message.contains("`M-1`") && message.contains("last_failed_at"),
             "{message}"
         );
-        let row = NewRow::new(&DeadLetter {
-            last_failed_at: "2026-08-19T02:12:47Z".into(),
-            ..letter
-        })
-        .unwrap();
-        assert_eq!(row.first_failed_utc, "2026-08-18T17:11:03.000000Z");
-        assert_eq!(row.class, "data");
     }
 }

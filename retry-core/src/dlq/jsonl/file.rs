@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 use crate::dlq::DlqError;
-use crate::time::format_rfc3339;
+use crate::time::to_millis;
 
 /// Which file a descriptor or a path refers to: a compaction renames a new file over the path,
 /// and every other sink on it must notice and read the new one.
@@ -340,7 +340,8 @@ pub(super) fn keep_aside(
     #[derive(Serialize)]
     struct Kept<'a> {
         line: usize,
-        found_at: String,
+        #[serde(with = "crate::time::rfc3339")]
+        found_at: SystemTime,
         #[serde(skip_serializing_if = "Option::is_none")]
         why: Option<&'a str>,
         text: &'a str,
@@ -348,7 +349,7 @@ pub(super) fn keep_aside(
     let kept_path = beside(path, suffix);
     let line = to_line(&Kept {
         line,
-        found_at: format_rfc3339(SystemTime::now()),
+        found_at: to_millis(SystemTime::now()),
         why,
         text,
     })?;

@@ -18,7 +18,7 @@ use super::set_aside::{QuarantinedLine, TornLine};
 use crate::dlq::{
     AuditEntry, DeadLetter, DlqError, FailureClass, Page, RedriveRecord, Resolution, Stats,
 };
-use crate::time::{format_utc, parse_rfc3339, unix_nanos};
+use crate::time::{format_utc, parse_rfc3339};
 
 /// The longest line the sink writes or reads, newline excluded: 4 MiB. See
 /// [`JsonlSink::MAX_LINE`](super::JsonlSink::MAX_LINE).
@@ -71,12 +71,13 @@ impl Lease {
 // Generic over the string and record types: borrowed to write, owned to read.
 
 /// `{"ack":"M-1","at":"...","by":"alice","run_id":"..."}`. Lines written before resolutions
-/// kept who and which run have only `ack` and `at`: they read as resolved by "".
+/// kept who and which run have only `ack` and `at`: they read as resolved by "". A line whose
+/// `at` is missing or not RFC 3339 is unreadable (no version wrote one): it is set aside.
 #[derive(Serialize, Deserialize)]
 struct AckLine<S> {
     ack: S,
-    #[serde(default)]
-    at: S,
+    #[serde(with = "crate::time::rfc3339")]
+    at: SystemTime,
     #[serde(default)]
     by: S,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,7 +131,7 @@ impl Line {
             Line::Letter(letter) => to_line(&**letter),
             Line::Ack { msg_id, resolution } => to_line(&AckLine {
                 ack: msg_id.as_str(),
-                at: &resolution.at,
+                at: resolution.at,
                 by: &resolution.by,
                 run_id: resolution.run_id.as_deref(),
             }),
@@ -204,27 +205,23 @@ fn parse(body: &[u8]) -> Result<Line, serde_json::Error> {
 
 // ---- the index ----
 
-/// Sorts by `first_failed_at` as a time (offsets taken into account), then `msg_id`; letters
-/// whose `first_failed_at` is not RFC 3339 come after all others.
+/// Sorts by `first_failed_at`, then `msg_id`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct OrderKey {
-    unreadable_time: bool,
-    first_failed_nanos: i128,
+    first_failed_at: SystemTime,
     msg_id: String,
 }
 
 impl OrderKey {
-    fn new(first_failed_at: &str, msg_id: &str) -> Self {
-        let first = parse_rfc3339(first_failed_at);
+    fn new(first_failed_at: SystemTime, msg_id: &str) -> Self {
         OrderKey {
-            unreadable_time: first.is_none(),
-            first_failed_nanos: first.map_or(0, unix_nanos),
+            first_failed_at,
             msg_id: msg_id.to_owned(),
         }
     }
 
     fn of(letter: &DeadLetter) -> Self {
-        Self::new(&letter.first_failed_at, &letter.msg_id)
+        Self::new(letter.first_failed_at, &letter.msg_id)
     }
 }
 
@@ -364,24 +361,18 @@ impl Index {
         leases
     }
 
-    /// The resolved letters resolved before `before` (letters whose resolution time cannot be
-    /// read are kept: age unknown).
+    /// The resolved letters resolved before `before`.
     pub(super) fn resolved_before(&self, before: SystemTime) -> Vec<String> {
         self.letters
             .values()
-            .filter(|l| {
-                l.resolved
-                    .as_ref()
-                    .and_then(|r| parse_rfc3339(&r.at))
-                    .is_some_and(|at| at < before)
-            })
+            .filter(|l| l.resolved.as_ref().is_some_and(|r| r.at < before))
             .map(|l| l.msg_id.clone())
             .collect()
     }
 
     pub(super) fn page(&self, page: &Page) -> Vec<DeadLetter> {
         let start = match &page.after {
-            Some(after) => Bound::Excluded(OrderKey::new(&after.first_failed_at, &after.msg_id)),
+            Some(after) => Bound::Excluded(OrderKey::new(after.first_failed_at, &after.msg_id)),
             None => Bound::Unbounded,
         };
         self.pending
@@ -417,7 +408,7 @@ impl Index {
                 .pending
                 .first()
                 .and_then(|key| self.letters.get(&key.msg_id))
-                .map(|l| l.first_failed_at.clone()),
+                .map(|l| l.first_failed_at),
         }
     }
 
@@ -677,6 +668,10 @@ fn unreadable_because(error: &serde_json::Error) -> String {
 mod tests {
     use super::*;
 
+    fn at(text: &str) -> SystemTime {
+        parse_rfc3339(text).unwrap()
+    }
+
     fn letter(msg_id: &str, at: &str) -> Arc<DeadLetter> {
         Arc::new(
             serde_json::from_value(serde_json::json!({
@@ -700,7 +695,13 @@ mod tests {
     fn undo_takes_a_failed_group_back_whole() {
         let mut index = Index::default();
         index.apply(Line::Letter(letter("M-1", "2026-08-19T02:00:00Z")));
-        index.apply(Line::Audit(AuditEntry::intent("run", "M-1", "a", "t", "x")));
+        index.apply(Line::Audit(AuditEntry::intent(
+            "run",
+            "M-1",
+            "a",
+            "t",
+            SystemTime::UNIX_EPOCH,
+        )));
         let before = format!("{:?}", index.stats(SystemTime::UNIX_EPOCH));
 
         let mut undo = Undo::new(&index);
@@ -709,7 +710,7 @@ mod tests {
             Line::Letter(letter("M-2", "2026-08-19T03:00:00Z")),
             Line::Ack {
                 msg_id: "M-2".into(),
-                resolution: Resolution::new("alice", "2026-08-20T00:00:00Z"),
+                resolution: Resolution::new("alice", at("2026-08-20T00:00:00Z")),
             },
             Line::Lease {
                 msg_id: "M-1".into(),
@@ -718,8 +719,17 @@ mod tests {
                     SystemTime::now() + std::time::Duration::from_secs(60),
                 ),
             },
-            Line::Audit(AuditEntry::intent("run", "M-1", "a", "t", "x").finished("ok", "y")),
-            Line::Audit(AuditEntry::intent("run", "M-2", "a", "t", "x")),
+            Line::Audit(
+                AuditEntry::intent("run", "M-1", "a", "t", SystemTime::UNIX_EPOCH)
+                    .finished("ok", SystemTime::UNIX_EPOCH),
+            ),
+            Line::Audit(AuditEntry::intent(
+                "run",
+                "M-2",
+                "a",
+                "t",
+                SystemTime::UNIX_EPOCH,
+            )),
         ];
         for line in lines {
             undo.save(&index, &line);
@@ -732,16 +742,28 @@ mod tests {
         assert_eq!(ids(&index), ["M-1"]);
         assert_eq!(
             index.letter("M-1").unwrap().first_failed_at,
-            "2026-08-19T02:00:00Z"
+            at("2026-08-19T02:00:00Z")
         );
         assert!(index.letter("M-2").is_none());
         assert!(index.lease("M-1").is_none());
         assert_eq!(
             index.audit_rows(None),
-            [AuditEntry::intent("run", "M-1", "a", "t", "x")]
+            [AuditEntry::intent(
+                "run",
+                "M-1",
+                "a",
+                "t",
+                SystemTime::UNIX_EPOCH
+            )]
         );
         // The audit position map was restored too: a new row lands after the kept one.
-        index.apply(Line::Audit(AuditEntry::intent("run", "M-2", "a", "t", "x")));
+        index.apply(Line::Audit(AuditEntry::intent(
+            "run",
+            "M-2",
+            "a",
+            "t",
+            SystemTime::UNIX_EPOCH,
+        )));
         assert_eq!(index.audit_rows(None).len(), 2);
     }
 
@@ -754,8 +776,8 @@ mod tests {
         let stats = index.stats(SystemTime::UNIX_EPOCH);
         assert_eq!((stats.pending, stats.system), (1, 1));
         assert_eq!(
-            stats.oldest_first_failed_at.as_deref(),
-            Some("2026-08-19T01:00:00Z")
+            stats.oldest_first_failed_at,
+            Some(at("2026-08-19T01:00:00Z"))
         );
     }
 

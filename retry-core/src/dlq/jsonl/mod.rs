@@ -33,13 +33,14 @@ use writer::{Core, Op, Read, Write, Writer};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), retry_core::dlq::DlqError> {
 /// let path = std::env::temp_dir().join(format!("dlq-doc-sink-{}.jsonl", std::process::id()));
+/// let at = |text| retry_core::time::parse_rfc3339(text).unwrap();
 /// let letter = DeadLetter {
 ///     msg_id: "M-20260819-000123".into(),
 ///     original: serde_json::json!({ "amount": 10 }),
 ///     reason: "gave up after 5 attempts: 503 Service Unavailable".into(),
 ///     attempts: 5,
-///     first_failed_at: "2026-08-19T02:11:03+09:00".into(),
-///     last_failed_at: "2026-08-19T02:12:47+09:00".into(),
+///     first_failed_at: at("2026-08-19T02:11:03+09:00"),
+///     last_failed_at: at("2026-08-19T02:12:47+09:00"),
 ///     trace_id: "a1b2c3d4".into(),
 ///     class: FailureClass::System,
 ///     error_type: "FetchError".into(),
@@ -56,14 +57,15 @@ use writer::{Core, Op, Read, Write, Writer};
 /// sink.park(&letter).await?; // durable once this returns Ok
 /// drop(sink);
 ///
-/// // The line is the letter itself.
+/// // The line is the letter itself, its times in UTC.
 /// let text = std::fs::read_to_string(&path).unwrap();
 /// assert_eq!(serde_json::from_str::<DeadLetter>(text.trim_end()).unwrap(), letter);
+/// assert!(text.contains(r#""first_failed_at":"2026-08-18T17:11:03.000+00:00""#), "{text}");
 ///
 /// let sink = JsonlSink::open(&path)?;
 /// assert_eq!(sink.stats().await?.pending, 1);
 /// assert_eq!(sink.page(&Page::first(10)).await?, [letter.clone()]);
-/// let by_hand = Resolution::new("alice", "2026-08-20T09:00:00Z");
+/// let by_hand = Resolution::new("alice", at("2026-08-20T09:00:00Z"));
 /// assert!(sink.resolve(&letter.msg_id, &by_hand).await?);
 /// assert_eq!(sink.page(&Page::first(10)).await?, []);
 /// // Kept, with who and when, until purged.
@@ -272,10 +274,11 @@ impl JsonlSink {
     /// drop((sink, second));
     ///
     /// // An unreadable line is moved aside, never a reason to refuse the file.
-    /// std::fs::write(&path, "{\"msg_id\": \n{\"ack\":\"M-1\"}\n").unwrap();
+    /// let ack = "{\"ack\":\"M-1\",\"at\":\"2026-08-20T09:00:00Z\"}\n";
+    /// std::fs::write(&path, format!("{{\"msg_id\": \n{ack}")).unwrap();
     /// let sink = JsonlSink::open(&path).unwrap();
     /// assert_eq!(sink.quarantined()[0].line, 1);
-    /// assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"ack\":\"M-1\"}\n");
+    /// assert_eq!(std::fs::read_to_string(&path).unwrap(), ack);
     /// # drop(sink);
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// ```
@@ -599,7 +602,8 @@ impl DeadLetterStore for JsonlSink {
     /// let sink = JsonlSink::open(&path).unwrap();
     /// sink.park(&letter("M-1")).await.unwrap();
     /// sink.park(&letter("M-2")).await.unwrap();
-    /// sink.resolve("M-1", &Resolution::new("alice", "2026-08-20T09:00:00Z")).await.unwrap();
+    /// let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+    /// sink.resolve("M-1", &Resolution::new("alice", an_hour_ago)).await.unwrap();
     /// assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 3);
     ///
     /// assert_eq!(sink.purge_resolved(SystemTime::now()).await.unwrap(), 1);

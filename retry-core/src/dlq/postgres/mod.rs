@@ -69,9 +69,10 @@ use writer::Writer;
 /// - Pages and [`stats`](DeadLetterStore::stats) are computed by the server; pages follow the
 ///   instant of the first failure (whatever the offsets), then `msg_id`.
 /// - Leases are measured on the database server's clock.
-/// - A letter whose `first_failed_at` or `last_failed_at` is not RFC 3339 is refused with
-///   [`DlqError::Corrupt`], one holding a NUL character with [`DlqError::Serialize`]; a row
-///   that cannot be read back is [`DlqError::Corrupt`] naming its `msg_id`, never skipped.
+/// - Times are RFC 3339 text in their columns, written in UTC and read with any offset; a
+///   letter holding a NUL character is refused with [`DlqError::Serialize`]; a row that cannot
+///   be read back (a stored time that does not parse included) is [`DlqError::Corrupt`] naming
+///   its `msg_id` and the column, never skipped.
 /// - Connections come from a [deadpool-postgres pool](deadpool_postgres::Pool), 16 by default;
 ///   the writer holds one of them while letters keep coming. An operation waits at most 5 s for
 ///   a free connection, and opening one at most 5 s; after that it fails with
@@ -91,18 +92,19 @@ use writer::Writer;
 /// use retry_core::dlq::{
 ///     DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, Page, PgDeadLetters, Resolution,
 /// };
-/// use std::time::Duration;
+/// use std::time::{Duration, SystemTime};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let letters = PgDeadLetters::connect("postgres://app@db.internal:5432/payments").await?;
+/// let at = |text| retry_core::time::parse_rfc3339(text).unwrap();
 /// let letter = DeadLetter {
 ///     msg_id: "M-20260819-000123".into(),
 ///     original: serde_json::json!({"amount": 10}),
 ///     reason: "gave up after 5 attempts: 503 Service Unavailable".into(),
 ///     attempts: 5,
-///     first_failed_at: "2026-08-19T02:11:03+09:00".into(),
-///     last_failed_at: "2026-08-19T02:12:47+09:00".into(),
+///     first_failed_at: at("2026-08-19T02:11:03+09:00"),
+///     last_failed_at: at("2026-08-19T02:12:47+09:00"),
 ///     trace_id: "a1b2c3d4".into(),
 ///     class: FailureClass::System,
 ///     error_type: "FetchError".into(),
@@ -122,7 +124,7 @@ use writer::Writer;
 /// for pending in page {
 ///     if letters.lease(&pending.msg_id, "run-7", Duration::from_secs(60)).await?.is_some() {
 ///         // ... send it to an idempotent target ...
-///         let done = Resolution::new("alice", "2026-08-20T09:00:00Z").in_run("run-7");
+///         let done = Resolution::new("alice", SystemTime::now()).in_run("run-7");
 ///         letters.resolve(&pending.msg_id, &done).await?;
 ///     }
 /// }
@@ -263,7 +265,7 @@ impl DeadLetterSink for PgDeadLetters {
     /// ([`DeadLetter::absorb`]), never overwritten.
     ///
     /// # Errors
-    /// [`DlqError::Corrupt`] when `first_failed_at` or `last_failed_at` is not RFC 3339, and
+    /// [`DlqError::Corrupt`] when the stored letter it merges into cannot be read, and
     /// [`DlqError::Serialize`] when a text holds a NUL or the original nests deeper than
     /// [`MAX_ORIGINAL_DEPTH`](crate::dlq::MAX_ORIGINAL_DEPTH) (the server is not asked);
     /// [`DlqError::Io`] naming the server when it cannot be reached or fails, for this letter
@@ -304,8 +306,8 @@ impl DeadLetterStore for PgDeadLetters {
     }
 
     /// # Errors
-    /// [`DlqError::Corrupt`] when `resolution.at` is not RFC 3339 (a resolved letter is purged
-    /// by it); [`DlqError::Io`] naming the server when it cannot be reached or fails.
+    /// [`DlqError::Serialize`] when a text of the resolution holds a NUL (PostgreSQL text
+    /// cannot); [`DlqError::Io`] naming the server when it cannot be reached or fails.
     async fn resolve(&self, msg_id: &str, resolution: &Resolution) -> Result<bool, DlqError> {
         queries::resolve(&self.db, msg_id, resolution).await
     }

@@ -13,7 +13,7 @@ use super::super::{
 };
 use super::rows::{self, Encoded, Fail, In, letter_columns, read_committed, resolved_columns};
 use crate::sql::postgres::{Db, retrying_conflicts};
-use crate::time::{format_utc, parse_rfc3339};
+use crate::time::{format_rfc3339, format_utc};
 
 /// The longest lease asked of the server (100 years, in microseconds): longer ones are cut to
 /// it, so `now() + ttl` always fits a `timestamptz` and the interval is exact.
@@ -49,6 +49,8 @@ const STATS: &str = "SELECT count(*) FILTER (WHERE resolved_at IS NULL), \
      count(*) FILTER (WHERE resolved_at IS NULL AND lease_until > now()), \
      count(*) FILTER (WHERE resolved_at IS NOT NULL), \
      (SELECT first_failed_at FROM dead_letters WHERE resolved_at IS NULL \
+      ORDER BY first_failed_utc, msg_id LIMIT 1), \
+     (SELECT msg_id FROM dead_letters WHERE resolved_at IS NULL \
       ORDER BY first_failed_utc, msg_id LIMIT 1) \
      FROM dead_letters";
 
@@ -169,15 +171,7 @@ fn count(row: &Row, i: usize) -> Result<u64, tokio_postgres::Error> {
 pub(super) async fn page(db: &Db, page: &Page) -> Result<Vec<DeadLetter>, DlqError> {
     let (after_utc, after_id) = match &page.after {
         None => (String::new(), ""),
-        Some(cursor) => {
-            let at = parse_rfc3339(&cursor.first_failed_at).ok_or_else(|| {
-                DlqError::Corrupt(format!(
-                    "page cursor: first_failed_at {:?} is not an RFC 3339 time",
-                    cursor.first_failed_at
-                ))
-            })?;
-            (format_utc(at), cursor.msg_id.as_str())
-        }
+        Some(cursor) => (format_utc(cursor.first_failed_at), cursor.msg_id.as_str()),
     };
     if !page.source.as_deref().is_none_or(storable) {
         return Ok(Vec::new());
@@ -209,20 +203,28 @@ pub(super) async fn page(db: &Db, page: &Page) -> Result<Vec<DeadLetter>, DlqErr
 
 pub(super) async fn stats(db: &Db) -> Result<Stats, DlqError> {
     let row = query(db, "stats", STATS, &[], In::Caller).await?;
-    let read = |row: &Row| -> Result<Stats, tokio_postgres::Error> {
-        Ok(Stats {
+    let read = |row: &Row| -> Result<(Stats, Option<(String, String)>), tokio_postgres::Error> {
+        let stats = Stats {
             pending: count(row, 0)?,
             system: count(row, 1)?,
             data: count(row, 2)?,
             leased: count(row, 3)?,
             resolved: count(row, 4)?,
-            oldest_first_failed_at: row.try_get(5)?,
-        })
+            oldest_first_failed_at: None,
+        };
+        let oldest: Option<String> = row.try_get(5)?;
+        let oldest_id: Option<String> = row.try_get(6)?;
+        Ok((stats, oldest.map(|at| (oldest_id.unwrap_or_default(), at))))
     };
-    match row.first() {
-        Some(row) => read(row).map_err(|e| DlqError::Io(db.error(e))),
-        None => Ok(Stats::default()),
-    }
+    let Some(row) = row.first() else {
+        return Ok(Stats::default());
+    };
+    let (mut stats, oldest) = read(row).map_err(|e| DlqError::Io(db.error(e)))?;
+    // Read once, here: the text column as the letter's own read checks it.
+    stats.oldest_first_failed_at = oldest
+        .map(|(id, at)| sql_row::time(&id, "first_failed_at", &at))
+        .transpose()?;
+    Ok(stats)
 }
 
 pub(super) async fn get(db: &Db, msg_id: &str) -> Result<Option<DeadLetter>, DlqError> {
@@ -361,14 +363,18 @@ pub(super) async fn purge_resolved(db: &Db, before: SystemTime) -> Result<u64, D
 
 pub(super) async fn audit(db: &Db, entry: &AuditEntry) -> Result<(), DlqError> {
     rows::check_audit(entry)?;
+    let (at, finished_at) = (
+        format_rfc3339(entry.at),
+        entry.finished_at.map(format_rfc3339),
+    );
     let params: [&(dyn ToSql + Sync); 7] = [
         &entry.run_id,
         &entry.msg_id,
         &entry.who,
         &entry.target,
-        &entry.at,
+        &at,
         &entry.outcome,
-        &entry.finished_at,
+        &finished_at,
     ];
     execute(db, "audit", AUDIT, &params).await?;
     Ok(())
@@ -381,19 +387,44 @@ pub(super) async fn audit_rows(db: &Db, run_id: Option<&str>) -> Result<Vec<Audi
     let rows = query(db, "audit_rows", AUDIT_ROWS, &[&run_id], In::Caller).await?;
     rows.iter()
         .map(|row| {
-            let read = || -> Result<AuditEntry, tokio_postgres::Error> {
-                Ok(AuditEntry {
-                    run_id: row.try_get(0)?,
-                    msg_id: row.try_get(1)?,
-                    who: row.try_get(2)?,
-                    target: row.try_get(3)?,
-                    at: row.try_get(4)?,
-                    outcome: row.try_get(5)?,
-                    finished_at: row.try_get(6)?,
-                })
+            type Texts = (
+                String,
+                String,
+                String,
+                String,
+                String,
+                Option<String>,
+                Option<String>,
+            );
+            let read = || -> Result<Texts, tokio_postgres::Error> {
+                Ok((
+                    row.try_get(0)?,
+                    row.try_get(1)?,
+                    row.try_get(2)?,
+                    row.try_get(3)?,
+                    row.try_get(4)?,
+                    row.try_get(5)?,
+                    row.try_get(6)?,
+                ))
             };
-            read()
-                .map_err(|e| DlqError::Corrupt(format!("dead_letter_audit row is unreadable: {e}")))
+            let (run_id, msg_id, who, target, at, outcome, finished_at) = read().map_err(|e| {
+                DlqError::Corrupt(format!("dead_letter_audit row is unreadable: {e}"))
+            })?;
+            let time =
+                |column: &str, text: &str| sql_row::audit_time(&run_id, &msg_id, column, text);
+            let at = time("at", &at)?;
+            let finished_at = finished_at
+                .map(|text| time("finished_at", &text))
+                .transpose()?;
+            Ok(AuditEntry {
+                run_id,
+                msg_id,
+                who,
+                target,
+                at,
+                outcome,
+                finished_at,
+            })
         })
         .collect()
 }

@@ -4,7 +4,6 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use crate::dlq::{DeadLetter, FailureClass, Page};
-use crate::time::parse_rfc3339;
 
 /// Which letters a redrive chooses: all conditions must hold. Ages count from the letter's
 /// `last_failed_at`. The class and source are asked of the store
@@ -77,22 +76,22 @@ impl Filter {
         page
     }
 
-    /// Whether `letter` is chosen at `now`. A letter whose `last_failed_at` cannot be read has
-    /// no age, so an age condition never chooses it.
+    /// Whether `letter` is chosen at `now`. Its age is how long before `now` it last failed
+    /// (zero for a time after `now`).
     ///
     /// ```
     /// use retry_core::dlq::{DeadLetter, FailureClass, Filter};
     /// use std::time::{Duration, UNIX_EPOCH};
     ///
+    /// let at = |secs| UNIX_EPOCH + Duration::from_secs(secs);
     /// let letter = DeadLetter {
     ///     msg_id: "M-1".into(), original: serde_json::json!({}),
     ///     reason: "gave up after 5 attempts: 503 Service Unavailable".into(), attempts: 5,
-    ///     first_failed_at: "1970-01-01T00:00:00Z".into(), last_failed_at: "1970-01-01T00:01:00Z".into(),
+    ///     first_failed_at: at(0), last_failed_at: at(60),
     ///     trace_id: "t".into(), class: FailureClass::System, error_type: "E".into(), idempotency_key: None,
     ///     source: Some("app::deposit".into()), redacted: false, key_scope: None, key_expires_at: None,
     ///     history: Vec::new(), resolved: None,
     /// };
-    /// let at = |secs| UNIX_EPOCH + Duration::from_secs(secs);
     /// let filter = Filter::any().reason_contains("503").older_than(Duration::from_secs(60));
     /// assert!(!filter.matches(&letter, at(90)));
     /// assert!(filter.matches(&letter, at(120)));
@@ -116,11 +115,9 @@ impl Filter {
         if self.older_than.is_none() && self.newer_than.is_none() {
             return true;
         }
-        let Some(age) = parse_rfc3339(&letter.last_failed_at)
-            .map(|at| now.duration_since(at).unwrap_or(Duration::ZERO))
-        else {
-            return false;
-        };
+        let age = now
+            .duration_since(letter.last_failed_at)
+            .unwrap_or(Duration::ZERO);
         self.older_than.is_none_or(|min| age >= min) && self.newer_than.is_none_or(|max| age <= max)
     }
 }

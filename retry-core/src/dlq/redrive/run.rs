@@ -3,14 +3,14 @@
 
 use std::fmt;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::report::{Outcome, RedriveError, RedriveReport};
 use super::safety::Safety;
 use super::{Redrive, RedriveFuture};
 use crate::dlq::{AuditEntry, DeadLetter, DeadLetterStore, Failure, RedriveRecord, Resolution};
 use crate::error_chain;
-use crate::time::format_rfc3339;
+use crate::time::to_millis;
 
 /// Why a letter of the snapshot was not sent after the run stopped.
 const STOPPED_BEFORE: &str = "the run stopped before this letter";
@@ -26,7 +26,7 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
         Fut: RedriveFuture<Output = Result<T, E>>,
         E: fmt::Display,
     {
-        let started_at = format_rfc3339(self.clock.now());
+        let started_at = to_millis(self.clock.now());
         // The snapshot, by msg_id: a letter put back during this run keeps its place in the
         // order, behind the pages already read, so it is not sent twice.
         let snapshot = self
@@ -90,7 +90,7 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
                 Ok(_) => self.resolve(&mut run, msg_id).await,
                 Err(e) => self.put_back(&mut run, msg_id, e.to_string()).await,
             };
-            let done = intent.finished(outcome.audit_text(), format_rfc3339(self.clock.now()));
+            let done = intent.finished(outcome.audit_text(), to_millis(self.clock.now()));
             if let Err(e) = self.store.audit(&done).await {
                 run.stop(format!(
                     "the outcome of {msg_id} could not be written to its audit row (left as an intent): {}",
@@ -107,7 +107,7 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
                 ));
             }
         }
-        run.record.finished_at = format_rfc3339(self.clock.now());
+        run.record.finished_at = to_millis(self.clock.now());
         let report = RedriveReport {
             record: run.record,
             letters: run.letters,
@@ -140,7 +140,7 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
             msg_id,
             self.who.as_str(),
             self.target.as_str(),
-            format_rfc3339(self.clock.now()),
+            to_millis(self.clock.now()),
         )
     }
 
@@ -174,7 +174,7 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
         let outcome = Outcome::Skipped(why);
         let row = self
             .audit_row(run, msg_id)
-            .finished(outcome.audit_text(), format_rfc3339(self.clock.now()));
+            .finished(outcome.audit_text(), to_millis(self.clock.now()));
         if let Err(e) = self.store.audit(&row).await {
             run.stop(format!(
                 "the audit row of {msg_id} could not be written: {}",
@@ -198,7 +198,7 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
 
     async fn resolve(&self, run: &mut Run, msg_id: &str) -> Outcome {
         run.record.succeeded += 1;
-        let resolution = Resolution::new(self.who.as_str(), format_rfc3339(self.clock.now()))
+        let resolution = Resolution::new(self.who.as_str(), to_millis(self.clock.now()))
             .in_run(run.record.run_id.as_str());
         match self.store.resolve(msg_id, &resolution).await {
             Ok(true) => {}
@@ -224,7 +224,7 @@ impl<S: DeadLetterStore + ?Sized> Redrive<'_, S> {
         let reason = format!("redrive by {} failed: {error}", self.who);
         run.record.failed += 1;
         let failure = Failure {
-            at: format_rfc3339(self.clock.now()),
+            at: to_millis(self.clock.now()),
             reason: reason.clone(),
             trace_id: run.record.run_id.clone(),
         };
@@ -257,14 +257,14 @@ struct Run {
 }
 
 impl Run {
-    fn new<S: ?Sized>(redrive: &Redrive<'_, S>, started_at: String, selected: usize) -> Self {
+    fn new<S: ?Sized>(redrive: &Redrive<'_, S>, started_at: SystemTime, selected: usize) -> Self {
         Run {
             record: RedriveRecord {
                 run_id: format!("{:016x}", rand::random::<u64>()),
                 who: redrive.who.clone(),
                 filter: redrive.filter.to_string(),
                 target: redrive.target.clone(),
-                finished_at: started_at.clone(),
+                finished_at: started_at,
                 started_at,
                 limit: redrive.limit as u64,
                 rate_per_second: redrive.rate,

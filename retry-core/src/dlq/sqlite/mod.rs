@@ -20,10 +20,13 @@
 //! - A lease is one `UPDATE .. RETURNING` whose `WHERE` says "pending, and nobody else's live
 //!   lease": whichever transaction (of any process) commits first takes it, and the other's
 //!   `UPDATE` then matches no row.
-//! - The RFC 3339 strings are stored as given (with their offsets); ordering and comparing
-//!   times is done on extra columns in [`format_utc`] text (fixed width, so text order is time
-//!   order): `first_failed_utc`, `resolved_utc`, `lease_until`. A letter whose times do not
-//!   parse is refused, so every row can be ordered.
+//! - Times are RFC 3339 text in their columns (written in UTC, [`format_rfc3339`]; rows written
+//!   by earlier versions may carry other offsets, and read the same), parsed once when a row is
+//!   read; a time that does not parse fails the read, naming the letter and the column.
+//!   Ordering and comparing times is done on extra columns in [`format_utc`] text (fixed width,
+//!   so text order is time order): `first_failed_utc`, `resolved_utc`, `lease_until`.
+//!
+//! [`format_rfc3339`]: crate::time::format_rfc3339
 
 mod error;
 mod queries;
@@ -43,7 +46,7 @@ use super::{
     RedriveRecord, Resolution, Stats,
 };
 use crate::sql::sqlite::{DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, Reservation, Settings};
-use crate::time::{format_utc, later, parse_rfc3339};
+use crate::time::{format_utc, later};
 use error::Fail;
 use writer::Writer;
 
@@ -86,9 +89,9 @@ const WRITE_SETTINGS: Settings = Settings {
 ///   [`stats`](DeadLetterStore::stats) never loads a letter.
 /// - Leases are atomic across processes: two redrive runs on the same file never hold one
 ///   letter at once.
-/// - A letter whose `first_failed_at` or `last_failed_at` is not RFC 3339 is refused with
-///   [`DlqError::Corrupt`]; a row that cannot be read back is [`DlqError::Corrupt`] naming its
-///   `msg_id`, never skipped.
+/// - Times are RFC 3339 text in their columns, written in UTC and read with any offset; a row
+///   that cannot be read back (a stored time that does not parse included) is
+///   [`DlqError::Corrupt`] naming its `msg_id` and the column, never skipped.
 /// - A write whose future is dropped still finishes in its group: a letter may be parked
 ///   although its `park` was cancelled.
 /// - A file of the version-1 layout (before letters were resolved and merged) is upgraded when
@@ -101,13 +104,14 @@ const WRITE_SETTINGS: Settings = Settings {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let path = std::env::temp_dir().join(format!("retry-core-doc-dlq-{}.sqlite3", std::process::id()));
 /// let letters = SqliteDeadLetters::open(&path)?;
+/// let at = |text| retry_core::time::parse_rfc3339(text).unwrap();
 /// let letter = DeadLetter {
 ///     msg_id: "M-20260819-000123".into(),
 ///     original: serde_json::json!({"amount": 10}),
 ///     reason: "gave up after 5 attempts: 503 Service Unavailable".into(),
 ///     attempts: 5,
-///     first_failed_at: "2026-08-19T02:11:03+09:00".into(),
-///     last_failed_at: "2026-08-19T02:12:47+09:00".into(),
+///     first_failed_at: at("2026-08-19T02:11:03+09:00"),
+///     last_failed_at: at("2026-08-19T02:12:47+09:00"),
 ///     trace_id: "a1b2c3d4".into(),
 ///     class: FailureClass::System,
 ///     error_type: "FetchError".into(),
@@ -124,7 +128,7 @@ const WRITE_SETTINGS: Settings = Settings {
 /// assert_eq!(letters.page(&Page::first(10)).await?, [letter.clone()]);
 ///
 /// // Acknowledged: no longer pending, still readable with who and when.
-/// let by_hand = Resolution::new("alice", "2026-08-20T09:00:00Z");
+/// let by_hand = Resolution::new("alice", at("2026-08-20T09:00:00Z"));
 /// assert!(letters.resolve(&letter.msg_id, &by_hand).await?);
 /// let stats = letters.stats().await?;
 /// assert_eq!((stats.pending, stats.resolved), (0, 1));
@@ -275,14 +279,15 @@ impl DeadLetterSink for SqliteDeadLetters {
     /// letter was resolved since), the two merge as [`DeadLetter::absorb`] says.
     ///
     /// # Errors
-    /// [`DlqError::Corrupt`] when `first_failed_at` or `last_failed_at` is not RFC 3339 (nothing
-    /// is written), or the stored letter it merges into cannot be read; [`DlqError::Serialize`]
+    /// [`DlqError::Corrupt`] when the stored letter it merges into cannot be read;
+    /// [`DlqError::Serialize`]
     /// when its original nests deeper than [`MAX_ORIGINAL_DEPTH`](crate::dlq::MAX_ORIGINAL_DEPTH)
     /// (nothing is written); [`DlqError::Io`]
     /// naming the file when the group's transaction fails or the file stays locked.
     ///
     /// ```
-    /// use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, SqliteDeadLetters};
+    /// use retry_core::dlq::{DeadLetter, DeadLetterSink, DeadLetterStore, SqliteDeadLetters};
+    /// use retry_core::time::parse_rfc3339;
     /// # fn letter(reason: &str, at: &str) -> DeadLetter { serde_json::from_value(serde_json::json!({
     /// #   "msg_id": "M-1", "original": {"amount": 10}, "reason": reason, "attempts": 5,
     /// #   "first_failed_at": at, "last_failed_at": at,
@@ -300,13 +305,14 @@ impl DeadLetterSink for SqliteDeadLetters {
     /// letters.park(&again).await?;
     /// let merged = letters.get("M-1").await?.unwrap();
     /// assert_eq!(merged.original, serde_json::json!({"amount": 10}), "the first original stays");
-    /// assert_eq!(merged.first_failed_at, "2026-08-19T02:11:03+09:00");
+    /// assert_eq!(Some(merged.first_failed_at), parse_rfc3339("2026-08-19T02:11:03+09:00"));
     /// assert_eq!((merged.attempts, merged.reason.as_str()), (10, "timeout"));
     /// assert_eq!(merged.history[0].reason, "503");
     ///
-    /// // A letter whose times cannot be ordered is refused.
-    /// let unordered = letter("503", "yesterday");
-    /// assert!(matches!(letters.park(&unordered).await, Err(DlqError::Corrupt(_))));
+    /// // A letter whose times cannot be ordered is no letter: refused where it is read.
+    /// let mut unordered = serde_json::to_value(letter("503", "2026-08-19T02:11:03Z"))?;
+    /// unordered["first_failed_at"] = "yesterday".into();
+    /// assert!(serde_json::from_value::<DeadLetter>(unordered).is_err());
     /// # drop(letters);
     /// # for suffix in ["", "-wal", "-shm"] {
     /// #     let mut file = path.clone().into_os_string();
@@ -331,8 +337,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     ///
     /// # Errors
     /// [`DlqError::Corrupt`] naming the first row of the page that cannot be read (nothing is
-    /// skipped), or when the cursor's `first_failed_at` is not RFC 3339; [`DlqError::Io`]
-    /// naming the file when SQLite fails.
+    /// skipped); [`DlqError::Io`] naming the file when SQLite fails.
     ///
     /// ```
     /// use retry_core::dlq::{DeadLetterSink, DeadLetterStore, Page, SqliteDeadLetters};
@@ -362,18 +367,10 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// # }
     /// ```
     async fn page(&self, page: &Page) -> Result<Vec<DeadLetter>, DlqError> {
-        let after = match &page.after {
-            None => None,
-            Some(cursor) => {
-                let at = parse_rfc3339(&cursor.first_failed_at).ok_or_else(|| {
-                    DlqError::Corrupt(format!(
-                        "page cursor after `{}`: first_failed_at {:?} is not an RFC 3339 time",
-                        cursor.msg_id, cursor.first_failed_at
-                    ))
-                })?;
-                Some((format_utc(at), cursor.msg_id.clone()))
-            }
-        };
+        let after = page
+            .after
+            .as_ref()
+            .map(|cursor| (format_utc(cursor.first_failed_at), cursor.msg_id.clone()));
         let page = page.clone();
         self.read(move |conn| {
             let after = after.as_ref().map(|(at, id)| (at.as_str(), id.as_str()));
@@ -440,7 +437,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// assert!(letters.lease("M-1", "run-a", ttl).await?.is_some());
     /// assert!(letters.lease("M-1", "run-b", ttl).await?.is_none(), "run-a holds it");
     /// // Sent, and the target answered: run-a resolves it.
-    /// let done = Resolution::new("alice", "2026-08-20T09:00:00Z").in_run("run-a");
+    /// let done = Resolution::new("alice", std::time::SystemTime::now()).in_run("run-a");
     /// assert!(letters.resolve("M-1", &done).await?);
     /// # drop(letters);
     /// # for suffix in ["", "-wal", "-shm"] {
@@ -475,11 +472,9 @@ impl DeadLetterStore for SqliteDeadLetters {
     }
 
     /// # Errors
-    /// [`DlqError::Corrupt`] when `resolution.at` is not RFC 3339 (resolved letters are purged
-    /// by it; nothing is written); [`DlqError::Io`] naming the file when the group's
-    /// transaction fails.
+    /// [`DlqError::Io`] naming the file when the group's transaction fails.
     async fn resolve(&self, msg_id: &str, resolution: &Resolution) -> Result<bool, DlqError> {
-        let resolution = ResolvedRow::new(msg_id, resolution)?;
+        let resolution = ResolvedRow::new(resolution);
         let msg_id = msg_id.to_owned();
         self.writer
             .write(move |conn| {
@@ -490,16 +485,14 @@ impl DeadLetterStore for SqliteDeadLetters {
     }
 
     /// # Errors
-    /// [`DlqError::Corrupt`] when `failure.at` is not RFC 3339 (nothing is written), or the
-    /// stored letter cannot be read; [`DlqError::Io`] naming the file when the group's
-    /// transaction fails.
+    /// [`DlqError::Corrupt`] when the stored letter cannot be read; [`DlqError::Io`] naming the
+    /// file when the group's transaction fails.
     async fn put_back(
         &self,
         msg_id: &str,
         run_id: &str,
         failure: &Failure,
     ) -> Result<bool, DlqError> {
-        row::check_failure(msg_id, failure)?;
         let (msg_id, run_id, failure) = (msg_id.to_owned(), run_id.to_owned(), failure.clone());
         self.writer
             .write(move |conn| queries::put_back(conn, &msg_id, &run_id, &failure))
@@ -530,8 +523,8 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// the letters).
     ///
     /// # Errors
-    /// [`DlqError::Corrupt`] when `started_at` is not RFC 3339; [`DlqError::Io`] naming the
-    /// file when the group's transaction fails (a `run_id` recorded before, too).
+    /// [`DlqError::Io`] naming the file when the group's transaction fails (a `run_id` recorded
+    /// before, too).
     async fn record_redrive(&self, record: &RedriveRecord) -> Result<(), DlqError> {
         let row = row::record_row(record)?;
         self.writer

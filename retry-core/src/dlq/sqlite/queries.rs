@@ -14,7 +14,7 @@ use crate::dlq::row::{self, NewRow, ResolvedRow, corrupt};
 use crate::dlq::{
     AuditEntry, DeadLetter, DlqError, Failure, Page, RedriveRecord, Resolution, Stats,
 };
-use crate::time::format_utc;
+use crate::time::{format_rfc3339, format_utc};
 
 /// The letter's columns, in the order [`decode`] reads them (a macro, so that `concat!` can
 /// put them into the constant statements).
@@ -98,6 +98,8 @@ const STATS: &str = "SELECT \
        WHERE resolved_at IS NULL AND lease_run IS NOT NULL AND lease_until > ?1), \
      (SELECT count(*) FROM dead_letters WHERE resolved_at IS NOT NULL), \
      (SELECT first_failed_at FROM dead_letters WHERE resolved_at IS NULL \
+       ORDER BY first_failed_utc, msg_id LIMIT 1), \
+     (SELECT msg_id FROM dead_letters WHERE resolved_at IS NULL \
        ORDER BY first_failed_utc, msg_id LIMIT 1)";
 
 const AUDIT_ROWS: &str = "SELECT run_id, msg_id, who, target, at, outcome, finished_at \
@@ -131,18 +133,13 @@ pub(super) fn park(conn: &Connection, row: &NewRow, letter: &DeadLetter) -> Resu
 /// Writes a merged letter back.
 fn update_merged(conn: &Connection, letter: &DeadLetter, parked_at: &str) -> Result<(), Fail> {
     let history = row::history_json(&letter.msg_id, &letter.history).map_err(Fail::Store)?;
-    let resolved = letter
-        .resolved
-        .as_ref()
-        .map(|r| ResolvedRow::new(&letter.msg_id, r))
-        .transpose()
-        .map_err(Fail::Store)?;
+    let resolved = letter.resolved.as_ref().map(ResolvedRow::new);
     let resolved = resolved.as_ref();
     conn.prepare_cached(UPDATE_MERGED)?.execute(params![
         letter.msg_id,
         letter.reason,
         i64::from(letter.attempts),
-        letter.last_failed_at,
+        format_rfc3339(letter.last_failed_at),
         letter.trace_id,
         letter.class.as_str(),
         letter.error_type,
@@ -150,7 +147,7 @@ fn update_merged(conn: &Connection, letter: &DeadLetter, parked_at: &str) -> Res
         letter.source,
         letter.redacted,
         letter.key_scope,
-        letter.key_expires_at,
+        letter.key_expires_at.map(format_rfc3339),
         history,
         resolved.map(|r| &r.at),
         resolved.map(|r| &r.by),
@@ -234,9 +231,9 @@ pub(super) fn audit(conn: &Connection, entry: &AuditEntry) -> Result<(), Fail> {
         entry.msg_id,
         entry.who,
         entry.target,
-        entry.at,
+        format_rfc3339(entry.at),
         entry.outcome,
-        entry.finished_at,
+        entry.finished_at.map(format_rfc3339),
     ])?;
     Ok(())
 }
@@ -334,10 +331,25 @@ pub(super) fn page(
 
 /// The counts, in one statement; `now` (fixed-width UTC) tells live leases.
 pub(super) fn stats(conn: &Connection, now: &str) -> Result<Stats, Fail> {
-    let (system, data, leased, resolved, oldest): (i64, i64, i64, i64, Option<String>) =
+    type Counts = (i64, i64, i64, i64, Option<String>, Option<String>);
+    let (system, data, leased, resolved, oldest, oldest_id): Counts =
         conn.prepare_cached(STATS)?.query_row([now], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
         })?;
+    let oldest = match (oldest, oldest_id) {
+        (Some(at), id) => {
+            let id = id.unwrap_or_default();
+            Some(row::time(&id, "first_failed_at", &at).map_err(Fail::Store)?)
+        }
+        (None, _) => None,
+    };
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
     Ok(Stats {
         pending: count(system) + count(data),
@@ -355,18 +367,30 @@ pub(super) fn audit_rows(conn: &Connection, run_id: Option<&str>) -> Result<Vec<
         Some(run_id) => (conn.prepare_cached(AUDIT_ROWS_OF_RUN)?, vec![run_id]),
         None => (conn.prepare_cached(AUDIT_ROWS)?, Vec::new()),
     };
-    let rows = statement.query_map(rusqlite::params_from_iter(values), |r| {
-        Ok(AuditEntry {
-            run_id: r.get(0)?,
-            msg_id: r.get(1)?,
+    let mut rows = statement.query(rusqlite::params_from_iter(values))?;
+    let mut entries = Vec::new();
+    while let Some(r) = rows.next()? {
+        let (run_id, msg_id): (String, String) = (r.get(0)?, r.get(1)?);
+        let at: String = r.get(4)?;
+        let finished_at: Option<String> = r.get(6)?;
+        let time = |column: &str, text: &str| {
+            row::audit_time(&run_id, &msg_id, column, text).map_err(Fail::Store)
+        };
+        let at = time("at", &at)?;
+        let finished_at = finished_at
+            .map(|text| time("finished_at", &text))
+            .transpose()?;
+        entries.push(AuditEntry {
             who: r.get(2)?,
             target: r.get(3)?,
-            at: r.get(4)?,
             outcome: r.get(5)?,
-            finished_at: r.get(6)?,
-        })
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+            run_id,
+            msg_id,
+            at,
+            finished_at,
+        });
+    }
+    Ok(entries)
 }
 
 /// Every redrive record, in the order recorded.
@@ -427,9 +451,13 @@ fn decode(r: &Row<'_>) -> Result<DeadLetter, Fail> {
         }
     };
     let first_failed_at =
-        row::time(id, "first_failed_at", text(4, "first_failed_at")?).map_err(store)?;
+        row::time(id, "first_failed_at", &text(4, "first_failed_at")?).map_err(store)?;
     let last_failed_at =
-        row::time(id, "last_failed_at", text(5, "last_failed_at")?).map_err(store)?;
+        row::time(id, "last_failed_at", &text(5, "last_failed_at")?).map_err(store)?;
+    let key_expires_at = optional(13, "key_expires_at")?
+        .map(|at| row::time(id, "key_expires_at", &at))
+        .transpose()
+        .map_err(store)?;
     let class = row::class(id, &text(7, "class")?).map_err(store)?;
     let redacted = match r.get::<_, Value>(11)? {
         Value::Integer(0) => false,
@@ -445,7 +473,7 @@ fn decode(r: &Row<'_>) -> Result<DeadLetter, Fail> {
     let resolved = match optional(15, "resolved_at")? {
         None => None,
         Some(at) => Some(Resolution {
-            at: row::time(id, "resolved_at", at).map_err(store)?,
+            at: row::time(id, "resolved_at", &at).map_err(store)?,
             by: text(16, "resolved_by")?,
             run_id: optional(17, "resolved_run")?,
         }),
@@ -457,7 +485,7 @@ fn decode(r: &Row<'_>) -> Result<DeadLetter, Fail> {
         idempotency_key: optional(9, "idempotency_key")?,
         source: optional(10, "source")?,
         key_scope: optional(12, "key_scope")?,
-        key_expires_at: optional(13, "key_expires_at")?,
+        key_expires_at,
         msg_id,
         original,
         attempts,
