@@ -39,8 +39,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
-use retry_core::idempotency::{SqliteStore, StoreError, TransactionalStore};
+use retry_core::idempotency::{StoreError, TransactionalStore};
 use retry_core::tower::{IdempotencyLayer, InTransaction, RequestTransaction};
+use retry_sqlite::SqliteStore;
 use serde::{Deserialize, Serialize};
 
 /// The exit code of the `after_write` failpoint.
@@ -172,7 +173,7 @@ async fn pay_sqlite(
 #[cfg(feature = "postgres")]
 async fn pay_pg(
     State(faults): State<Faults>,
-    Extension(tx): Extension<RequestTransaction<retry_core::idempotency::PgStore>>,
+    Extension(tx): Extension<RequestTransaction<retry_postgres::PgStore>>,
     Json(request): Json<Payment>,
 ) -> Response {
     if let Some(refusal) = refusal(&request) {
@@ -278,7 +279,7 @@ async fn pg_app(
     options: &Options,
     faults: Faults,
 ) -> Result<Router, Box<dyn std::error::Error>> {
-    use retry_core::idempotency::PgStore;
+    use retry_postgres::PgStore;
 
     let store = PgStore::connect(url).await?;
     // On a connection of the store's own pool (TLS and all, as the URL says).

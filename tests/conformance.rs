@@ -18,7 +18,7 @@ use crate::tempdir;
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_store_conforms() {
-    use retry_core::idempotency::SqliteStore;
+    use retry_sqlite::SqliteStore;
 
     let dir = tempdir::TempDir::new("conformance");
     let mut made = 0;

@@ -28,7 +28,7 @@ async fn sqlite_dead_letters_conform() {
     let mut files = 0u32;
     conformance::run(async || {
         files += 1;
-        retry_core::dlq::SqliteDeadLetters::open(dir.file(&format!("dlq-{files}.sqlite3"))).unwrap()
+        retry_sqlite::SqliteDeadLetters::open(dir.file(&format!("dlq-{files}.sqlite3"))).unwrap()
     })
     .await;
 }
@@ -44,7 +44,7 @@ async fn postgres_dead_letters_conform() {
     let mut schemas = Vec::new();
     conformance::run(async || {
         let schema = pg::Schema::new("dlq_conformance").await;
-        let store = retry_core::dlq::PgDeadLetters::connect(&schema.url)
+        let store = retry_postgres::PgDeadLetters::connect(&schema.url)
             .await
             .unwrap();
         schemas.push(schema);

@@ -184,8 +184,6 @@ pub mod reqwest_middleware;
 mod retrying;
 pub mod scope;
 mod site;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod sql;
 #[cfg(any(feature = "dlq", feature = "idempotency"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "dlq", feature = "idempotency"))))]
 pub mod time;
