@@ -238,8 +238,8 @@ pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 /// The rule: keep rows longer than the longest window in which the sender can resend.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 
-/// Where claims and responses are kept. Implemented by [`MemoryStore`], `SqliteStore` (feature
-/// `sqlite`) and `PgStore` (feature `postgres`); `&S` and `Arc<S>` work wherever `S` does. The
+/// Where claims and responses are kept. Implemented by [`MemoryStore`], `SqliteStore` (crate
+/// `retry-sqlite`) and `PgStore` (crate `retry-postgres`); `&S` and `Arc<S>` work wherever `S` does. The
 /// contract is shaped for SQL stores with transactions.
 ///
 /// Every method is atomic on its own. Implementations claim by inserting under the primary key
@@ -254,7 +254,7 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an idempotency store",
     label = "`store = ...` must name an `IdempotencyStore`",
-    note = "use a `MemoryStore`, a `SqliteStore` (feature `sqlite`), or implement `retry_core::idempotency::IdempotencyStore`"
+    note = "use a `MemoryStore`, a `retry_sqlite::SqliteStore`, or implement `retry_core::idempotency::IdempotencyStore`"
 )]
 pub trait IdempotencyStore: Send + Sync {
     /// Claims `request.key`, or reports what holds it.

@@ -21,8 +21,8 @@ use crate::idempotency::{Claim, StoreError, TransactionalStore};
 /// Axum handlers take it with `Extension<RequestTransaction<St>>`; any other tower service finds
 /// it in `request.extensions()`. [`get`](Self::get) begins the transaction on first use and
 /// returns a [`TransactionGuard`] that dereferences to the store's transaction
-/// ([`SqliteTransaction`](crate::idempotency::SqliteTransaction),
-/// [`PgTransaction`](crate::idempotency::PgTransaction)): run the handler's own SQL on it, drop
+/// ([`SqliteTransaction`](https://docs.rs/retry-sqlite/latest/retry_sqlite/struct.SqliteTransaction.html),
+/// [`PgTransaction`](https://docs.rs/retry-postgres/latest/retry_postgres/struct.PgTransaction.html)): run the handler's own SQL on it, drop
 /// the guard (or let it go out of scope), and answer. The layer then commits the handler's
 /// writes together with the stored response, or rolls them back: see the
 /// [module docs](crate::tower::idempotency#transactional-mode) for which answers commit.

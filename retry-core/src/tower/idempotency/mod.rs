@@ -212,7 +212,7 @@
 //!
 //! # Transactional mode
 //!
-//! [`IdempotencyLayer::transactional`], on a [`TransactionalStore`] (`SqliteStore`, `PgStore`),
+//! [`IdempotencyLayer::transactional`], on a [`TransactionalStore`] (retry-sqlite's `SqliteStore`, retry-postgres's `PgStore`),
 //! gives each handler the store's transaction: its writes, the `done` row and the stored
 //! response commit together, in one transaction fenced by the claim's token, or not at all. It
 //! is the mode of `#[idempotent(transaction = ..)]`, for HTTP:
@@ -224,9 +224,9 @@
 //!    `Extension<RequestTransaction<St>>`, any other service from `request.extensions()`. Its
 //!    [`get`](RequestTransaction::get) begins the transaction on first use and lends it out as
 //!    a [`TransactionGuard`]: on SQLite a
-//!    [`SqliteTransaction`](crate::idempotency::SqliteTransaction), whose `run(|conn| ..)`
+//!    [`SqliteTransaction`](https://docs.rs/retry-sqlite/latest/retry_sqlite/struct.SqliteTransaction.html), whose `run(|conn| ..)`
 //!    runs the handler's rusqlite code on the store's blocking thread; on PostgreSQL a
-//!    [`PgTransaction`](crate::idempotency::PgTransaction), whose `client()` is a
+//!    [`PgTransaction`](https://docs.rs/retry-postgres/latest/retry_postgres/struct.PgTransaction.html), whose `client()` is a
 //!    tokio-postgres client inside the transaction. The guard gives the transaction back to
 //!    the layer when it is dropped.
 //! 3. Once the handler answered and its body was read, the layer takes the transaction back and
