@@ -424,7 +424,7 @@ async fn open(selection: &Selection, write: bool) -> Result<Store, Failure> {
             Ok(Store::Sqlite(store))
         }
         #[cfg(feature = "postgres")]
-        // Over TLS as the URL says (sslmode, sslrootcert): retry-core's `postgres-tls`.
+        // Over TLS as the URL says (sslmode, sslrootcert): retry-postgres's `tls`.
         Selection::Pg(url) => Ok(Store::Pg(
             retry_postgres::PgDeadLetters::connect(url)
                 .await

@@ -47,5 +47,9 @@ mod sql;
 mod store;
 mod tls;
 
+/// A failure of the PostgreSQL plumbing (`sql`, `tls`), for the store to wrap into its own error
+/// type.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 pub use dead_letters::PgDeadLetters;
 pub use store::{PgStore, PgTransaction};

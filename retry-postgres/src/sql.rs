@@ -30,8 +30,7 @@ use deadpool_postgres::{
 use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
 
-/// A failure of the plumbing, for the store to wrap into its own error type.
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::BoxError;
 
 /// The most connections a pool made by [`Db::connect`] holds.
 const DEFAULT_POOL_SIZE: usize = 16;

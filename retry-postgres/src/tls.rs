@@ -33,7 +33,7 @@ use std::path::PathBuf;
 use deadpool_postgres::{Manager, ManagerConfig};
 use tokio_postgres::NoTls;
 
-use crate::sql::BoxError;
+use crate::BoxError;
 
 /// What the connection string asks of TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]

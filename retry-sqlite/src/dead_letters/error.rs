@@ -4,8 +4,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::DlqError;
 use crate::sql::{self as sql, FromSqliteError};
+use retry_core::dlq::DlqError;
 
 /// Why an operation failed before its errors get the file's name.
 pub(super) type Fail = sql::Fail<DlqError>;

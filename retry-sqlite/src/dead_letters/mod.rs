@@ -3,7 +3,7 @@
 //! Design notes (the why of each choice):
 //! - Connections, WAL, the busy timeout and the schema table are `SqliteStore`'s: the connection
 //!   pool, the blocking helper and the version check are the plumbing both stores share
-//!   (`sql/sqlite.rs`), with the same `retry_core_schema` table (component `dead_letters`), so
+//!   (`sql.rs`), with the same `retry_core_schema` table (component `dead_letters`), so
 //!   dead letters and the idempotency log can share one file. The layout and its upgrade from
 //!   version 1 are in `schema.rs`.
 //! - Every write goes through the store's writer (`writer.rs`): one thread, one connection, and

@@ -8,7 +8,7 @@
 //! redrive records.
 //!
 //! Design notes:
-//! - The shared plumbing (`sql/sqlite.rs`) creates missing tables and records a new file's
+//! - The shared plumbing (`sql.rs`) creates missing tables and records a new file's
 //!   version, but does not upgrade: it leaves a version-1 file at version 1. So its batch
 //!   ([`TABLES`]) holds only `CREATE TABLE IF NOT EXISTS` statements, which are no-ops on a
 //!   version-1 file, and no index on a version-2 column (it would fail there). [`upgrade`] runs

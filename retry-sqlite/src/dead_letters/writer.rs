@@ -30,9 +30,10 @@ use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use super::error::{Fail, FileError};
-use super::{DlqError, Pool};
 use crate::sql::Failure as Failed;
+use crate::sql::Pool;
 use crate::sql::Reservation;
+use retry_core::dlq::DlqError;
 
 /// At most this many jobs per transaction: bounds what one transaction adds to the WAL (a few
 /// MB of letters) and how long its first caller waits.
