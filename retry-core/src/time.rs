@@ -340,16 +340,6 @@ pub mod rfc3339 {
     }
 }
 
-/// Nanoseconds since the Unix epoch, negative before it.
-#[cfg(feature = "dlq")]
-pub(crate) fn unix_nanos(time: SystemTime) -> i128 {
-    // A `Duration` holds at most ~1.8e28 ns, far below i128::MAX (~1.7e38).
-    match time.duration_since(UNIX_EPOCH) {
-        Ok(after) => i128::try_from(after.as_nanos()).unwrap_or(i128::MAX),
-        Err(before) => i128::try_from(before.duration().as_nanos()).map_or(i128::MIN, |n| -n),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
