@@ -39,7 +39,7 @@
 //! assert_eq!(row::time(&columns.msg_id, "first_failed_at", &columns.first_failed_at)?, letter.first_failed_at);
 //! assert_eq!(row::class(&columns.msg_id, columns.class)?, FailureClass::System);
 //! let bad = row::attempts("M-1", -1).unwrap_err();
-//! assert_eq!(bad.to_string(), "corrupt dead-letter store: dead_letters row `M-1`: attempts -1 is out of range");
+//! assert_eq!(bad.to_string(), "dead-letter store is corrupt: dead_letters row `M-1`: attempts -1 is out of range");
 //! # Ok::<(), retry_core::dlq::DlqError>(())
 //! ```
 
