@@ -20,7 +20,7 @@ mod support;
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
-use retry_core::idempotency::PgStore;
+use retry_postgres::PgStore;
 use support::store::{
     Config, REPLAY_KEYS, RESPONSE, compare, in_schema, pg_pool, print_table, store_claim_complete,
     store_replay,

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use retry_core::idempotency::SqliteStore;
+use retry_sqlite::SqliteStore;
 use rusqlite::{Connection, OptionalExtension, params};
 use support::store::{
     Config, REPLAY_KEYS, RESPONSE, compare, print_table, store_claim_complete, store_replay,

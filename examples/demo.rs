@@ -35,10 +35,10 @@ use axum::response::{IntoResponse, Response};
 use retry_core::dlq::http::post_letter;
 use retry_core::dlq::{DeadLetterStore, DlqFailed, JsonlSink, Redrive};
 use retry_core::http::{IDEMPOTENT_REPLAYED, IdempotencyKey};
-use retry_core::idempotency::SqliteStore;
 use retry_core::reqwest::{HttpError, RequestBuilderExt};
 use retry_core::tower::IdempotencyLayer;
 use retry_core::{Classify, Decision, Elapsed, retryable};
+use retry_sqlite::SqliteStore;
 use serde::{Deserialize, Serialize};
 
 use timeline::{Scratch, event, start};

@@ -48,11 +48,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
-use retry_core::dlq::{DeadLetter, DeadLetterSink, DlqError, DlqFailed, SqliteDeadLetters};
+use retry_core::dlq::{DeadLetter, DeadLetterSink, DlqError, DlqFailed};
 use retry_core::http::IdempotencyKey;
-use retry_core::idempotency::{SqliteStore, StoreError, TransactionalStore};
+use retry_core::idempotency::{StoreError, TransactionalStore};
 use retry_core::tower::{IdempotencyLayer, InTransaction, NotApplied, RequestTransaction};
 use retry_core::{Classify, Decision, retryable};
+use retry_sqlite::{SqliteDeadLetters, SqliteStore};
 use serde::{Deserialize, Serialize};
 
 /// The exit code of the `after_write` failpoint.
@@ -91,7 +92,7 @@ struct App {
 enum Letters {
     Sqlite(SqliteDeadLetters),
     #[cfg(feature = "postgres")]
-    Pg(retry_core::dlq::PgDeadLetters),
+    Pg(retry_postgres::PgDeadLetters),
 }
 
 impl DeadLetterSink for Letters {
@@ -279,7 +280,7 @@ async fn pay_sqlite(
 async fn pay_pg(
     State(app): State<App>,
     Extension(key): Extension<IdempotencyKey>,
-    Extension(tx): Extension<RequestTransaction<retry_core::idempotency::PgStore>>,
+    Extension(tx): Extension<RequestTransaction<retry_postgres::PgStore>>,
     Json(request): Json<Payment>,
 ) -> Response {
     if let Some(refusal) = refusal(&request) {
@@ -397,7 +398,7 @@ async fn pg_app(
     options: &Options,
     faults: Faults,
 ) -> Result<Router, Box<dyn std::error::Error>> {
-    use retry_core::idempotency::PgStore;
+    use retry_postgres::PgStore;
 
     let store = PgStore::connect(url).await?;
     // On a connection of the store's own pool (TLS and all, as the URL says).
@@ -414,7 +415,7 @@ async fn pg_app(
         )
         .await?;
     let letters =
-        Letters::Pg(retry_core::dlq::PgDeadLetters::from_pool(store.pool().clone()).await?);
+        Letters::Pg(retry_postgres::PgDeadLetters::from_pool(store.pool().clone()).await?);
     let layer = IdempotencyLayer::unauthenticated(store)
         .name("create_payment")
         .lease(options.lease)

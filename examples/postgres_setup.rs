@@ -17,9 +17,11 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use retry_core::dlq::{DeadLetterStore, DlqFailed, PgDeadLetters};
-use retry_core::idempotency::{IdempotencyError, PgStore};
+use retry_core::dlq::{DeadLetterStore, DlqFailed};
+use retry_core::idempotency::IdempotencyError;
 use retry_core::{Classify, Decision, idempotent, retryable};
+use retry_postgres::PgDeadLetters;
+use retry_postgres::PgStore;
 use serde::{Deserialize, Serialize};
 
 /// The tables `PgStore` and `PgDeadLetters` create, and what each one holds.

@@ -1,5 +1,6 @@
-//! The dead-letter conformance suite (`retry_core::dlq::conformance`) on every built-in store,
-//! each check on a fresh store (a fresh file for the file-backed ones).
+//! The dead-letter conformance suite (`retry_core::dlq::conformance`) on retry-core's own stores,
+//! each check on a fresh store (a fresh file for JSONL). The engines run it on theirs:
+//! `retry-sqlite/tests/conformance.rs` and `retry-postgres/tests/conformance.rs`.
 
 use retry_core::dlq::{JsonlSink, MemoryDeadLetters, conformance};
 
@@ -19,39 +20,4 @@ async fn jsonl_dead_letters_conform() {
         JsonlSink::open(dir.file(&format!("dlq-{stores}.jsonl"))).unwrap()
     })
     .await;
-}
-
-#[cfg(feature = "sqlite")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_dead_letters_conform() {
-    let dir = tempdir::TempDir::new("dlq-conformance-sqlite");
-    let mut files = 0u32;
-    conformance::run(async || {
-        files += 1;
-        retry_core::dlq::SqliteDeadLetters::open(dir.file(&format!("dlq-{files}.sqlite3"))).unwrap()
-    })
-    .await;
-}
-
-#[cfg(feature = "postgres")]
-use crate::pg;
-
-/// Each check on a store in a schema of its own, on the server of `DATABASE_URL` (a loud
-/// failure without one); the schemas are dropped after a pass and kept after a failure.
-#[cfg(feature = "postgres")]
-#[tokio::test]
-async fn postgres_dead_letters_conform() {
-    let mut schemas = Vec::new();
-    conformance::run(async || {
-        let schema = pg::Schema::new("dlq_conformance").await;
-        let store = retry_core::dlq::PgDeadLetters::connect(&schema.url)
-            .await
-            .unwrap();
-        schemas.push(schema);
-        store
-    })
-    .await;
-    for schema in schemas {
-        schema.drop_all().await;
-    }
 }

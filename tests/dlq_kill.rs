@@ -20,7 +20,8 @@ mod burst;
 mod tempdir;
 
 use burst::{SendError, Sink, send, transfer};
-use retry_core::dlq::{DeadLetterStore, JsonlSink, Page, SqliteDeadLetters};
+use retry_core::dlq::{DeadLetterStore, JsonlSink, Page};
+use retry_sqlite::SqliteDeadLetters;
 
 /// Set in the child: the store's path.
 const CHILD: &str = "RETRY_CORE_DLQ_KILL_CHILD";

@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 
 use retry_core::dlq::{
     AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, FailureClass,
-    HISTORY_LIMIT, Page, PgDeadLetters, Resolution,
+    HISTORY_LIMIT, Page, Resolution,
 };
-use retry_core::idempotency::PgStore;
+use retry_postgres::PgDeadLetters;
+use retry_postgres::PgStore;
 
 use crate::pg;
 

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use retry_core::dlq::{
     AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, DlqFailed, Failure,
-    FailureClass, Page, Resolution, SqliteDeadLetters,
+    FailureClass, Page, Resolution,
 };
 use retry_core::{Classify, Decision, retryable};
+use retry_sqlite::SqliteDeadLetters;
 
 use crate::tempdir;
 
@@ -1069,7 +1070,7 @@ async fn the_schema_is_created_once_checks_the_class_and_refuses_a_newer_version
 #[tokio::test]
 async fn dead_letters_and_the_idempotency_log_share_a_file() {
     let dir = TempDir::new("shared");
-    let store = retry_core::idempotency::SqliteStore::open(dir.dlq_db()).unwrap();
+    let store = retry_sqlite::SqliteStore::open(dir.dlq_db()).unwrap();
     let letters = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
     letters
         .park(&letter("M-1", "2026-08-19T00:00:00Z"))
@@ -1078,7 +1079,7 @@ async fn dead_letters_and_the_idempotency_log_share_a_file() {
     drop((store, letters));
     // Both open again, in either order, each with its own version row.
     let letters = SqliteDeadLetters::open(dir.dlq_db()).unwrap();
-    let _store = retry_core::idempotency::SqliteStore::open(dir.dlq_db()).unwrap();
+    let _store = retry_sqlite::SqliteStore::open(dir.dlq_db()).unwrap();
     assert_eq!(letters.stats().await.unwrap().pending, 1);
     let versions: Vec<(String, i64)> = raw(&dir)
         .prepare("SELECT component, version FROM retry_core_schema ORDER BY component")

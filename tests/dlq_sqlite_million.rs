@@ -13,7 +13,8 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use retry_core::dlq::{DeadLetterStore, FailureClass, Page, SqliteDeadLetters};
+use retry_core::dlq::{DeadLetterStore, FailureClass, Page};
+use retry_sqlite::SqliteDeadLetters;
 
 #[path = "common/child.rs"]
 mod child;

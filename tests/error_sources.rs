@@ -14,10 +14,12 @@ use std::time::{Duration, SystemTime};
 
 use retry_core::dlq::{
     DeadLetter, DlqError, DlqFailed, FailureClass, JsonlSink, NotParked, RedriveError,
-    RedriveRecord, RedriveReport, SqliteDeadLetters,
+    RedriveRecord, RedriveReport,
 };
-use retry_core::idempotency::{IdempotencyError, SqliteStore, StoreError};
+use retry_core::idempotency::{IdempotencyError, StoreError};
 use retry_core::{Decision, Elapsed, Jitter, error_chain};
+use retry_sqlite::SqliteDeadLetters;
+use retry_sqlite::SqliteStore;
 use tempdir::TempDir;
 
 /// The messages of `error` and of each of its sources, outermost first.
@@ -291,8 +293,8 @@ fn store_errors_of_files_that_cannot_be_opened() {
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn postgres_errors_without_a_server() {
-    use retry_core::dlq::PgDeadLetters;
-    use retry_core::idempotency::PgStore;
+    use retry_postgres::PgDeadLetters;
+    use retry_postgres::PgStore;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

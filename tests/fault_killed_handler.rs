@@ -116,8 +116,9 @@ fn amount(deposit_no: u64) -> i64 {
 mod sqlite {
     use super::*;
 
-    use retry_core::idempotency::{SqliteStore, SqliteTransaction, encode_namespaced_key};
+    use retry_core::idempotency::encode_namespaced_key;
     use retry_core::idempotent;
+    use retry_sqlite::{SqliteStore, SqliteTransaction};
 
     use super::tempdir::TempDir;
 
@@ -235,8 +236,9 @@ mod sqlite {
 mod postgres {
     use super::*;
 
-    use retry_core::idempotency::{PgStore, PgTransaction, encode_namespaced_key};
+    use retry_core::idempotency::encode_namespaced_key;
     use retry_core::idempotent;
+    use retry_postgres::{PgStore, PgTransaction};
 
     use super::pg::Schema;
 

@@ -21,8 +21,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pg::Schema;
-use retry_core::idempotency::{IdempotencyError, PgStore, PgTransaction};
+use retry_core::idempotency::IdempotencyError;
 use retry_core::{Classify, Decision, retryable};
+use retry_postgres::{PgStore, PgTransaction};
 
 const DEPOSITS: u64 = 1_000;
 const WORKERS: usize = 8;

@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 
 use retry_core::dlq::{
     DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, DlqFailed, FailureClass, Page,
-    SqliteDeadLetters,
 };
 use retry_core::idempotency::{
-    ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, SqliteStore,
-    encode_namespaced_key,
+    ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, encode_namespaced_key,
 };
 use retry_core::{Classify, Decision, retryable};
+use retry_sqlite::SqliteDeadLetters;
+use retry_sqlite::SqliteStore;
 
 #[path = "common/child.rs"]
 mod child;

@@ -11,9 +11,10 @@ use std::path::Path;
 
 use retry_core::dlq::{
     DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, JsonlSink, Resolution,
-    SqliteDeadLetters,
 };
-use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, SqliteStore};
+use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore};
+use retry_sqlite::SqliteDeadLetters;
+use retry_sqlite::SqliteStore;
 
 use crate::tempdir;
 

@@ -24,8 +24,8 @@ use axum::http::{Request, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::{Extension, Router};
-use retry_core::idempotency::SqliteStore;
 use retry_core::tower::{IdempotencyLayer, RequestTransaction};
+use retry_sqlite::SqliteStore;
 use tower_service::Service as _;
 
 use crate::curl;

@@ -15,10 +15,10 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::routing::post;
 use retry_core::idempotency::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, MemoryStore, SqliteStore,
-    StoreError,
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, MemoryStore, StoreError,
 };
 use retry_core::tower::{IdempotencyLayer, NotApplied};
+use retry_sqlite::SqliteStore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 

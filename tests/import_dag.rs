@@ -1,4 +1,5 @@
-//! The files of `retry-core/src` form a DAG of imports: no file uses, directly or through other
+//! The files of `retry-core/src` (and of the engines' `retry-sqlite/src`, `retry-postgres/src`)
+//! form a DAG of imports: no file uses, directly or through other
 //! files, a file that uses it back. A cycle means neither file can be read, changed or tested
 //! without the other; the failure names each cycle's files and the names on each of its edges,
 //! so whoever breaks it sees where to cut.
@@ -679,9 +680,9 @@ impl Crate {
     }
 
     /// `None` for a DAG; else every cycle, its files and the names on each of its edges.
-    fn report(&self) -> Option<String> {
+    fn report(&self, src: &str) -> Option<String> {
         let edges = self.edges();
-        let file = |m: usize| format!("retry-core/src/{}", self.modules[m].file);
+        let file = |m: usize| format!("{src}/{}", self.modules[m].file);
         let mut cycles = self.cycles(&edges);
         cycles.sort_by_key(|cycle| cycle.iter().map(|&m| file(m)).min());
         let mut out = String::new();
@@ -756,11 +757,11 @@ fn read_sources(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
     }
 }
 
-#[test]
-fn retry_core_src_files_form_a_dag_of_imports() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("retry-core/src");
+/// Checks that the files of `src` (a crate's `src`, relative to the workspace) form a DAG.
+fn assert_dag(src: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
     let mut sources = BTreeMap::new();
-    read_sources(&src, &src, &mut sources);
+    read_sources(&dir, &dir, &mut sources);
     let krate = Crate::new(&sources);
 
     // Every file is a module of the crate or a test module's file: none escaped the scanner.
@@ -773,15 +774,31 @@ fn retry_core_src_files_form_a_dag_of_imports() {
     let missed: Vec<&String> = sources.keys().filter(|f| !reached.contains(f)).collect();
     assert!(
         missed.is_empty(),
-        "files no `mod` declaration reaches: {missed:?}"
+        "{src}: files no `mod` declaration reaches: {missed:?}"
     );
 
-    if let Some(report) = krate.report() {
+    if let Some(report) = krate.report(src) {
         panic!(
-            "retry-core/src's files import each other in cycles (each a group of files that all \
+            "{src}'s files import each other in cycles (each a group of files that all \
              reach one another, with the edges inside it and the names on them):\n{report}"
         );
     }
+}
+
+#[test]
+fn retry_core_src_files_form_a_dag_of_imports() {
+    assert_dag("retry-core/src");
+}
+
+/// The engines are held to the kernel's rule too.
+#[test]
+fn retry_sqlite_src_files_form_a_dag_of_imports() {
+    assert_dag("retry-sqlite/src");
+}
+
+#[test]
+fn retry_postgres_src_files_form_a_dag_of_imports() {
+    assert_dag("retry-postgres/src");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -944,7 +961,7 @@ fn a_two_file_cycle_is_reported_with_its_names_and_a_dag_passes() {
         ("a.rs", "use crate::b::to_line; pub fn parse() {}"),
         ("b.rs", "pub fn to_line() { crate::a::parse() }"),
     ];
-    let report = crate_of(&cycle).report().expect("a cycle");
+    let report = crate_of(&cycle).report("retry-core/src").expect("a cycle");
     assert!(
         report.contains("retry-core/src/a.rs -> retry-core/src/b.rs: to_line"),
         "{report}"
@@ -958,5 +975,5 @@ fn a_two_file_cycle_is_reported_with_its_names_and_a_dag_passes() {
         ("a.rs", "use crate::b::to_line; pub fn parse() {}"),
         ("b.rs", "pub fn to_line() {}"),
     ];
-    assert_eq!(crate_of(&dag).report(), None);
+    assert_eq!(crate_of(&dag).report("retry-core/src"), None);
 }

@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use proptest::prelude::*;
 use retry_core::idempotency::{
-    IdempotencyError, Limits, MemoryStore, SqliteStore, encode_key, encode_scoped_key,
+    IdempotencyError, Limits, MemoryStore, encode_key, encode_scoped_key,
 };
 use retry_core::idempotent;
+use retry_sqlite::SqliteStore;
 
 use crate::tempdir;
 

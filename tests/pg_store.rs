@@ -18,10 +18,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use retry_core::idempotency::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, MemoryStore, PgStore, StoreError,
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, MemoryStore, StoreError,
     TransactionalStore,
 };
 use retry_core::time::{Clock, ManualClock, parse_utc};
+use retry_postgres::PgStore;
 
 #[path = "common/pg.rs"]
 mod pg;

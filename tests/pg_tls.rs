@@ -24,9 +24,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use retry_core::dlq::{DeadLetter, DeadLetterSink as _, DeadLetterStore as _, PgDeadLetters};
+use retry_core::dlq::{DeadLetter, DeadLetterSink as _, DeadLetterStore as _};
 use retry_core::error_chain;
-use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore as _, PgStore};
+use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore as _};
+use retry_postgres::PgDeadLetters;
+use retry_postgres::PgStore;
 use tempdir::TempDir;
 
 /// `url` with `key=value` added to its query.

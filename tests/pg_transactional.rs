@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use pg::Schema;
 use retry_core::idempotency::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, PgStore, PgTransaction,
-    StoreError, TransactionalStore, encode_namespaced_key,
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, StoreError,
+    TransactionalStore, encode_namespaced_key,
 };
 use retry_core::idempotent;
+use retry_postgres::{PgStore, PgTransaction};
 
 #[derive(Debug)]
 enum Rejected {

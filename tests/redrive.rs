@@ -14,12 +14,13 @@ use std::time::{Duration, SystemTime};
 
 use retry_core::dlq::{
     AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, FailureClass,
-    Filter, JsonlSink, MemoryDeadLetters, Outcome, Page, Redrive, RedriveRecord, Resolution,
-    SqliteDeadLetters, Stats, assume_idempotent,
+    Filter, JsonlSink, MemoryDeadLetters, Outcome, Page, Redrive, RedriveRecord, Resolution, Stats,
+    assume_idempotent,
 };
 use retry_core::idempotency::{IdempotencyError, MemoryStore};
 use retry_core::time::{Clock, ManualClock, format_rfc3339};
 use retry_core::{Classify, Decision, idempotent, retryable};
+use retry_sqlite::SqliteDeadLetters;
 use serde::{Deserialize, Serialize};
 
 use crate::tempdir;
@@ -273,11 +274,11 @@ use crate::pg;
 #[tokio::test]
 async fn a_small_batch_is_sent_recorded_and_a_second_run_repeats_nothing_in_postgres() {
     let schema = pg::Schema::new("redrive").await;
-    let letters = retry_core::dlq::PgDeadLetters::connect(&schema.url)
+    let letters = retry_postgres::PgDeadLetters::connect(&schema.url)
         .await
         .unwrap();
     small_batch_then_everything_again(&letters).await;
-    let again = retry_core::dlq::PgDeadLetters::connect(&schema.url)
+    let again = retry_postgres::PgDeadLetters::connect(&schema.url)
         .await
         .unwrap();
     assert_eq!(again.redrives().await.unwrap().len(), 2);

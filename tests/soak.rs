@@ -44,12 +44,13 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
-use retry_core::dlq::{DeadLetterStore, DlqFailed, Redrive, SqliteDeadLetters};
+use retry_core::dlq::{DeadLetterStore, DlqFailed, Redrive};
 use retry_core::idempotency::{
-    IdempotencyError, SqliteStore, SqliteTransaction, StoreError, TransactionalStore, encode_key,
-    encode_namespaced_key,
+    IdempotencyError, StoreError, TransactionalStore, encode_key, encode_namespaced_key,
 };
 use retry_core::{Classify, Decision, idempotent, retryable};
+use retry_sqlite::SqliteDeadLetters;
+use retry_sqlite::{SqliteStore, SqliteTransaction};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -178,9 +179,9 @@ impl Effects for SqliteStore {
 }
 
 #[cfg(feature = "postgres")]
-impl Effects for retry_core::idempotency::PgStore {
+impl Effects for retry_postgres::PgStore {
     async fn write_effect(
-        tx: &mut retry_core::idempotency::PgTransaction,
+        tx: &mut retry_postgres::PgTransaction,
         op: u64,
         run: u64,
     ) -> Result<(), SoakError> {

@@ -12,9 +12,11 @@ use std::path::Path;
 use proptest::prelude::*;
 use retry_core::dlq::{
     AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, Page, RedriveRecord,
-    Resolution, SqliteDeadLetters,
+    Resolution,
 };
-use retry_core::idempotency::{Begun, Settings, SqliteStore, begin_call};
+use retry_core::idempotency::{Begun, Settings, begin_call};
+use retry_sqlite::SqliteDeadLetters;
+use retry_sqlite::SqliteStore;
 use serde_json::Value;
 
 use crate::tempdir;
@@ -348,7 +350,8 @@ async fn pg_tables(client: &tokio_postgres::Client, schema: &str) -> BTreeSet<St
 #[cfg(feature = "postgres")]
 #[test]
 fn postgres_dead_letters_resolutions_audit_rows_and_redrive_records_are_bound_not_spliced() {
-    use retry_core::dlq::{AuditEntry, DeadLetterStore, DlqError, Page, PgDeadLetters, Resolution};
+    use retry_core::dlq::{AuditEntry, DeadLetterStore, DlqError, Page, Resolution};
+    use retry_postgres::PgDeadLetters;
 
     let (schema, letters, raw) = RUNTIME.block_on(async {
         let schema = pg::Schema::new("sql_bound_dlq").await;

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use retry_core::idempotency::{IdempotencyError, SqliteStore};
+use retry_core::idempotency::IdempotencyError;
 use retry_core::idempotent;
+use retry_sqlite::SqliteStore;
 
 #[derive(Debug)]
 struct Rejected(IdempotencyError);

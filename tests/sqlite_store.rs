@@ -14,11 +14,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use retry_core::idempotency::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, MemoryStore,
-    SqliteStore, StoreError, encode_namespaced_key,
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, MemoryStore, StoreError,
+    encode_namespaced_key,
 };
 use retry_core::idempotent;
 use retry_core::time::ManualClock;
+use retry_sqlite::SqliteStore;
 
 /// Set in a child process: the database file to work on.
 const CHILD_ENV: &str = "RETRY_CORE_SQLITE_CHILD";

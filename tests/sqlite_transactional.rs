@@ -11,11 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use retry_core::idempotency::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, SqliteStore,
-    SqliteTransaction, StoreError, TransactionalStore,
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyError, IdempotencyStore, StoreError,
+    TransactionalStore,
 };
 use retry_core::idempotent;
 use retry_core::time::ManualClock;
+use retry_sqlite::{SqliteStore, SqliteTransaction};
 
 const DAY: Duration = Duration::from_secs(86_400);
 

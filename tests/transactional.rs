@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
-use retry_core::idempotency::{IdempotencyError, SqliteStore, SqliteTransaction, StoreError};
+use retry_core::idempotency::{IdempotencyError, StoreError};
 use retry_core::idempotent;
+use retry_sqlite::{SqliteStore, SqliteTransaction};
 
 #[derive(Debug)]
 enum Rejected {

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use retry_core::idempotency::{IdempotencyError, IdempotencyStore, MemoryStore, SqliteStore};
+use retry_core::idempotency::{IdempotencyError, IdempotencyStore, MemoryStore};
 use retry_core::{Classify, Decision, Elapsed, idempotent, retryable};
+use retry_sqlite::SqliteStore;
 
 use crate::tempdir;
 use tempdir::TempDir;

@@ -5,8 +5,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Extension, Router};
 use deadpool_postgres::Pool;
-use retry_core::idempotency::PgStore;
 use retry_core::tower::{IdempotencyLayer, RequestTransaction};
+use retry_postgres::PgStore;
 use tokio_postgres::NoTls;
 
 use super::support::store::{in_schema, pg_pool};

@@ -8,8 +8,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Extension, Router};
-use retry_core::idempotency::SqliteStore;
 use retry_core::tower::{IdempotencyLayer, RequestTransaction};
+use retry_sqlite::SqliteStore;
 use rusqlite::{Connection, TransactionBehavior};
 
 use super::{Side, key, listen, no_key, payment};

@@ -21,11 +21,12 @@
 //! ```toml
 //! [dependencies]
 //! retry-core = "0.1"                  # add features as needed: see the table below
+//! retry-sqlite = "0.1"                # the stores in one SQLite file (or retry-postgres)
 //! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
 //! ```
 //!
-//! Or `cargo add retry-core --features reqwest,tower,sqlite`. Minimum Rust: 1.95. The attributes
-//! work in crates of every edition (2018, 2021, 2024).
+//! Or `cargo add retry-core retry-sqlite` (`cargo add retry-core retry-postgres` for PostgreSQL).
+//! Minimum Rust: 1.95. The attributes work in crates of every edition (2018, 2021, 2024).
 //!
 //! # A tour
 //!
@@ -78,12 +79,13 @@
 //! | `tower` | `IdempotencyLayer`, the server-side `Caller-Retries` layer, `RetryLayer` for clients (implies `http`) | `tower-service` 0.3, `http-body` 1 (axum 0.8, hyper-util 0.1) |
 //! | `reqwest-middleware` | [`reqwest_middleware::RetryMiddleware`] (implies `reqwest`) | `reqwest-middleware` 0.5 |
 //! | `tonic` | [`Classify`] for `tonic::Status`, the `caller-retries` metadata (implies `http`) | `tonic` 0.14 |
-//! | `sqlite` | `SqliteStore` (idempotency) and `SqliteDeadLetters` | `rusqlite` 0.43, SQLite bundled |
-//! | `postgres` | `PgStore` and `PgDeadLetters` | `tokio-postgres` 0.7 |
-//! | `postgres-tls` | their `connect` over TLS when the URL asks for it (`sslmode`, `sslrootcert`, as libpq reads them; implies `postgres`) | `rustls` 0.23 with `ring` |
 //! | `opentelemetry` | dead letters parked under a current span carry its trace id; `send_checked` and `RetryMiddleware` set `http.request.resend_count` on resends | `opentelemetry` 0.33 (the API) |
 //! | `serde` | `Serialize`/`Deserialize` for the values an application keeps or configures: a [`Policy`] read from configuration, durations as strings (see [`duration`]) | `serde` 1 |
 //! | `test-suite` | the conformance checks every store passes, for authors of their own stores | |
+//!
+//! The SQL engines are crates of their own, on this crate's public traits: `retry-sqlite`
+//! (`SqliteStore`, `SqliteDeadLetters`, on rusqlite with SQLite bundled) and `retry-postgres`
+//! (`PgStore`, `PgDeadLetters`, on tokio-postgres; TLS with its feature `tls`).
 // Links to items behind features: without the feature, to the published documentation. (A
 // definition must not continue the paragraph or table before it: hence the empty line.)
 #![doc = ""]
@@ -184,8 +186,6 @@ pub mod reqwest_middleware;
 mod retrying;
 pub mod scope;
 mod site;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod sql;
 #[cfg(any(feature = "dlq", feature = "idempotency"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "dlq", feature = "idempotency"))))]
 pub mod time;

@@ -80,8 +80,20 @@ impl Clock for ManualClock {
 const END_OF_TIME: Duration = Duration::from_secs(253_402_300_799);
 
 /// `now + by`, ending at the latest time [`format_utc`] can write rather than overflowing: a
-/// lease or retention that would end later ends there.
-pub(crate) fn later(now: SystemTime, by: Duration) -> SystemTime {
+/// lease or retention that would end later ends there. What a store computes a lease's or a
+/// retention's end with before writing it as [`format_utc`] text.
+///
+/// ```
+/// use std::time::{Duration, UNIX_EPOCH};
+///
+/// use retry_core::time::{format_utc, later};
+///
+/// let start = UNIX_EPOCH + Duration::from_secs(1_786_000_000);
+/// assert_eq!(later(start, Duration::from_secs(30)), start + Duration::from_secs(30));
+/// // A retention of "forever" ends at the last time the text can hold, never overflows.
+/// assert_eq!(format_utc(later(start, Duration::MAX)), "9999-12-31T23:59:59.000000Z");
+/// ```
+pub fn later(now: SystemTime, by: Duration) -> SystemTime {
     now.checked_add(by).map_or(UNIX_EPOCH + END_OF_TIME, |t| {
         t.min(UNIX_EPOCH + END_OF_TIME)
     })

@@ -15,10 +15,10 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use retry_core::dlq::SqliteDeadLetters;
 use retry_core::dlq::{
     DeadLetter, DeadLetterStore, DlqError, FailureClass, JsonlSink, Page, Resolution,
 };
+use retry_sqlite::SqliteDeadLetters;
 
 use crate::report::{Reasons, Stats, Verdict};
 
@@ -343,7 +343,7 @@ enum Store {
     Jsonl(JsonlSink),
     Sqlite(SqliteDeadLetters),
     #[cfg(feature = "postgres")]
-    Pg(retry_core::dlq::PgDeadLetters),
+    Pg(retry_postgres::PgDeadLetters),
 }
 
 /// The file behind `--jsonl` / `--sqlite` must be there: opening would create an empty store,
@@ -424,9 +424,9 @@ async fn open(selection: &Selection, write: bool) -> Result<Store, Failure> {
             Ok(Store::Sqlite(store))
         }
         #[cfg(feature = "postgres")]
-        // Over TLS as the URL says (sslmode, sslrootcert): retry-core's `postgres-tls`.
+        // Over TLS as the URL says (sslmode, sslrootcert): retry-postgres's `tls`.
         Selection::Pg(url) => Ok(Store::Pg(
-            retry_core::dlq::PgDeadLetters::connect(url)
+            retry_postgres::PgDeadLetters::connect(url)
                 .await
                 .map_err(Failure::Store)?,
         )),

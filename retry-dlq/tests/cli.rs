@@ -11,9 +11,9 @@ use std::time::{Duration, SystemTime};
 
 use retry_core::dlq::{
     DeadLetter, DeadLetterSink, DlqError, FailureClass, JsonlSink, MAX_ORIGINAL_DEPTH,
-    SqliteDeadLetters,
 };
 use retry_core::time::format_rfc3339;
+use retry_sqlite::SqliteDeadLetters;
 
 /// A directory removed on drop.
 struct TempDir(PathBuf);
@@ -924,7 +924,8 @@ fn pg_urls_that_cannot_work_are_errors_without_the_password() {
 #[cfg(feature = "postgres")]
 #[test]
 fn postgres_through_the_option_and_the_environment() {
-    use retry_core::dlq::{DeadLetterSink as _, DeadLetterStore as _, PgDeadLetters};
+    use retry_core::dlq::{DeadLetterSink as _, DeadLetterStore as _};
+    use retry_postgres::PgDeadLetters;
 
     let url = match std::env::var("DATABASE_URL") {
         Ok(url) if !url.trim().is_empty() => url,

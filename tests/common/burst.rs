@@ -5,10 +5,9 @@
 
 use std::path::Path;
 
-use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DlqError, DlqFailed, JsonlSink, SqliteDeadLetters,
-};
+use retry_core::dlq::{DeadLetter, DeadLetterSink, DlqError, DlqFailed, JsonlSink};
 use retry_core::{Classify, Decision, retryable};
+use retry_sqlite::SqliteDeadLetters;
 use serde::Serialize;
 
 /// The two file stores, as one sink.

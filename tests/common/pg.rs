@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use retry_core::idempotency::PgStore;
+use retry_postgres::PgStore;
 
 pub(crate) fn database_url() -> String {
     match std::env::var("DATABASE_URL") {

@@ -13,8 +13,8 @@ impl From<IdempotencyError> for DepositError {
 // A transactional `Err` rolls back: the key is always released, so `on_err` decides nothing.
 #[idempotent(key = msg_no, store = inbox, transaction = tx, on_err = "keep")]
 async fn deposit(
-    inbox: &retry_core::idempotency::SqliteStore,
-    tx: &mut retry_core::idempotency::SqliteTransaction,
+    inbox: &retry_sqlite::SqliteStore,
+    tx: &mut retry_sqlite::SqliteTransaction,
     msg_no: u64,
 ) -> Result<u64, DepositError> {
     Ok(msg_no)

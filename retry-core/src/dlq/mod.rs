@@ -21,13 +21,8 @@ mod letter;
 mod memory;
 mod monitor;
 pub(crate) mod parking;
-#[cfg(feature = "postgres")]
-mod postgres;
 pub mod redrive;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod row;
-#[cfg(feature = "sqlite")]
-mod sqlite;
+pub mod row;
 
 use std::future::Future;
 use std::time::{Duration, SystemTime};
@@ -40,16 +35,10 @@ pub use letter::{
 };
 pub use memory::MemoryDeadLetters;
 pub use monitor::{Pending, pending, spawn_monitor};
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use postgres::PgDeadLetters;
 pub use redrive::{
     AssumeIdempotent, Filter, Outcome, Redrive, RedriveError, RedriveFuture, RedriveReport,
     RedriveRun, assume_idempotent,
 };
-#[cfg(feature = "sqlite")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub use sqlite::SqliteDeadLetters;
 
 /// Where dead letters are parked. `park` returns only once the letter is durable.
 #[diagnostic::on_unimplemented(

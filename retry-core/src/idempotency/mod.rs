@@ -47,13 +47,8 @@ mod held;
 mod key;
 mod memory;
 mod operation_timeout;
-#[cfg(feature = "postgres")]
-mod postgres;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod purge;
 mod settle;
-#[cfg(feature = "sqlite")]
-mod sqlite;
 
 use std::future::Future;
 use std::time::Duration;
@@ -66,13 +61,8 @@ pub use key::{KeyPart, encode_key, encode_namespaced_key, encode_scoped_key};
 pub use memory::MemoryStore;
 #[cfg(test)]
 pub(crate) use memory::OverMemory;
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use postgres::{PgStore, PgTransaction};
+pub use purge::spawn_purger;
 pub use settle::OnErr;
-#[cfg(feature = "sqlite")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub use sqlite::{SqliteStore, SqliteTransaction};
 
 /// What a call asks of the store when it claims its key.
 #[derive(Debug, Clone, Copy)]
@@ -170,8 +160,17 @@ impl Claim {
         crate::http::IdempotencyKey::derived_keyed(secret, &encode_key(&(self.key.as_str(), label)))
     }
 
-    /// The first claim of `key`, which had no row: fencing token 1, as every store numbers it.
-    pub(crate) fn first(key: &str) -> Claim {
+    /// The first claim of `key`, which had no row: fencing token 1, as every store numbers it
+    /// (a takeover or a claim after a release then takes a larger token). For the authors of
+    /// stores, whose `claim` answers it for a key it inserted.
+    ///
+    /// ```
+    /// use retry_core::idempotency::Claim;
+    ///
+    /// assert_eq!(Claim::first("s7:deposit/n42"), Claim { key: "s7:deposit/n42".into(), token: 1 });
+    /// ```
+    #[must_use]
+    pub fn first(key: &str) -> Claim {
         Claim {
             key: key.to_owned(),
             token: 1,
@@ -264,8 +263,8 @@ pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 /// The rule: keep rows longer than the longest window in which the sender can resend.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 
-/// Where claims and responses are kept. Implemented by [`MemoryStore`], `SqliteStore` (feature
-/// `sqlite`) and `PgStore` (feature `postgres`); `&S` and `Arc<S>` work wherever `S` does. The
+/// Where claims and responses are kept. Implemented by [`MemoryStore`], `SqliteStore` (crate
+/// `retry-sqlite`) and `PgStore` (crate `retry-postgres`); `&S` and `Arc<S>` work wherever `S` does. The
 /// contract is shaped for SQL stores with transactions.
 ///
 /// Every method is atomic on its own. Implementations claim by inserting under the primary key
@@ -280,7 +279,7 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an idempotency store",
     label = "`store = ...` must name an `IdempotencyStore`",
-    note = "use a `MemoryStore`, a `SqliteStore` (feature `sqlite`), or implement `retry_core::idempotency::IdempotencyStore`"
+    note = "use a `MemoryStore`, a `retry_sqlite::SqliteStore`, or implement `retry_core::idempotency::IdempotencyStore`"
 )]
 pub trait IdempotencyStore: Send + Sync {
     /// Claims `request.key`, or reports what holds it.
@@ -438,37 +437,7 @@ pub trait TransactionalStore: IdempotencyStore {
     /// The default is [`begin`](Self::begin): the lease keeps the claim, as for a transaction
     /// begun without one.
     ///
-    #[cfg_attr(feature = "sqlite", doc = "```")]
-    #[cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
-    /// use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, SqliteStore, TransactionalStore};
-    /// use std::time::Duration;
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let path = std::env::temp_dir().join(format!("retry-core-doc-begin-for-{}.sqlite3", std::process::id()));
-    /// let store = SqliteStore::open(&path)?;
-    /// let request = ClaimRequest {
-    ///     key: "pay-7",
-    ///     biz_key: "7",
-    ///     fingerprint: None,
-    ///     lease: Duration::from_secs(300),
-    ///     retention: Duration::from_secs(86_400),
-    /// };
-    /// let ClaimOutcome::Claimed(first) = store.claim(&request).await? else { panic!() };
-    /// let tx = store.begin_for(&first).await?;
-    /// // The process dies here: the transaction rolls back, nothing was booked.
-    /// drop(tx);
-    /// // The resend does not wait five minutes for the lease: the key is free now.
-    /// assert!(matches!(store.claim(&request).await?, ClaimOutcome::Claimed(_)));
-    /// # drop(store);
-    /// # for suffix in ["", "-wal", "-shm"] {
-    /// #     let mut file = path.clone().into_os_string();
-    /// #     file.push(suffix);
-    /// #     let _ = std::fs::remove_file(file);
-    /// # }
-    /// # Ok(())
-    /// # }
-    /// ```
+    /// An example on a SQLite file: [`retry_sqlite::transactional`](https://docs.rs/retry-sqlite/latest/retry_sqlite/transactional/index.html).
     fn begin_for(
         &self,
         claim: &Claim,
@@ -515,51 +484,7 @@ pub trait TransactionalStore: IdempotencyStore {
     /// (which commits on its own), then [`begin_for`](Self::begin_for) on a claimed key, with
     /// `in_transaction: false`; a `begin_for` that fails releases the claim again.
     ///
-    #[cfg_attr(feature = "sqlite", doc = "```")]
-    #[cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
-    /// use retry_core::idempotency::{
-    ///     ClaimOutcome, ClaimRequest, SqliteStore, TransactionClaim, TransactionalStore,
-    /// };
-    /// use std::time::Duration;
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let path = std::env::temp_dir().join(format!("retry-core-doc-claim-in-tx-{}.sqlite3", std::process::id()));
-    /// let store = SqliteStore::open(&path)?;
-    /// rusqlite::Connection::open(&path)?.execute_batch("CREATE TABLE deposits (cents INTEGER NOT NULL)")?;
-    /// let request = ClaimRequest {
-    ///     key: "deposit-7",
-    ///     biz_key: "7",
-    ///     fingerprint: None,
-    ///     lease: Duration::from_secs(30),
-    ///     retention: Duration::from_secs(86_400),
-    /// };
-    ///
-    /// // The process dies after the claim: nothing of it was committed, the key is free.
-    /// let TransactionClaim::Claimed(first) = store.claim_in_transaction(&request).await? else { panic!() };
-    /// assert!(first.in_transaction);
-    /// drop(first);
-    ///
-    /// // The resend claims, books and stores its response in one commit.
-    /// let TransactionClaim::Claimed(mut call) = store.claim_in_transaction(&request).await? else { panic!() };
-    /// call.transaction.run(|c| c.execute("INSERT INTO deposits VALUES (10)", [])).await?;
-    /// store.commit_done(call.transaction, &call.claim, "\"booked\"").await?;
-    ///
-    /// // A duplicate gets the stored response; the deposit is there once.
-    /// let again = store.claim_in_transaction(&request).await?;
-    /// assert!(matches!(again, TransactionClaim::Refused(ClaimOutcome::Done(r)) if r == "\"booked\""));
-    /// let deposits: i64 = rusqlite::Connection::open(&path)?
-    ///     .query_row("SELECT count(*) FROM deposits", [], |row| row.get(0))?;
-    /// assert_eq!(deposits, 1);
-    /// # drop(store);
-    /// # for suffix in ["", "-wal", "-shm"] {
-    /// #     let mut file = path.clone().into_os_string();
-    /// #     file.push(suffix);
-    /// #     let _ = std::fs::remove_file(file);
-    /// # }
-    /// # Ok(())
-    /// # }
-    /// ```
+    /// An example on a SQLite file: [`retry_sqlite::transactional`](https://docs.rs/retry-sqlite/latest/retry_sqlite/transactional/index.html).
     fn claim_in_transaction(
         &self,
         request: &ClaimRequest<'_>,

@@ -5,10 +5,33 @@ use std::time::Duration;
 
 use super::IdempotencyStore;
 
-/// Purges `store` of rows older than `age` every `every` (at least a second), starting now;
-/// `store` names the store in events. Holds the store weakly, so it ends at its first round
-/// after the store is dropped; logs errors and tries again next round, never panics.
-pub(crate) fn spawn_purger<S: IdempotencyStore + 'static>(
+/// Purges `store` of rows older than `age` every `every` (at least a second), starting now,
+/// on a task of its own: the background purger a store hands out as its own `spawn_purger`
+/// method, so that purging stays off the request path. `name` names the store in the events
+/// (the file, or the server), each round's purged rows at DEBUG and a failed round at WARN.
+///
+/// Holds the store weakly, so the task ends at its first round after the store is dropped; it
+/// logs a failed round and tries again at the next one, and never panics. Needs a Tokio runtime
+/// (it calls `tokio::spawn`). `retry-sqlite`'s `SqliteStore::spawn_purger` and
+/// `retry-postgres`'s `PgStore::spawn_purger` are this function; a store of your own can offer
+/// the same in one line:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use retry_core::idempotency::{MemoryStore, spawn_purger};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let store = Arc::new(MemoryStore::new());
+/// let purger = spawn_purger(&store, Duration::from_secs(30 * 86_400), Duration::from_secs(3600), "memory".into());
+/// drop(store); // the purger ends at its next round
+/// tokio::time::sleep(Duration::from_secs(3601)).await;
+/// assert!(purger.await.is_ok());
+/// # }
+/// ```
+pub fn spawn_purger<S: IdempotencyStore + 'static>(
     store: &Arc<S>,
     age: Duration,
     every: Duration,

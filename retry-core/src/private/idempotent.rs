@@ -89,7 +89,7 @@ impl<F> Probe<Idempotent<F, Retries>> {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an idempotency store",
     label = "`store = ...` must name an `IdempotencyStore`",
-    note = "use a `MemoryStore`, a `SqliteStore` (feature `sqlite`), or implement `retry_core::idempotency::IdempotencyStore`"
+    note = "use a `MemoryStore`, a `retry_sqlite::SqliteStore`, or implement `retry_core::idempotency::IdempotencyStore`"
 )]
 pub trait IsStore<M> {
     /// The store: `Self`, when it is one.

@@ -20,21 +20,23 @@
 //! in the factory's captures, since the factory is an `AsyncFnMut`:
 //!
 //! ```no_run
-//! # #[cfg(feature = "sqlite")]
-//! # async fn sqlite() {
-//! use retry_core::idempotency::{SqliteStore, conformance};
+//! use std::sync::Arc;
 //!
-//! let dir = std::env::temp_dir().join("my-store-conformance");
-//! std::fs::create_dir_all(&dir).unwrap();
-//! let mut made = 0;
+//! use retry_core::idempotency::{MemoryStore, conformance};
+//!
+//! # async fn run() {
+//! let mut made = Vec::new(); // a schema or a file per check, in a store of your own
 //! conformance::run(async || {
-//!     made += 1;
-//!     SqliteStore::open(dir.join(format!("{made}.sqlite3"))).unwrap()
+//!     let store = Arc::new(MemoryStore::new());
+//!     made.push(Arc::clone(&store));
+//!     store
 //! })
 //! .await;
-//! std::fs::remove_dir_all(&dir).unwrap();
+//! drop(made); // cleaned up once every check ran
 //! # }
 //! ```
+//!
+//! retry-sqlite and retry-postgres run it on a fresh file and a fresh schema per check.
 //!
 //! # Time
 //!

@@ -24,65 +24,13 @@ use crate::idempotency::{Claim, StoreError, TransactionalStore};
 /// Axum handlers take it with `Extension<RequestTransaction<St>>`; any other tower service finds
 /// it in `request.extensions()`. [`get`](Self::get) begins the transaction on first use and
 /// returns a [`TransactionGuard`] that dereferences to the store's transaction
-/// ([`SqliteTransaction`](crate::idempotency::SqliteTransaction),
-/// [`PgTransaction`](crate::idempotency::PgTransaction)): run the handler's own SQL on it, drop
+/// ([`SqliteTransaction`](https://docs.rs/retry-sqlite/latest/retry_sqlite/struct.SqliteTransaction.html),
+/// [`PgTransaction`](https://docs.rs/retry-postgres/latest/retry_postgres/struct.PgTransaction.html)): run the handler's own SQL on it, drop
 /// the guard (or let it go out of scope), and answer. The layer then commits the handler's
 /// writes together with the stored response, or rolls them back: see the
 /// [module docs](crate::tower::idempotency#transactional-mode) for which answers commit.
 ///
-#[cfg_attr(feature = "sqlite", doc = "```")]
-#[cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
-/// use axum::{Extension, Router, body::Body, http::{Request, StatusCode}, routing::post};
-/// use retry_core::idempotency::{SqliteStore, StoreError};
-/// use retry_core::tower::{IdempotencyLayer, RequestTransaction};
-/// use tower_service::Service;
-///
-/// async fn pay(
-///     Extension(tx): Extension<RequestTransaction<SqliteStore>>,
-///     body: String,
-/// ) -> Result<(StatusCode, String), StatusCode> {
-///     let unavailable = |_: StoreError| StatusCode::SERVICE_UNAVAILABLE;
-///     let mut tx = tx.get().await.map_err(unavailable)?;
-///     let id = tx
-///         .run(move |c| {
-///             c.execute("INSERT INTO payments (body) VALUES (?1)", [body])?;
-///             Ok(c.last_insert_rowid())
-///         })
-///         .await
-///         .map_err(unavailable)?;
-///     Ok((StatusCode::CREATED, format!("payment {id}")))
-/// }
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let path = std::env::temp_dir().join(format!("retry-core-doc-request-tx-{}.sqlite3", std::process::id()));
-/// let store = SqliteStore::open(&path)?;
-/// rusqlite::Connection::open(&path)?
-///     .execute_batch("CREATE TABLE payments (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")?;
-/// let mut app = Router::new()
-///     .route("/payments", post(pay))
-///     .layer(IdempotencyLayer::unauthenticated(store).transactional());
-/// let send = || {
-///     let request = Request::post("/payments").header("idempotency-key", "\"p-1\"");
-///     request.body(Body::from("10 EUR")).unwrap()
-/// };
-/// let first = app.call(send()).await?;
-/// assert_eq!(first.status(), StatusCode::CREATED);
-/// let again = app.call(send()).await?;
-/// assert_eq!(again.headers()["idempotent-replayed"], "?1");
-///
-/// let booked: i64 = rusqlite::Connection::open(&path)?
-///     .query_row("SELECT count(*) FROM payments", [], |row| row.get(0))?;
-/// assert_eq!(booked, 1, "the payment and its stored response committed together, once");
-/// # drop(app);
-/// # for suffix in ["", "-wal", "-shm"] {
-/// #     let mut file = path.clone().into_os_string();
-/// #     file.push(suffix);
-/// #     let _ = std::fs::remove_file(file);
-/// # }
-/// # Ok(())
-/// # }
-/// ```
+/// An example on a SQLite file: [`retry_sqlite::transactional`](https://docs.rs/retry-sqlite/latest/retry_sqlite/transactional/index.html).
 ///
 /// A layer built without [`transactional`](super::IdempotencyLayer::transactional) offers it
 /// too, so a handler written for a transactional route and mounted behind a plain layer is
@@ -222,18 +170,7 @@ impl<St: TransactionalStore + 'static> RequestTransaction<St> {
     /// - [`StoreError::Unavailable`] when another [`TransactionGuard`] of this request is still
     ///   alive (one at a time: drop the first), or the handler already answered.
     ///
-    #[cfg_attr(feature = "sqlite", doc = "```")]
-    #[cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
-    /// use retry_core::idempotency::SqliteStore;
-    /// use retry_core::tower::RequestTransaction;
-    ///
-    /// /// The handler's own write, in the layer's transaction.
-    /// async fn book(tx: &RequestTransaction<SqliteStore>, cents: i64) -> Result<(), Box<dyn std::error::Error>> {
-    ///     let mut tx = tx.get().await?;
-    ///     tx.run(move |c| c.execute("INSERT INTO bookings (cents) VALUES (?1)", [cents])).await?;
-    ///     Ok(())
-    /// }
-    /// ```
+    /// An example on a SQLite file: [`retry_sqlite::transactional`](https://docs.rs/retry-sqlite/latest/retry_sqlite/transactional/index.html).
     pub async fn get(&self) -> Result<TransactionGuard<St>, StoreError> {
         let shared = self.shared()?;
         {
@@ -371,17 +308,7 @@ impl<St: TransactionalStore> Drop for Beginning<'_, St> {
 /// it before the handler answers (a guard kept past the answer, e.g. moved into a spawned task,
 /// cannot be committed: the layer then rolls back and answers `500`).
 ///
-#[cfg_attr(feature = "postgres", doc = "```no_run")]
-#[cfg_attr(not(feature = "postgres"), doc = "```ignore")]
-/// use retry_core::idempotency::{PgStore, StoreError};
-/// use retry_core::tower::RequestTransaction;
-///
-/// /// With PostgreSQL the guard dereferences to a `PgTransaction`, whose `client()` runs SQL.
-/// async fn book(tx: &RequestTransaction<PgStore>, cents: i64) -> Result<u64, Box<dyn std::error::Error>> {
-///     let tx = tx.get().await?;
-///     Ok(tx.client().execute("INSERT INTO bookings (cents) VALUES ($1)", &[&cents]).await?)
-/// }
-/// ```
+/// An example on PostgreSQL: [`retry_postgres::PgTransaction`](https://docs.rs/retry-postgres/latest/retry_postgres/struct.PgTransaction.html).
 #[must_use = "the transaction is given back to the layer when the guard is dropped"]
 pub struct TransactionGuard<St: TransactionalStore> {
     /// `Some` until dropped.

@@ -161,8 +161,13 @@ pub struct Plain;
 /// ```
 /// use retry_core::tower::{InTransaction, Mode};
 ///
-/// # #[cfg(feature = "sqlite")]
-/// assert!(<InTransaction as Mode<retry_core::idempotency::SqliteStore>>::TRANSACTIONAL);
+/// fn is_transactional<St>() -> bool
+/// where
+///     St: retry_core::idempotency::TransactionalStore + 'static,
+///     St::Transaction: 'static,
+/// {
+///     <InTransaction as Mode<St>>::TRANSACTIONAL // true for every transactional store
+/// }
 /// ```
 ///
 /// [`RequestTransaction`]: super::RequestTransaction
@@ -258,26 +263,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
     /// response then commit together, or not at all. See the
     /// [module docs](crate::tower::idempotency#transactional-mode).
     ///
-    #[cfg_attr(feature = "sqlite", doc = "```")]
-    #[cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
-    /// use http::request::Parts;
-    /// use retry_core::idempotency::SqliteStore;
-    /// use retry_core::tower::{IdempotencyLayer, InTransaction};
-    ///
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let path = std::env::temp_dir().join(format!("retry-core-doc-layer-tx-{}.sqlite3", std::process::id()));
-    /// let store = SqliteStore::open(&path)?;
-    /// let layer: IdempotencyLayer<SqliteStore, InTransaction> =
-    ///     IdempotencyLayer::unauthenticated(store).transactional();
-    /// # drop(layer);
-    /// # for suffix in ["", "-wal", "-shm"] {
-    /// #     let mut file = path.clone().into_os_string();
-    /// #     file.push(suffix);
-    /// #     let _ = std::fs::remove_file(file);
-    /// # }
-    /// # Ok(())
-    /// # }
-    /// ```
+    /// An example on a SQLite file: [`retry_sqlite::transactional`](https://docs.rs/retry-sqlite/latest/retry_sqlite/transactional/index.html).
     ///
     /// [`RequestTransaction`]: super::RequestTransaction
     #[must_use]

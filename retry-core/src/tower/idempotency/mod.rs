@@ -212,7 +212,7 @@
 //!
 //! # Transactional mode
 //!
-//! [`IdempotencyLayer::transactional`], on a [`TransactionalStore`] (`SqliteStore`, `PgStore`),
+//! [`IdempotencyLayer::transactional`], on a [`TransactionalStore`] (retry-sqlite's `SqliteStore`, retry-postgres's `PgStore`),
 //! gives each handler the store's transaction: its writes, the `done` row and the stored
 //! response commit together, in one transaction fenced by the claim's token, or not at all. It
 //! is the mode of `#[idempotent(transaction = ..)]`, for HTTP:
@@ -224,9 +224,9 @@
 //!    `Extension<RequestTransaction<St>>`, any other service from `request.extensions()`. Its
 //!    [`get`](RequestTransaction::get) begins the transaction on first use and lends it out as
 //!    a [`TransactionGuard`]: on SQLite a
-//!    [`SqliteTransaction`](crate::idempotency::SqliteTransaction), whose `run(|conn| ..)`
+//!    [`SqliteTransaction`](https://docs.rs/retry-sqlite/latest/retry_sqlite/struct.SqliteTransaction.html), whose `run(|conn| ..)`
 //!    runs the handler's rusqlite code on the store's blocking thread; on PostgreSQL a
-//!    [`PgTransaction`](crate::idempotency::PgTransaction), whose `client()` is a
+//!    [`PgTransaction`](https://docs.rs/retry-postgres/latest/retry_postgres/struct.PgTransaction.html), whose `client()` is a
 //!    tokio-postgres client inside the transaction. The guard gives the transaction back to
 //!    the layer when it is dropped. A layer built without `.transactional()` offers the same
 //!    extension, refusing: `get` fails, and the layer answers `500` ("this route is not
@@ -263,46 +263,7 @@
 //! whose effects lie elsewhere (a card network, an email) does not ask: its request runs under
 //! the non-transactional rules, on the same layer. One of each:
 //!
-#![cfg_attr(feature = "sqlite", doc = "```")]
-#![cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
-//! use axum::{Extension, Router, http::StatusCode, routing::post};
-//! use retry_core::idempotency::{SqliteStore, StoreError};
-//! use retry_core::tower::{IdempotencyLayer, RequestTransaction};
-//!
-//! type Tx = Extension<RequestTransaction<SqliteStore>>;
-//!
-//! /// Books the payment in the service's own table: committed with the stored response.
-//! async fn pay(Extension(tx): Tx, order: String) -> Result<String, StatusCode> {
-//!     let failed = |_: StoreError| StatusCode::SERVICE_UNAVAILABLE; // rolled back: key freed
-//!     let mut tx = tx.get().await.map_err(failed)?;
-//!     tx.run(move |c| c.execute("INSERT INTO payments (id) VALUES (?1)", [order]))
-//!         .await
-//!         .map_err(failed)?;
-//!     Ok("booked".into())
-//! }
-//!
-//! /// Sends a receipt by email: no transaction asked for, so the answer is stored as in the
-//! /// non-transactional mode (and a `5xx` kept, since the email may have gone).
-//! async fn email_receipt(order: String) -> String {
-//!     format!("receipt for {order} sent")
-//! }
-//!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let path = std::env::temp_dir().join(format!("retry-core-doc-modes-{}.sqlite3", std::process::id()));
-//! let store = SqliteStore::open(&path)?;
-//! let app: Router = Router::new()
-//!     .route("/payments", post(pay))
-//!     .route("/receipts", post(email_receipt))
-//!     .layer(IdempotencyLayer::unauthenticated(store).transactional());
-//! # drop(app);
-//! # for suffix in ["", "-wal", "-shm"] {
-//! #     let mut file = path.clone().into_os_string();
-//! #     file.push(suffix);
-//! #     let _ = std::fs::remove_file(file);
-//! # }
-//! # Ok(())
-//! # }
-//! ```
+//! An example on a SQLite file: [`retry_sqlite::transactional`](https://docs.rs/retry-sqlite/latest/retry_sqlite/transactional/index.html).
 //!
 //! **SQLite has one writer.** `get` runs `BEGIN IMMEDIATE`: the file's write lock is taken then
 //! and held until the commit, and every other writer (the claims, commits and transactions of

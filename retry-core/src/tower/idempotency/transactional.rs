@@ -83,41 +83,7 @@ where
     /// - a duplicate of a request still running waits for its transaction on SQLite (one
     ///   writer) and then replays the answer; PostgreSQL answers `409` at once.
     ///
-    #[cfg_attr(feature = "sqlite", doc = "```")]
-    #[cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
-    /// use axum::{Extension, Router, body::Body, http::{Request, StatusCode}, routing::post};
-    /// use retry_core::idempotency::{SqliteStore, StoreError};
-    /// use retry_core::tower::{IdempotencyLayer, RequestTransaction};
-    /// use tower_service::Service;
-    ///
-    /// async fn book(Extension(tx): Extension<RequestTransaction<SqliteStore>>, order: String) -> StatusCode {
-    ///     let Ok(mut tx) = tx.get().await else { return StatusCode::SERVICE_UNAVAILABLE };
-    ///     match tx.run(move |c| c.execute("INSERT INTO bookings (id) VALUES (?1)", [order])).await {
-    ///         Ok(_) => StatusCode::CREATED,
-    ///         Err(_) => StatusCode::SERVICE_UNAVAILABLE, // rolled back: the key is free again
-    ///     }
-    /// }
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let path = std::env::temp_dir().join(format!("retry-core-doc-one-commit-{}.sqlite3", std::process::id()));
-    /// let store = SqliteStore::open(&path)?;
-    /// rusqlite::Connection::open(&path)?.execute_batch("CREATE TABLE bookings (id TEXT PRIMARY KEY)")?;
-    /// let layer = IdempotencyLayer::unauthenticated(store).transactional().effects_in_transaction();
-    /// let mut app = Router::new().route("/bookings", post(book)).layer(layer);
-    /// let send = || Request::post("/bookings").header("idempotency-key", "\"b-1\"").body(Body::from("o-1"));
-    /// assert_eq!(app.call(send()?).await?.status(), StatusCode::CREATED);
-    /// let again = app.call(send()?).await?;
-    /// assert_eq!(again.headers()["idempotent-replayed"], "?1");
-    /// # drop(app);
-    /// # for suffix in ["", "-wal", "-shm"] {
-    /// #     let mut file = path.clone().into_os_string();
-    /// #     file.push(suffix);
-    /// #     let _ = std::fs::remove_file(file);
-    /// # }
-    /// # Ok(())
-    /// # }
-    /// ```
+    /// An example on a SQLite file: [`retry_sqlite::transactional`](https://docs.rs/retry-sqlite/latest/retry_sqlite/transactional/index.html).
     #[must_use]
     pub fn effects_in_transaction(mut self) -> Self {
         self.claim_in_transaction = true;

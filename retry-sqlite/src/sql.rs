@@ -1,0 +1,688 @@
+//! The SQLite plumbing of `SqliteStore` and `SqliteDeadLetters`: a small connection pool to one
+//! file, the helper that runs blocking SQLite calls off the async executor, the preparation of
+//! the file (WAL, busy timeout, `synchronous`) and the migration through `retry_core_schema`.
+//!
+//! Design notes (the why of each choice):
+//! - SQLite calls block: they run in `tokio::task::spawn_blocking` (in place outside a runtime),
+//!   on a connection from a small pool of our own (idle connections reused, at most
+//!   `max_connections`, waiting for one at most the busy timeout).
+//! - The wait for a connection is asynchronous ([`Pool::reserve`], a semaphore with a permit per
+//!   connection), before any blocking thread is taken. Waiting on a blocking thread instead
+//!   deadlocks under load: with more calls in flight than Tokio has blocking threads (512), every
+//!   thread waits for a connection while the transactions holding the connections wait for a
+//!   thread to commit on (the soak test found it).
+//! - `journal_mode=WAL` (a property of the file): readers never block the writer, and the file is
+//!   safe for several processes on one machine (not on a network file system: WAL needs shared
+//!   memory).
+//! - A connection still inside a transaction when it comes back (its rollback failed) is closed,
+//!   never pooled.
+//! - Failures come back as [`Error`], which names the file; each store turns it into its own
+//!   error type ([`FromSqliteError`]), so their messages stay their own.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
+
+/// Records an upgraded layout's version (`?1`) for its component (`?2`).
+const UPDATE_VERSION: &str = "UPDATE retry_core_schema SET version = ?1 WHERE component = ?2";
+
+/// The schema table every store of this crate records its layout version in: a table of our own
+/// rather than SQLite's `PRAGMA user_version` or the application's migration tool, because the application's tables
+/// may live in the same file, and its migration tool may own `user_version`. retry-postgres keeps its
+/// versions in a table of the same name and layout.
+///
+/// A store's migration is this text followed by its own `CREATE TABLE IF NOT EXISTS` statements,
+/// run as one batch.
+const SCHEMA_TABLE: &str = "
+CREATE TABLE IF NOT EXISTS retry_core_schema (
+    component TEXT NOT NULL PRIMARY KEY,
+    version INTEGER NOT NULL
+);
+";
+
+/// [`SCHEMA_TABLE`] and then a store's own tables, as one batch.
+pub(crate) fn migration(tables: &str) -> String {
+    format!("{SCHEMA_TABLE}{tables}")
+}
+
+/// Why an operation failed before its errors get the file's name: a failed call of the driver
+/// (`S`), or the store's own verdict (`E`: a corrupt row, a fenced claim). `?` turns the
+/// driver's errors into `Sql`.
+pub(crate) enum Failure<S, E> {
+    Sql(S),
+    Store(E),
+}
+
+impl<S, E> From<S> for Failure<S, E> {
+    fn from(e: S) -> Self {
+        Failure::Sql(e)
+    }
+}
+
+/// How long an operation waits for a lock held by another connection or process.
+pub(crate) const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Per-connection settings, and the pool's size.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    /// How long a call waits for a lock another connection holds; also bounds the wait for a
+    /// free connection of the pool.
+    pub(crate) busy_timeout: Duration,
+    /// `synchronous=FULL` (every commit synced) rather than `NORMAL`.
+    pub(crate) synchronous_full: bool,
+    /// Connections opened to the file at most.
+    pub(crate) max_connections: usize,
+}
+
+/// A store's table in the file, and how its layout version is kept in `retry_core_schema`.
+#[derive(Debug)]
+pub(crate) struct Schema {
+    /// The store's type, named when the file cannot use WAL.
+    pub(crate) store: &'static str,
+    /// The store's table: its row in `retry_core_schema`, named when the file is newer.
+    pub(crate) component: &'static str,
+    /// The version of the layout this code writes.
+    pub(crate) version: i64,
+    /// The store's `CREATE TABLE IF NOT EXISTS` / `CREATE INDEX IF NOT EXISTS` statements: the
+    /// layout of version 1.
+    pub(crate) tables: &'static str,
+    /// The steps from each version to the next: `upgrades[0]` takes version 1 to 2, and so on
+    /// up to `version`. A new file gets `tables` and then every step, so the layout it ends with
+    /// is exactly the one an upgraded file has (as in the PostgreSQL plumbing).
+    pub(crate) upgrades: &'static [&'static str],
+    /// Reads the store's row of `retry_core_schema`.
+    pub(crate) select_version: &'static str,
+    /// Records `?1` as the store's version, unless a row is there.
+    pub(crate) record_version: &'static str,
+}
+
+/// What went wrong in the plumbing, before a store turns it into its own error.
+#[derive(Debug)]
+pub(crate) enum Error {
+    /// SQLITE_BUSY / SQLITE_LOCKED after the busy timeout.
+    Locked(Locked),
+    /// Any other failed SQLite call on the file.
+    Sql {
+        /// The file.
+        path: PathBuf,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// The file could not be opened or created.
+    OpenFailed(OpenFailed),
+    /// Every connection of the pool stayed in use for the busy timeout.
+    PoolExhausted(PoolExhausted),
+    /// Any other failure, in words (naming the file where there is one).
+    Message(String),
+    /// The blocking task running the work failed (it panicked, or the runtime shut down).
+    Worker {
+        /// The file.
+        path: PathBuf,
+        /// Why the task failed.
+        source: tokio::task::JoinError,
+    },
+}
+
+/// A store's own error type: how an [`Error`] of the plumbing reads as one.
+pub(crate) trait FromSqliteError {
+    fn from_sqlite(error: Error) -> Self;
+}
+
+/// Why an operation failed before its errors get the file's name: a failed SQLite call, or the
+/// store's own verdict (a corrupt row, a fenced claim).
+pub(crate) type Fail<E> = Failure<rusqlite::Error, E>;
+
+/// Runs `work` off the async executor when a Tokio runtime is present (in place otherwise: the
+/// call then blocks its thread, as any SQLite call does). `path` names the file if the blocking
+/// task fails.
+pub(crate) async fn blocking<T: Send + 'static, E: FromSqliteError + Send + 'static>(
+    path: &Path,
+    work: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, E> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => runtime.spawn_blocking(work).await.unwrap_or_else(|e| {
+            Err(E::from_sqlite(Error::Worker {
+                path: path.to_path_buf(),
+                source: e,
+            }))
+        }),
+        Err(_) => work(),
+    }
+}
+
+/// Runs `work` for a transaction that holds (or is about to take) the file's write lock. On a
+/// multi-thread Tokio runtime it runs in place (`block_in_place`: the worker hands its other
+/// tasks to another thread), so the task goes on as soon as the statement returns; with
+/// `spawn_blocking` it would first wait to be scheduled again, its lock held meanwhile and
+/// every other writer queued behind it. Elsewhere (a current-thread runtime, none) as
+/// [`blocking`].
+pub(crate) async fn holding_lock<T: Send + 'static, E: FromSqliteError + Send + 'static>(
+    path: &Path,
+    work: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, E> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => blocking(path, work).await,
+    }
+}
+
+/// Connections to one file: idle ones are reused, a new one is opened while fewer than
+/// `max_connections` exist, and otherwise an operation waits for one to come back (at most the
+/// busy timeout).
+pub(crate) struct Pool {
+    pub(crate) path: PathBuf,
+    pub(crate) settings: Settings,
+    state: Mutex<PoolState>,
+    returned: Condvar,
+    /// One permit per connection: taken asynchronously before a blocking thread is.
+    permits: Arc<tokio::sync::Semaphore>,
+    /// One permit: held by this pool's open write transaction (`BEGIN IMMEDIATE` until its
+    /// commit or rollback), so the next one queues here, woken in order when the lock is
+    /// free, instead of polling SQLite's lock from its busy handler, which sleeps for up to
+    /// 100 ms between tries and so leaves the lock idle most of the time under contention.
+    writer: Arc<tokio::sync::Semaphore>,
+}
+
+/// The right to hold one of the pool's connections, taken by [`Pool::reserve`] and given back
+/// with the connection. Outside a Tokio runtime there is nothing to reserve: the blocking
+/// checkout bounds the connections alone.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    /// Held, never read: dropping it gives the permit back.
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The pool's writer permit, for a write transaction ([`Pool::reserve_writer`]).
+    writer: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Reservation {
+    /// No reservation: for code that runs outside a runtime or on its own thread (tests).
+    pub(crate) fn none() -> Self {
+        Reservation {
+            _permit: None,
+            writer: None,
+        }
+    }
+
+    /// This reservation holding `writer` too (see [`Pool::writer_permit`]).
+    pub(crate) fn with_writer(mut self, writer: Option<tokio::sync::OwnedSemaphorePermit>) -> Self {
+        self.writer = writer;
+        self
+    }
+}
+
+/// A permit of `semaphore`, waiting at most `limit` (on the runtime's timer, as every wait in
+/// retry-core: `enable_time`); `None` when it stayed taken.
+async fn acquire(
+    semaphore: &Arc<tokio::sync::Semaphore>,
+    limit: Duration,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if let Ok(permit) = Arc::clone(semaphore).try_acquire_owned() {
+        return Some(permit);
+    }
+    match tokio::time::timeout(limit, Arc::clone(semaphore).acquire_owned()).await {
+        Ok(Ok(permit)) => Some(permit),
+        Ok(Err(_)) | Err(_) => None,
+    }
+}
+
+pub(crate) struct PoolState {
+    pub(crate) idle: Vec<Connection>,
+    /// Connections that exist: idle, in use, or being opened.
+    pub(crate) open: usize,
+    /// Checkouts blocked on `returned`: a connection coming back wakes one only when there is
+    /// one (with the async reservation taken first, there rarely is), as `notify_one` is a
+    /// system call even when nobody waits.
+    waiting: usize,
+}
+
+impl Pool {
+    pub(crate) fn new(path: PathBuf, settings: Settings) -> Self {
+        Pool {
+            path,
+            settings,
+            state: Mutex::new(PoolState {
+                idle: Vec::new(),
+                open: 0,
+                waiting: 0,
+            }),
+            returned: Condvar::new(),
+            permits: Arc::new(tokio::sync::Semaphore::new(settings.max_connections)),
+            writer: Arc::new(tokio::sync::Semaphore::new(1)),
+        }
+    }
+
+    /// Waits, without holding a thread, until one of the pool's connections is free for this
+    /// operation: at most the busy timeout, then [`Error::PoolExhausted`]. Call it before the
+    /// blocking work that checks the connection out.
+    pub(crate) async fn reserve(&self) -> Result<Reservation, Error> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Ok(Reservation::none());
+        }
+        let permit = acquire(&self.permits, self.busy_timeout())
+            .await
+            .ok_or_else(|| self.exhausted())?;
+        Ok(Reservation {
+            _permit: Some(permit),
+            writer: None,
+        })
+    }
+
+    /// [`reserve`](Self::reserve) for a connection that will hold the write lock
+    /// (`BEGIN IMMEDIATE`) until its transaction ends: first waits, at most the busy timeout,
+    /// for this pool's other write transaction to end. The writer permit goes back with the
+    /// connection. Writers that do not hold a transaction open (a claim, a commit of `done`)
+    /// and other processes still meet at SQLite's lock.
+    pub(crate) async fn reserve_writer(&self) -> Result<Reservation, Error> {
+        let writer = self.writer_permit().await?;
+        Ok(self.reserve().await?.with_writer(writer))
+    }
+
+    /// The writer permit alone (see [`reserve_writer`](Self::reserve_writer)), for a writer
+    /// that may take over a connection already checked out (a shared transaction's): at most the
+    /// busy timeout. `None` outside a Tokio runtime, where there is nothing to queue for.
+    pub(crate) async fn writer_permit(
+        &self,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Error> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Ok(None);
+        }
+        let writer = acquire(&self.writer, self.busy_timeout())
+            .await
+            .ok_or_else(|| self.writer_busy())?;
+        Ok(Some(writer))
+    }
+
+    /// The writer permit, however long it takes: for work that must happen once the writers
+    /// queued before it are done (committing a shared transaction they joined).
+    pub(crate) async fn writer_in_turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.writer).acquire_owned().await.ok()
+    }
+
+    /// The writer permit stayed taken for the busy timeout: what SQLite's own lock says then.
+    fn writer_busy(&self) -> Error {
+        let busy = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY);
+        let message = "another transaction of this store held the write lock";
+        self.error(rusqlite::Error::SqliteFailure(
+            busy,
+            Some(message.to_owned()),
+        ))
+    }
+
+    fn exhausted(&self) -> Error {
+        Error::PoolExhausted(PoolExhausted {
+            path: self.path.clone(),
+            connections: self.settings.max_connections,
+            busy_for: self.busy_timeout(),
+        })
+    }
+
+    /// Opens (creating it if needed) the file at `path`, switches it to WAL and creates what is
+    /// missing of `schema`; the first connection stays in the pool. Safe to call from several
+    /// processes at once. Waits up to the busy timeout for a lock another process holds.
+    pub(crate) fn open(path: PathBuf, settings: Settings, schema: &Schema) -> Result<Self, Error> {
+        let pool = Pool::new(path, settings);
+        pool.create_owner_only();
+        let mut first = pool.connect()?;
+        pool.prepare_file(&mut first, schema)?;
+        pool.give_back_new(first);
+        Ok(pool)
+    }
+
+    /// The same file with other settings: a new pool, whose first operation opens a connection
+    /// with them (idle connections of this one close when it is dropped).
+    pub(crate) fn with_settings(&self, settings: Settings) -> Self {
+        Pool::new(self.path.clone(), settings)
+    }
+
+    /// The pool's bookkeeping (the unit tests look at it too).
+    pub(crate) fn state(&self) -> MutexGuard<'_, PoolState> {
+        // Every update of the state is a single push, pop or count: a panic cannot tear it.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The busy timeout as SQLite takes it (whole milliseconds in an `i32`; rusqlite panics on
+    /// more).
+    fn busy_timeout(&self) -> Duration {
+        self.settings
+            .busy_timeout
+            .min(Duration::from_millis(i32::MAX.unsigned_abs().into()))
+    }
+
+    /// Creates a missing file readable by its owner only, before SQLite would create it with the
+    /// umask's permissions (usually world-readable): stored responses and dead letters carry
+    /// payloads. SQLite gives the `-wal` and `-shm` files the database file's permissions. An
+    /// existing file is left as its owner set it.
+    fn create_owner_only(&self) {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        // Any failure (it exists, a missing directory, no permission) is left to SQLite's own
+        // open, which comes next and reports it in the words both stores use.
+        let _ = options.open(&self.path);
+    }
+
+    /// Opens a connection with the per-connection settings. Does not count it.
+    fn connect(&self) -> Result<Connection, Error> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn =
+            Connection::open_with_flags(&self.path, flags).map_err(|e| self.open_error(e))?;
+        conn.busy_timeout(self.busy_timeout())
+            .map_err(|e| self.open_error(e))?;
+        let synchronous = if self.settings.synchronous_full {
+            "FULL"
+        } else {
+            "NORMAL"
+        };
+        conn.pragma_update(None, "synchronous", synchronous)
+            .map_err(|e| self.error(e))?;
+        Ok(conn)
+    }
+
+    /// Once per `open`: WAL mode (a property of the file) and the table.
+    fn prepare_file(&self, conn: &mut Connection, schema: &Schema) -> Result<(), Error> {
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+            .map_err(|e| self.open_error(e))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            let mode: String = conn
+                .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+                .map_err(|e| self.open_error(e))?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                return Err(Error::Message(format!(
+                    "database file {} cannot use WAL (journal mode stays {mode:?}); {} needs a local file",
+                    self.path.display(),
+                    schema.store
+                )));
+            }
+        }
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.error(e))?;
+        self.migrate(&tx, schema)?;
+        tx.commit().map_err(|e| self.error(e))
+    }
+
+    /// Creates what is missing of the schema; refuses a schema newer than this code.
+    fn migrate(&self, conn: &Connection, schema: &Schema) -> Result<(), Error> {
+        conn.execute_batch(&migration(schema.tables))
+            .map_err(|e| self.error(e))?;
+        let version: Option<i64> = conn
+            .query_row(schema.select_version, [], |row| row.get(0))
+            .optional()
+            .map_err(|e| self.error(e))?;
+        match version {
+            Some(version) if version > schema.version => Err(Error::Message(format!(
+                "database file {} has {} schema version {version}, newer than the {} this retry-core understands",
+                self.path.display(),
+                schema.component,
+                schema.version
+            ))),
+            Some(version) => {
+                let done = usize::try_from(version.max(1) - 1).unwrap_or(0);
+                if let Some(steps) = schema.upgrades.get(done..).filter(|s| !s.is_empty()) {
+                    for step in steps {
+                        conn.execute_batch(step).map_err(|e| self.error(e))?;
+                    }
+                    conn.execute(UPDATE_VERSION, params![schema.version, schema.component])
+                        .map_err(|e| self.error(e))?;
+                }
+                Ok(())
+            }
+            None => {
+                for step in schema.upgrades {
+                    conn.execute_batch(step).map_err(|e| self.error(e))?;
+                }
+                conn.execute(schema.record_version, [schema.version])
+                    .map_err(|e| self.error(e))?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Puts a connection opened outside [`Self::checkout`] into the pool.
+    fn give_back_new(&self, conn: Connection) {
+        let mut state = self.state();
+        state.open += 1;
+        state.idle.push(conn);
+    }
+
+    /// Runs `op` on a connection of the pool, off the async executor: the connection is
+    /// reserved first ([`Pool::reserve`]), then checked out on a blocking thread ([`blocking`]).
+    pub(crate) async fn run<T, E>(
+        self: &Arc<Self>,
+        op: impl FnOnce(&mut Connection) -> Result<T, Fail<E>> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: FromSqliteError + Send + 'static,
+    {
+        let reservation = self.reserve().await.map_err(E::from_sqlite)?;
+        let pool = Arc::clone(self);
+        blocking(&self.path, move || pool.with_connection(reservation, op)).await
+    }
+
+    /// Runs `op` on a connection of the pool, on this thread.
+    pub(crate) fn with_connection<T, E: FromSqliteError>(
+        self: &Arc<Self>,
+        reservation: Reservation,
+        op: impl FnOnce(&mut Connection) -> Result<T, Fail<E>>,
+    ) -> Result<T, E> {
+        let mut pooled = self.checkout(reservation).map_err(E::from_sqlite)?;
+        let conn = pooled.connection_mut().map_err(E::from_sqlite)?;
+        op(conn).map_err(|e| self.fail(e))
+    }
+
+    /// A connection for the holder of `reservation` (see [`Pool::reserve`]).
+    pub(crate) fn checkout(
+        self: &Arc<Self>,
+        reservation: Reservation,
+    ) -> Result<PooledConnection, Error> {
+        let deadline = Instant::now() + self.busy_timeout();
+        let mut state = self.state();
+        loop {
+            if let Some(conn) = state.idle.pop() {
+                return Ok(PooledConnection {
+                    pool: Arc::clone(self),
+                    conn: Some(conn),
+                    _reservation: reservation,
+                });
+            }
+            if state.open < self.settings.max_connections {
+                state.open += 1;
+                drop(state);
+                return match self.connect() {
+                    Ok(conn) => Ok(PooledConnection {
+                        pool: Arc::clone(self),
+                        conn: Some(conn),
+                        _reservation: reservation,
+                    }),
+                    Err(e) => {
+                        self.forget_one();
+                        Err(e)
+                    }
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(self.exhausted());
+            }
+            state.waiting += 1;
+            state = self
+                .returned
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+            state.waiting -= 1;
+        }
+    }
+
+    /// A connection was closed (or never opened): make room for another.
+    fn forget_one(&self) {
+        let mut state = self.state();
+        state.open = state.open.saturating_sub(1);
+        self.wake_one(state);
+    }
+
+    /// Wakes one blocked checkout, if any, once `state` (changed by the caller) is released.
+    fn wake_one(&self, state: MutexGuard<'_, PoolState>) {
+        let waiting = state.waiting > 0;
+        drop(state);
+        if waiting {
+            self.returned.notify_one();
+        }
+    }
+
+    /// `e` as the store's error: a failed SQLite call names the file.
+    pub(crate) fn fail<E: FromSqliteError>(&self, e: Fail<E>) -> E {
+        match e {
+            Fail::Sql(e) => E::from_sqlite(self.error(e)),
+            Fail::Store(e) => e,
+        }
+    }
+
+    /// A failed SQLite call: "locked" errors name the file and the wait.
+    pub(crate) fn error(&self, e: rusqlite::Error) -> Error {
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Error::Locked(Locked {
+                path: self.path.clone(),
+                busy_for: self.busy_timeout(),
+                source: e,
+            }),
+            _ => Error::Sql {
+                path: self.path.clone(),
+                source: e,
+            },
+        }
+    }
+
+    /// A failure to open the file: says which file, and why when it is plain.
+    fn open_error(&self, e: rusqlite::Error) -> Error {
+        if matches!(
+            e.sqlite_error_code(),
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+        ) {
+            return self.error(e);
+        }
+        let hint = match self.path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
+                format!(" (directory {} does not exist)", dir.display())
+            }
+            _ => String::new(),
+        };
+        Error::OpenFailed(OpenFailed {
+            path: self.path.clone(),
+            hint,
+            source: e,
+        })
+    }
+}
+
+/// A connection taken from the pool; goes back when dropped. It owns a handle on the pool so a
+/// store can keep it across `.await`s and blocking threads (`SqliteStore`'s transactions do).
+pub(crate) struct PooledConnection {
+    pool: Arc<Pool>,
+    conn: Option<Connection>,
+    /// Given back after the connection (fields drop in order), so a waiter that gets the permit
+    /// finds the connection idle.
+    _reservation: Reservation,
+}
+
+impl PooledConnection {
+    /// The connection; `None` only if the pool lost it, which it never does.
+    pub(crate) fn connection(&self) -> Result<&Connection, Error> {
+        self.conn.as_ref().ok_or_else(lost_connection)
+    }
+
+    pub(crate) fn connection_mut(&mut self) -> Result<&mut Connection, Error> {
+        self.conn.as_mut().ok_or_else(lost_connection)
+    }
+
+    /// The pool it goes back to.
+    pub(crate) fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// The writer permit it holds, if any, taken away: the connection stays checked out, and
+    /// the next writer may go (see [`Pool::writer_permit`]).
+    pub(crate) fn take_writer(&mut self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self._reservation.writer.take()
+    }
+
+    /// Holds `writer` from now on, until the connection goes back.
+    pub(crate) fn hold_writer(&mut self, writer: Option<tokio::sync::OwnedSemaphorePermit>) {
+        self._reservation.writer = writer;
+    }
+}
+
+pub(crate) fn lost_connection() -> Error {
+    Error::Message("SQLite connection pool lost a connection".to_owned())
+}
+
+impl Drop for PooledConnection {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        if conn.is_autocommit() {
+            let mut state = self.pool.state();
+            state.idle.push(conn);
+            self.pool.wake_one(state);
+        } else {
+            // A transaction is still open (its rollback failed): never reuse the connection.
+            drop(conn);
+            self.pool.forget_one();
+        }
+    }
+}
+
+/// SQLITE_BUSY / SQLITE_LOCKED after the busy timeout.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "database file {} is locked by another process (busy for {busy_for:?})",
+    .path.display()
+)]
+pub(crate) struct Locked {
+    path: PathBuf,
+    busy_for: Duration,
+    source: rusqlite::Error,
+}
+
+impl Locked {
+    /// SQLite's own error.
+    pub(crate) fn into_source(self) -> rusqlite::Error {
+        self.source
+    }
+}
+
+/// Every connection of the pool stayed in use for the busy timeout.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "all {connections} connections to database file {} stayed busy (waited {busy_for:?})",
+    .path.display()
+)]
+pub(crate) struct PoolExhausted {
+    path: PathBuf,
+    connections: usize,
+    busy_for: Duration,
+}
+
+/// The file could not be opened or created; SQLite's error is the source.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot open database file {}{hint}", .path.display())]
+pub(crate) struct OpenFailed {
+    path: PathBuf,
+    hint: String,
+    source: rusqlite::Error,
+}
+
+impl OpenFailed {
+    /// SQLite's own error.
+    pub(crate) fn into_source(self) -> rusqlite::Error {
+        self.source
+    }
+}
