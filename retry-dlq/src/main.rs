@@ -1,8 +1,8 @@
 //! `retry-dlq`: look into a dead-letter store of retry-core and redrive it. Counts and ages for
 //! alerting (`stats --check`), a line per letter (`list`), one letter (`show`), everything as JSON
 //! Lines (`export`), acknowledging by hand (`ack`), a redrive to an idempotent HTTP receiver
-//! (`redrive`), and the record of past redrives (`audit`). Only `ack` and `redrive` write to the
-//! store. Every command reads the store a page at a time, or asks it to count: none loads every
+//! (`redrive`), the record of past redrives (`audit`), and moving a JSONL file's letters into a
+//! store (`import`). Only `ack`, `redrive` and `import` write to a store. Every command reads the store a page at a time, or asks it to count: none loads every
 //! letter at once.
 
 mod duration;
@@ -65,11 +65,12 @@ Durations (--max-age, --older-than, --retention, --timeout):
 #[command(
     name = "retry-dlq",
     version,
-    about = "Inspect and redrive a dead-letter store of retry-core: stats for alerting, list, show, export, ack, redrive, audit",
+    about = "Inspect and redrive a dead-letter store of retry-core: stats for alerting, list, show, export, ack, redrive, audit, import",
     long_about = "Inspect and redrive a dead-letter store of retry-core: stats for alerting, list, \
-                  show, export, ack, redrive, audit.\n\nOnly `ack` and `redrive` write to the \
-                  store: `ack` resolves letters by hand; `redrive` resolves the letters it sent, \
-                  puts back the ones that failed again, and records the run and each letter.",
+                  show, export, ack, redrive, audit, import.\n\nOnly `ack`, `redrive` and \
+                  `import` write to a store: `ack` resolves letters by hand; `redrive` resolves \
+                  the letters it sent, puts back the ones that failed again, and records the run \
+                  and each letter; `import` copies a JSONL file's pending letters into a store.",
     after_help = format!("{STORE_HELP}\n\n{DURATION_HELP}\n\n{EXIT_HELP}"),
     arg_required_else_help = true
 )]
@@ -162,6 +163,25 @@ Oldest first failure first. Each line parses as retry_core::dlq::DeadLetter.
 
 Exit status: 0 exported (also when empty); 2 usage error or store error.")]
     Export,
+    /// Moves the pending letters of a JSONL file (JsonlSink's) into a store, where they can be
+    /// redriven, leased and audited.
+    #[command(after_help = "\
+FILE is read as JsonlSink writes it, beside a service that may still be appending to it. --into
+is a SQLite file (created if missing) or a postgres:// URL (cargo feature `postgres`). Each
+pending letter is copied as it is, its history and times included; a letter whose msg_id the
+store has already is left as the store has it, so an import can be run again. The file is not
+changed: once the letters are in the store, the service can be pointed at the store, and the
+file archived.
+
+Exit status: 0 imported (also when nothing was new); 2 usage error or store error.")]
+    Import {
+        /// The JSONL file of dead letters.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Where the letters go: a SQLite file, or a postgres:// URL.
+        #[arg(long, value_name = "STORE")]
+        into: String,
+    },
     /// Acknowledge letters by hand: each is resolved (who, when) and no longer pending; it is
     /// kept, with its resolution, until resolved letters are purged.
     #[command(after_help = "\
@@ -579,6 +599,10 @@ async fn run<S: DeadLetterStore + Sync>(
         }
         Command::Redrive(args) => redrive::redrive(store, args, out).await,
         Command::Audit { run, format } => redrive::audit(store, run.as_deref(), *format, out).await,
+        // Run before a store is chosen (see `main_inner`): it names its own two.
+        Command::Import { .. } => Err(Failure::Usage(
+            "import takes its file and --into, not a store option".to_owned(),
+        )),
         Command::Export => {
             pages(store, Page::first(PAGE), |letter| {
                 let json = serde_json::to_string(letter)
@@ -603,7 +627,82 @@ fn now_to_the_millisecond() -> SystemTime {
     }
 }
 
+/// `import FILE --into STORE`: every pending letter of the JSONL file that the store does not
+/// have yet, copied as it is.
+async fn import(file: &Path, into: &str, out: &mut impl Write) -> Result<u8, Failure> {
+    existing_file(file, "jsonl")?;
+    let source = JsonlSink::open_read_only(file).map_err(Failure::Store)?;
+    warn_quarantined(&source, "were skipped; its writer moves them to");
+    let postgres = into.starts_with("postgres://") || into.starts_with("postgresql://");
+    let (imported, there) = if postgres {
+        import_into_pg(&source, into).await?
+    } else {
+        let target = SqliteDeadLetters::open(into).map_err(Failure::Store)?;
+        copy_pending(&source, &target).await?
+    };
+    writeln!(
+        out,
+        "imported {imported} letter{} from {} into {into}; {there} already there",
+        if imported == 1 { "" } else { "s" },
+        file.display()
+    )?;
+    Ok(EXIT_OK)
+}
+
+#[cfg(feature = "postgres")]
+async fn import_into_pg(source: &JsonlSink, url: &str) -> Result<(usize, usize), Failure> {
+    let target = retry_postgres::PgDeadLetters::connect(url)
+        .await
+        .map_err(Failure::Store)?;
+    copy_pending(source, &target).await
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn import_into_pg(_: &JsonlSink, _: &str) -> Result<(usize, usize), Failure> {
+    Err(Failure::Usage(
+        "this retry-dlq was built without PostgreSQL support (cargo feature `postgres`); \
+         import into a SQLite file, or build with --features postgres"
+            .to_owned(),
+    ))
+}
+
+/// Parks in `target` each pending letter of `source` whose msg_id it does not have: how many
+/// were copied, and how many it had.
+async fn copy_pending<T: DeadLetterStore>(
+    source: &JsonlSink,
+    target: &T,
+) -> Result<(usize, usize), Failure> {
+    let mut letters = Vec::new();
+    pages(source, Page::first(PAGE), |letter| {
+        letters.push(letter.clone());
+        Ok(true)
+    })
+    .await?;
+    let (mut imported, mut there) = (0, 0);
+    for letter in letters {
+        if target
+            .get(&letter.msg_id)
+            .await
+            .map_err(Failure::Store)?
+            .is_some()
+        {
+            there += 1;
+        } else {
+            target.park(&letter).await.map_err(Failure::Store)?;
+            imported += 1;
+        }
+    }
+    Ok((imported, there))
+}
+
 async fn main_inner(cli: &Cli) -> Result<u8, Failure> {
+    if let Command::Import { file, into } = &cli.command {
+        let stdout = io::stdout();
+        let mut out = io::BufWriter::new(stdout.lock());
+        let status = import(file, into, &mut out).await?;
+        out.flush()?;
+        return Ok(status);
+    }
     let selection = cli
         .store
         .select(|name| std::env::var(name).ok())

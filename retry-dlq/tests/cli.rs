@@ -495,6 +495,69 @@ fn export_round_trips_every_letter() {
     }
 }
 
+/// `import FILE --into STORE` moves a JSONL file's pending letters into a SQLite store, where a
+/// redrive can lease them: the same letters, history and times included, and a second import
+/// copies nothing again.
+#[test]
+fn import_moves_a_jsonl_files_letters_into_a_store_once() {
+    let dir = TempDir::new("import");
+    let file = dir.path("dlq.jsonl");
+    let mut letters = three_letters();
+    let at = letters[0].first_failed_at;
+    letters[0].history.push(retry_core::dlq::Failure {
+        at,
+        reason: "an earlier give-up".into(),
+        trace_id: "t-0".into(),
+    });
+    Kind::Jsonl.park(&file, &letters);
+    let store = dir.path("dlq.sqlite");
+    let import = || {
+        retry_dlq()
+            .arg("import")
+            .arg(&file)
+            .arg("--into")
+            .arg(&store)
+            .output()
+            .unwrap()
+    };
+
+    let first = import();
+    assert_status(&first, 0);
+    assert!(
+        stdout(&first).starts_with("imported 3 letters from "),
+        "{}",
+        stdout(&first)
+    );
+    let output = run(Kind::Sqlite, &store, &["export"]);
+    let mut moved: Vec<DeadLetter> = stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let by_id = |l: &DeadLetter| l.msg_id.clone();
+    moved.sort_by_key(by_id);
+    letters.sort_by_key(by_id);
+    assert_eq!(moved, letters, "every letter as it was");
+
+    let again = import();
+    assert_status(&again, 0);
+    assert!(
+        stdout(&again).contains("imported 0 letters") && stdout(&again).contains("3 already there"),
+        "{}",
+        stdout(&again)
+    );
+    let output = run(Kind::Sqlite, &store, &["stats"]);
+    assert!(stdout(&output).contains('3'), "{}", stdout(&output));
+
+    // A file that is not there is an error, and no store is made from it.
+    let missing = retry_dlq()
+        .args(["import", "no-such.jsonl", "--into"])
+        .arg(dir.path("other.sqlite"))
+        .output()
+        .unwrap();
+    assert_status(&missing, 2);
+    assert!(!dir.path("other.sqlite").exists());
+}
+
 #[test]
 fn a_missing_store_is_an_error_and_is_not_created() {
     for kind in KINDS {
