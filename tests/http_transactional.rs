@@ -793,3 +793,31 @@ async fn a_transactional_handler_behind_a_plain_layer_is_refused_and_burns_no_ke
     assert_eq!((status, replayed), (StatusCode::CREATED, false), "{body}");
     assert_eq!(bench.bookings(), 1);
 }
+
+/// The same mistake, with a handler that answers `201` when it gets no transaction: it may have
+/// acted elsewhere, so its answer is kept and replayed, never run twice, as in transactional mode
+/// when `begin` fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_plain_layer_an_answer_below_500_after_asking_is_kept() {
+    let (bench, store) = Bench::new("http-tx-plain-layer-kept");
+    let handler = post(
+        |State(runs): State<Arc<AtomicU32>>,
+         Extension(tx): Extension<RequestTransaction<SqliteStore>>| async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            assert!(
+                tx.get().await.is_err(),
+                "a plain layer offers no transaction"
+            );
+            StatusCode::CREATED
+        },
+    );
+    let mut plain = Router::new()
+        .route("/pay", handler)
+        .layer(IdempotencyLayer::unauthenticated(store))
+        .with_state(Arc::clone(&bench.runs));
+    let (status, replayed, _) = send(&mut plain, "k-kept").await;
+    assert_eq!((status, replayed), (StatusCode::CREATED, false));
+    let (status, replayed, _) = send(&mut plain, "k-kept").await;
+    assert_eq!((status, replayed), (StatusCode::CREATED, true));
+    assert_eq!(bench.runs.load(Ordering::SeqCst), 1, "run once");
+}

@@ -34,9 +34,11 @@ use crate::idempotency::{Claim, StoreError, TransactionalStore};
 ///
 /// A layer built without [`transactional`](super::IdempotencyLayer::transactional) offers it
 /// too, so a handler written for a transactional route and mounted behind a plain layer is
-/// found out at its first request: `get` fails, and the layer answers `500` ("the route is not
-/// transactional"), frees the key and logs an ERROR, instead of storing and replaying whatever
-/// the handler answered.
+/// found out at its first request: `get` fails and the layer logs an ERROR. When the handler
+/// then fails (a `5xx`, an error, a panic), the layer answers `500` ("the route is not
+/// transactional") and frees the key, instead of storing and replaying that failure; an answer
+/// below `500` is kept, as in transactional mode when the transaction could not begin (the
+/// handler may have acted elsewhere).
 pub struct RequestTransaction<St: ?Sized> {
     slot: Offered,
     store: PhantomData<fn() -> Box<St>>,

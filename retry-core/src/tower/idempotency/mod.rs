@@ -229,9 +229,10 @@
 //!    [`PgTransaction`](https://docs.rs/retry-postgres/latest/retry_postgres/struct.PgTransaction.html), whose `client()` is a
 //!    tokio-postgres client inside the transaction. The guard gives the transaction back to
 //!    the layer when it is dropped. A layer built without `.transactional()` offers the same
-//!    extension, refusing: `get` fails, and the layer answers `500` ("this route is not
-//!    transactional"), logs an ERROR and frees the key, so the mistake costs one request, not
-//!    a key that replays the handler's error forever.
+//!    extension, refusing: `get` fails and the layer logs an ERROR; a handler that then fails
+//!    gets `500` ("this route is not transactional") with its key freed, so the mistake costs
+//!    one request, not a key that replays the handler's error forever. An answer below `500` is
+//!    kept, as in transactional mode when `begin` failed.
 //! 3. Once the handler answered and its body was read, the layer takes the transaction back and
 //!    commits it with the stored response, or rolls it back:
 //!

@@ -273,13 +273,22 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
         let handler = call_ready(inner, request);
         let mut ran = run_handler(&held, handler, max, &self.not_processed).await;
         if asked.asked() {
-            // The handler promised that its effects are its writes in the transaction, which
-            // it could not have: nothing happened, so the key is freed.
-            tracing::error!(target: "retry_core::tower", function = self.function(), "the handler asked for the request's transaction, but this route's IdempotencyLayer is not transactional: build it with .transactional(); the request was answered 500 and its key freed");
-            ran = Ran::NotApplied(
-                Problem::NotTransactional.response(),
-                "the route is not transactional",
-            );
+            tracing::error!(target: "retry_core::tower", function = self.function(), "the handler asked for the request's transaction, but this route's IdempotencyLayer is not transactional: build it with .transactional()");
+            // As in transactional mode when the transaction could not begin: a handler that
+            // failed after asking made its effects in the transaction it never had, so nothing
+            // happened and the key is freed; one that answered below 500 may have acted
+            // elsewhere, and its answer is kept as any other.
+            let failed = match &ran {
+                Ran::Answered { parts, .. } => parts.status.is_server_error(),
+                Ran::Failed(_) | Ran::Panicked(_) => true,
+                Ran::NotApplied(..) => false,
+            };
+            if failed {
+                ran = Ran::NotApplied(
+                    Problem::NotTransactional.response(),
+                    "the route is not transactional",
+                );
+            }
         }
         settle(held, ran, max, &self.replay_headers, self.function()).await
     }
