@@ -9,7 +9,7 @@ use ::reqwest::{RequestBuilder, Response, Url};
 use crate::attempt_timeout;
 use crate::classify::{Classify, Decision, Elapsed};
 use crate::http::{
-    CALLER_RETRIES, CALLER_RETRIES_VALUE, IDEMPOTENCY_KEY, IdempotencyKey, guard_resend,
+    CALLER_RETRIES, CALLER_RETRIES_VALUE, IDEMPOTENCY_KEY, IdempotencyKey, guarded,
     has_idempotency_key, judge, method_name, retry_after, status_text,
 };
 use crate::scope;
@@ -296,18 +296,16 @@ impl HttpError {
     /// Whether the method guard turned a retry into a stop: the request may have reached the
     /// server, and sending it again without a key could apply it twice.
     fn resend_refused(&self) -> bool {
-        let (decision, _, reached) = self.raw();
-        match &self.method {
-            Some(method) => reached && guard_resend(decision, method, self.keyed) != decision,
-            None => false,
-        }
+        self.judged(guarded).0 != self.raw().0
     }
 
-    /// The decision with the method guard, and its reason.
-    fn judged(&self) -> (Decision, String) {
+    /// The decision with the method guard, and its reason, by `rule`: [`judge`] where the
+    /// failure is decided (`classify`, which says when the request is not sent again), the
+    /// quiet [`guarded`] elsewhere.
+    fn judged(&self, rule: JudgeRule) -> (Decision, String) {
         let (decision, what, reached) = self.raw();
         match &self.method {
-            Some(method) => judge(method, self.keyed, decision, reached, what),
+            Some(method) => rule(method, self.keyed, decision, reached, what),
             None => (decision, what),
         }
     }
@@ -381,13 +379,16 @@ impl From<Elapsed> for HttpError {
 /// Transient transport failures and 5xx are retried, as are 408 and 429 (`Retry-After`
 /// honoured); other statuses stop. A POST or PATCH that may have reached the server (a timeout,
 /// a reset after sending, a 5xx) is retried only with an `Idempotency-Key` header.
+/// [`judge`] or [`guarded`].
+type JudgeRule = fn(&Method, bool, Decision, bool, String) -> (Decision, String);
+
 impl Classify for HttpError {
     fn classify(&self) -> Decision {
-        self.judged().0
+        self.judged(judge).0
     }
 
     fn reason(&self) -> Option<String> {
-        Some(self.judged().1)
+        Some(self.judged(guarded).1)
     }
 }
 

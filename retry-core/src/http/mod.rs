@@ -86,7 +86,7 @@ mod retry_after;
 pub use classify::{IDEMPOTENCY_KEY, classify_status};
 // For the reqwest integration (and the dead-letter client on it).
 #[cfg_attr(not(feature = "reqwest"), allow(unused_imports))]
-pub(crate) use classify::{guard_resend, has_idempotency_key, retry_after, status_text};
+pub(crate) use classify::{has_idempotency_key, retry_after, status_text};
 pub use connect::ConnectFailure;
 #[cfg(feature = "tower")]
 pub(crate) use key::parse_key_header;
@@ -97,5 +97,5 @@ pub use key::{IDEMPOTENT_REPLAYED, IdempotencyKey, InvalidIdempotencyKey};
 )]
 pub(crate) use outcome::{Failed, Sent};
 #[cfg_attr(not(feature = "reqwest"), allow(unused_imports))]
-pub(crate) use outcome::{judge, method_name};
+pub(crate) use outcome::{guarded, judge, method_name};
 pub use retry_after::{RetryAfterError, parse_retry_after};

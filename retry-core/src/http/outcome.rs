@@ -31,7 +31,7 @@ pub(crate) fn method_name(method: &Method) -> &'static str {
 /// The decision about a failure of a `method` request (`keyed`: it carried `Idempotency-Key`),
 /// and its reason in words: `what` happened, or "POST without Idempotency-Key after `what`" when
 /// the request may have `reached` the server and must not be sent again.
-pub(crate) fn judge(
+pub(crate) fn guarded(
     method: &Method,
     keyed: bool,
     decision: Decision,
@@ -46,7 +46,6 @@ pub(crate) fn judge(
     if guarded == decision {
         (decision, what)
     } else {
-        refused_resend(method, &what);
         (
             guarded,
             format!("{method} without Idempotency-Key after {what}"),
@@ -54,9 +53,25 @@ pub(crate) fn judge(
     }
 }
 
+/// [`guarded`], where the failure is decided (once per failed attempt): a request not sent
+/// again is said so.
+pub(crate) fn judge(
+    method: &Method,
+    keyed: bool,
+    decision: Decision,
+    reached: bool,
+    what: String,
+) -> (Decision, String) {
+    let judged = guarded(method, keyed, decision, reached, what);
+    if judged.0 != decision {
+        refused_resend(method, &judged.1);
+    }
+    judged
+}
+
 /// Says why a request was not sent again: at WARN once per retrying function (news the first
 /// time, a flood at every call during an outage), else at DEBUG.
-fn refused_resend(method: &Method, what: &str) {
+fn refused_resend(method: &Method, reason: &str) {
     let site = crate::scope::with_current(|frame| frame.map(|frame| frame.outer));
     let Some(site) = site else {
         // Not inside a retry: nothing would have sent it again anyway.
@@ -67,11 +82,11 @@ fn refused_resend(method: &Method, what: &str) {
             target: "retry_core::http",
             function = site.function(),
             %method,
-            failure = what,
+            reason,
             "not sent again: a {method} without Idempotency-Key may have reached the server and taken effect; send an Idempotency-Key (which the receiver deduplicates) to have it retried"
         );
     } else {
-        tracing::debug!(target: "retry_core::http", function = site.function(), %method, failure = what, "not sent again: no Idempotency-Key");
+        tracing::debug!(target: "retry_core::http", function = site.function(), %method, reason, "not sent again: no Idempotency-Key");
     }
 }
 
