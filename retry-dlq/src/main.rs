@@ -666,33 +666,30 @@ async fn import_into_pg(_: &JsonlSink, _: &str) -> Result<(usize, usize), Failur
     ))
 }
 
-/// Parks in `target` each pending letter of `source` whose msg_id it does not have: how many
-/// were copied, and how many it had.
+/// Parks in `target` each pending letter of `source` whose msg_id it does not have, a page at a
+/// time (letters can be megabytes each): how many were copied, and how many it had.
 async fn copy_pending<T: DeadLetterStore>(
     source: &JsonlSink,
     target: &T,
 ) -> Result<(usize, usize), Failure> {
-    let mut letters = Vec::new();
-    pages(source, Page::first(PAGE), |letter| {
-        letters.push(letter.clone());
-        Ok(true)
-    })
-    .await?;
     let (mut imported, mut there) = (0, 0);
-    for letter in letters {
-        if target
-            .get(&letter.msg_id)
-            .await
-            .map_err(Failure::Store)?
-            .is_some()
-        {
-            there += 1;
-        } else {
-            target.park(&letter).await.map_err(Failure::Store)?;
-            imported += 1;
+    let mut page = Page::first(PAGE);
+    loop {
+        let letters = source.page(&page).await.map_err(Failure::Store)?;
+        let Some(last) = letters.last() else {
+            return Ok((imported, there));
+        };
+        page = page.next_after(last);
+        for letter in &letters {
+            let known = target.get(&letter.msg_id).await.map_err(Failure::Store)?;
+            if known.is_some() {
+                there += 1;
+            } else {
+                target.park(letter).await.map_err(Failure::Store)?;
+                imported += 1;
+            }
         }
     }
-    Ok((imported, there))
 }
 
 async fn main_inner(cli: &Cli) -> Result<u8, Failure> {
