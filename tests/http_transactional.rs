@@ -51,20 +51,35 @@ const ORDER: &str = r#"{"order":"order-77","cents":1250}"#;
 fn server_binary() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "--example", "payments_server"])
-            .args(["--no-default-features", "--features", &example::features()])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building the example failed: {status}");
-        // target/<profile>/deps/<this test> -> target/<profile>/examples/payments_server
-        let exe = std::env::current_exe().unwrap();
-        let profile = exe.parent().and_then(Path::parent).unwrap();
-        let binary = profile.join("examples").join("payments_server");
-        assert!(binary.exists(), "{} was not built", binary.display());
-        binary
+        let features = example::features();
+        let build = [
+            "--example",
+            "payments_server",
+            "--no-default-features",
+            "--features",
+        ];
+        built(
+            &[&build[..], &[features.as_str()]].concat(),
+            "examples/payments_server",
+        )
     })
+}
+
+/// Runs `cargo build --quiet ARGS` in this package and returns `artifact`, a path below the
+/// profile directory this test binary was built in (target/<profile>/deps/<this test>).
+fn built(args: &[&str], artifact: &str) -> PathBuf {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--quiet"])
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cargo build {args:?} failed: {status}");
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().and_then(Path::parent).unwrap();
+    let binary = profile.join(artifact);
+    assert!(binary.exists(), "{} was not built", binary.display());
+    binary
 }
 
 /// Where the server keeps its store and its `payments` table.
@@ -338,19 +353,7 @@ async fn duplicates_book_once(db: &Db, claim: Claim) {
 /// `retry-dlq`, the operator's command, built once (it is another package of the workspace).
 fn retry_dlq_binary() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "retry-dlq"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building retry-dlq failed: {status}");
-        let exe = std::env::current_exe().unwrap();
-        let profile = exe.parent().and_then(Path::parent).unwrap();
-        let binary = profile.join("retry-dlq");
-        assert!(binary.exists(), "{} was not built", binary.display());
-        binary
-    })
+    BUILT.get_or_init(|| built(&["-p", "retry-dlq"], "retry-dlq"))
 }
 
 /// The card network is down: the charge gives up, its payment is parked under the client's own
