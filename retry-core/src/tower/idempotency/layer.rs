@@ -466,18 +466,22 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
 
     /// The `function` label of this layer's metrics and events; see [`name`](Self::name).
     pub(super) fn function(&self) -> &str {
-        match self.name {
-            Some(name) => name,
-            None if &*self.namespace == DEFAULT_NAMESPACE => DEFAULT_NAME,
-            None => &self.namespace,
-        }
+        self.static_function().unwrap_or(&self.namespace)
     }
 
-    /// [`function`](Self::function), for what outlives the layer's borrow (a call's settings).
+    /// [`function`](Self::function), for what outlives the layer's borrow (a call's settings):
+    /// copied per request only when it is the namespace.
     pub(super) fn function_label(&self) -> Cow<'static, str> {
+        self.static_function()
+            .map_or_else(|| Cow::Owned(self.namespace.to_string()), Cow::Borrowed)
+    }
+
+    /// The label when it is not the namespace: the name, or the default.
+    fn static_function(&self) -> Option<&'static str> {
         match self.name {
-            Some(name) => Cow::Borrowed(name),
-            None => Cow::Owned(self.function().to_owned()),
+            Some(name) => Some(name),
+            None if &*self.namespace == DEFAULT_NAMESPACE => Some(DEFAULT_NAME),
+            None => None,
         }
     }
 
