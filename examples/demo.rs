@@ -7,8 +7,8 @@
 //! - **The upstream is flaky**: an outer middleware injects scripted faults before (or after) the
 //!   idempotency layer: `503`s, a `429` with `Retry-After: 1`, and once a response that is lost
 //!   on the way back (the payment is booked, the answer comes too late).
-//! - **The client** is one `#[retryable]` function with a dead-letter sink (`JsonlSink`), sending
-//!   one `IdempotencyKey` per payment on every attempt.
+//! - **The client** is one `#[retryable]` function with a dead-letter store on a SQLite file
+//!   (`SqliteDeadLetters`), sending one `IdempotencyKey` per payment on every attempt.
 //!
 //! The story: payment 1 meets two `503`s and a `429` and gets through; payment 2's response is
 //! lost and the resend is answered from the store; payment 3 meets an outage longer than its
@@ -16,8 +16,8 @@
 //! same key. After the outage the dead letter is redriven to the same receiver. The summary
 //! checks that side effects equal logical operations and that the dead-letter queue is empty.
 //!
-//! `--keep` leaves the SQLite and JSONL files in place (their paths are printed) for
-//! `retry-dlq --jsonl <file> audit` and friends.
+//! `--keep` leaves the SQLite files in place (their paths are printed) for
+//! `retry-dlq --sqlite <file> audit` and friends.
 
 #[path = "common/timeline.rs"]
 mod timeline;
@@ -33,12 +33,12 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use retry_core::dlq::http::post_letter;
-use retry_core::dlq::{DeadLetterStore, DlqFailed, JsonlSink, Redrive};
+use retry_core::dlq::{DeadLetterStore, DlqFailed, Redrive};
 use retry_core::http::{IDEMPOTENT_REPLAYED, IdempotencyKey};
 use retry_core::reqwest::{HttpError, RequestBuilderExt};
 use retry_core::tower::IdempotencyLayer;
 use retry_core::{Classify, Decision, Elapsed, retryable};
-use retry_sqlite::SqliteStore;
+use retry_sqlite::{SqliteDeadLetters, SqliteStore};
 use serde::{Deserialize, Serialize};
 
 use timeline::{Scratch, event, start};
@@ -135,7 +135,7 @@ impl From<DlqFailed> for PayError {
 async fn pay(
     client: &reqwest::Client,
     url: &str,
-    letters: &JsonlSink,
+    letters: &SqliteDeadLetters,
     key: &IdempotencyKey,
     payment: &Payment,
 ) -> Result<Receipt, PayError> {
@@ -290,7 +290,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     start();
     let files = Scratch::new("demo", keep)?;
     let inbox_path = files.dir.join("inbox.sqlite3");
-    let dlq_path = files.dir.join("dead-letters.jsonl");
+    let dlq_path = files.dir.join("dead-letters.sqlite3");
     println!(
         "payments on loopback: idempotency store {}",
         inbox_path.display()
@@ -310,7 +310,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
     let client = retry_core::reqwest::client_builder().build()?;
-    let letters = JsonlSink::open(&dlq_path)?;
+    let letters = SqliteDeadLetters::open(&dlq_path)?;
 
     let payments: Vec<(IdempotencyKey, Payment)> = (1..=4)
         .map(|n| {
@@ -429,7 +429,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     if keep {
         println!(
-            "  files kept in        {} (try: cargo run -p retry-dlq -- --jsonl {} audit)",
+            "  files kept in        {} (try: cargo run -p retry-dlq -- --sqlite {} audit)",
             files.dir.display(),
             dlq_path.display()
         );

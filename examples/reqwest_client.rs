@@ -13,7 +13,9 @@
 //! Four orders: two `503`s then accepted; a `429` with `Retry-After: 1` then accepted; an outage
 //! longer than the client's four attempts (parked, class `system`); a `422` the server will never
 //! accept (not retried: parked at once, class `data`). The letters are listed at the end.
-//! `--keep` leaves the JSONL file in place for `cargo run -p retry-dlq -- --jsonl FILE list`.
+//! The letters are read back from the file with `JsonlReader`. `--keep` leaves the JSONL file in
+//! place for `cargo run -p retry-dlq -- import FILE --into dlq.sqlite`, which moves its letters
+//! into a store to list, acknowledge and redrive.
 
 #[path = "common/timeline.rs"]
 mod timeline;
@@ -26,7 +28,7 @@ use std::time::Instant;
 use axum::extract::{Json, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use retry_core::dlq::{DeadLetterStore, DlqFailed, JsonlSink, Page};
+use retry_core::dlq::{DlqFailed, JsonlLine, JsonlReader, JsonlSink};
 use retry_core::http::IdempotencyKey;
 use retry_core::reqwest::{HttpError, RequestBuilderExt};
 use retry_core::{Classify, Decision, retryable};
@@ -326,7 +328,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("  orders accepted  {placed}");
     println!("  orders parked    {parked}");
     println!("  dead letters (JSONL, id = the order's Idempotency-Key):");
-    for letter in letters.page(&Page::first(10)).await? {
+    for line in JsonlReader::open(&letters_path)? {
+        let JsonlLine::Letter(letter) = line? else {
+            continue;
+        };
         let order = letter
             .original
             .get("order_id")
@@ -342,7 +347,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if files.keep {
         println!(
-            "  kept: cargo run -p retry-dlq -- --jsonl {} list",
+            "  kept: cargo run -p retry-dlq -- import {} --into dlq.sqlite",
             letters_path.display()
         );
     }

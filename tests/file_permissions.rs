@@ -1,7 +1,7 @@
 //! Files that hold payloads are readable by their owner only when retry-core creates them: the
 //! SQLite idempotency store (stored responses), the SQLite dead-letter table (originals) and
 //! their WAL and shared-memory files, and the JSONL dead-letter file with the `.torn` file
-//! beside it and the file a compaction renames over it. The JSONL sink also refuses a symbolic
+//! beside it and the new file a sink starts when its file was moved away. The JSONL sink also refuses a symbolic
 //! link at its path and a file of another user. (Its warning when it narrows a wider file is
 //! checked in `dlq_jsonl.rs`.)
 #![cfg(unix)]
@@ -9,9 +9,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DeadLetterStore, FailureClass, JsonlSink, Resolution,
-};
+use retry_core::dlq::{DeadLetter, DeadLetterSink, FailureClass, JsonlReader, JsonlSink};
 use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore};
 use retry_sqlite::SqliteDeadLetters;
 use retry_sqlite::SqliteStore;
@@ -96,33 +94,23 @@ async fn jsonl_files_holding_letters_are_owner_only() {
     sink.park(&card_letter("M-1")).await.unwrap();
     sink.park(&card_letter("M-2")).await.unwrap();
     assert_eq!(mode(&path), 0o600);
-    // A purge compacts: the file renamed over the old one is owner-only too.
-    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
-    sink.resolve("M-1", &Resolution::new("alice", an_hour_ago))
-        .await
-        .unwrap();
-    let before = std::fs::metadata(&path).unwrap();
-    assert_eq!(
-        sink.purge_resolved(std::time::SystemTime::now())
-            .await
-            .unwrap(),
-        1
-    );
+    // Moved away while open (archived after an import): the file the sink starts at the path
+    // is owner-only too.
+    let archived = dir.file("dlq.jsonl.imported");
+    std::fs::rename(&path, &archived).unwrap();
+    sink.park(&card_letter("M-3")).await.unwrap();
     drop(sink);
-    {
-        use std::os::unix::fs::MetadataExt as _;
-        assert_ne!(
-            std::fs::metadata(&path).unwrap().ino(),
-            before.ino(),
-            "a new file"
-        );
-    }
+    assert_eq!(
+        std::fs::read_to_string(&archived).unwrap().lines().count(),
+        2
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1);
     assert_eq!(mode(&path), 0o600);
     // A torn line is kept aside, owner-only.
     let mut text = std::fs::read(&path).unwrap();
     text.extend_from_slice(b"{\"msg_id\":\"M-3\",\"original\":{\"card\":\"41");
     std::fs::write(&path, text).unwrap();
-    assert_eq!(JsonlSink::open(&path).unwrap().torn().len(), 1);
+    assert!(JsonlSink::open(&path).unwrap().torn().is_some());
     assert_eq!(mode(&with_suffix(&path, ".torn")), 0o600);
 }
 
@@ -139,8 +127,12 @@ fn a_jsonl_sink_does_not_follow_a_link_or_write_another_users_file() {
     let dangling = dir.file("dangling.jsonl");
     std::os::unix::fs::symlink(&elsewhere, &dangling).unwrap();
     for link in [&link, &dangling] {
-        for result in [JsonlSink::open(link), JsonlSink::open_read_only(link)] {
-            let error = retry_core::error_chain(&result.unwrap_err()).to_string();
+        let errors = [
+            JsonlSink::open(link).unwrap_err(),
+            JsonlReader::open(link).unwrap_err(),
+        ];
+        for error in errors {
+            let error = retry_core::error_chain(&error).to_string();
             assert!(
                 error.contains("symbolic link") && error.contains(&link.display().to_string()),
                 "{error}"
@@ -149,7 +141,7 @@ fn a_jsonl_sink_does_not_follow_a_link_or_write_another_users_file() {
     }
     assert!(!elsewhere.exists(), "nothing created where the link points");
 
-    // Another user's file: refused for writing, readable for monitoring. (Giving it away
+    // Another user's file: refused for writing, readable (to import it). (Giving it away
     // needs root, as the fault tests do.)
     let theirs = dir.file("theirs.jsonl");
     std::fs::write(&theirs, "").unwrap();
@@ -158,7 +150,7 @@ fn a_jsonl_sink_does_not_follow_a_link_or_write_another_users_file() {
         .expect("this test gives a file to uid 65534, which needs root");
     let error = retry_core::error_chain(&JsonlSink::open(&theirs).unwrap_err()).to_string();
     assert!(error.contains("owned by uid 65534"), "{error}");
-    JsonlSink::open_read_only(&theirs).unwrap();
+    JsonlReader::open(&theirs).unwrap();
 }
 
 /// SQLite's choice; the JSONL sink narrows a wider file to 0600 (see `JsonlSink`'s docs).

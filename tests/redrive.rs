@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use retry_core::dlq::{
     AuditEntry, DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, Failure, FailureClass,
-    Filter, JsonlSink, MemoryDeadLetters, Outcome, Page, Redrive, RedriveRecord, Resolution, Stats,
+    Filter, MemoryDeadLetters, Outcome, Page, Redrive, RedriveRecord, Resolution, Stats,
     assume_idempotent,
 };
 use retry_core::idempotency::{IdempotencyError, MemoryStore};
@@ -239,19 +239,6 @@ async fn small_batch_then_everything_again<S: DeadLetterStore>(store: &S) {
 #[tokio::test(start_paused = true)]
 async fn a_small_batch_is_sent_recorded_and_a_second_run_repeats_nothing_in_memory() {
     small_batch_then_everything_again(&MemoryDeadLetters::new()).await;
-}
-
-#[tokio::test]
-async fn a_small_batch_is_sent_recorded_and_a_second_run_repeats_nothing_in_jsonl() {
-    let dir = TempDir::new("redrive-jsonl");
-    let path = dir.file("dlq.jsonl");
-    let sink = JsonlSink::open(&path).unwrap();
-    small_batch_then_everything_again(&sink).await;
-    drop(sink);
-    // The audit log is in the file, read back on open.
-    let reopened = JsonlSink::open_read_only(&path).unwrap();
-    assert_eq!(reopened.redrives().await.unwrap().len(), 2);
-    assert_eq!(pending(&reopened).await, 5);
 }
 
 #[tokio::test]

@@ -6,8 +6,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use retry_core::dlq::{
-    DeadLetter, DeadLetterSink, DeadLetterStore, DlqFailed, JsonlSink, MemoryDeadLetters, Outcome,
-    Redrive, assume_idempotent,
+    DeadLetter, DeadLetterSink, DeadLetterStore, DlqFailed, JsonlLine, JsonlReader, JsonlSink,
+    MemoryDeadLetters, Outcome, Redrive, assume_idempotent,
 };
 use retry_core::{Classify, Decision, retryable};
 use serde::{Deserialize, Serialize};
@@ -133,8 +133,16 @@ fn payloads_never_reach_the_logs_and_are_redacted_before_they_are_written() {
             cents: 995,
         };
         // Exhausted (WARN give-up), parked in a file.
-        let letters = JsonlSink::open(&path).unwrap();
-        assert!(charge_unavailable(&letters, charge("O-1")).await.is_err());
+        let sink = JsonlSink::open(&path).unwrap();
+        assert!(charge_unavailable(&sink, charge("O-1")).await.is_err());
+        // Moved into a store, as `retry-dlq import` does.
+        let letters = MemoryDeadLetters::new();
+        for line in JsonlReader::open(&path).unwrap() {
+            let JsonlLine::Letter(letter) = line.unwrap() else {
+                panic!("only letters in the file")
+            };
+            letters.park(&letter).await.unwrap();
+        }
         // Stopped at once (a data letter).
         let memory = MemoryDeadLetters::new();
         assert!(charge_declined(&memory, charge("O-2")).await.is_err());
@@ -173,7 +181,7 @@ fn payloads_never_reach_the_logs_and_are_redacted_before_they_are_written() {
         assert_eq!(memory.stats().await.unwrap().pending, 1);
         // Parking the same letter again directly goes through no log either.
         let letter = memory.get("O-2").await.unwrap().unwrap();
-        letters.park(&letter).await.unwrap();
+        sink.park(&letter).await.unwrap();
     });
     drop(_default);
 

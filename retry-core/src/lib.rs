@@ -8,8 +8,8 @@
 //!   without the macro.
 //! - Retries happen in one layer only: a retry inside a retry is a compile error where the
 //!   compiler sees it, and is collapsed to one attempt at run time where it cannot ([`scope`]).
-//! - A call that gives up is parked in a dead-letter queue ([`dlq`]: JSONL file, SQLite or
-//!   PostgreSQL) with what a person needs later, and can be redriven safely
+//! - A call that gives up is parked in a dead-letter queue ([`dlq`]: SQLite, PostgreSQL, or an
+//!   append-only JSONL file) with what a person needs later, and can be redriven safely
 //!   ([`dlq::Redrive`]).
 //! - [`#[idempotent]`][attr-idempotent] receivers (and [`tower::IdempotencyLayer`] for HTTP servers)
 //!   answer a duplicate with the first stored response instead of a second side effect. A key
@@ -73,7 +73,7 @@
 //! | feature | gives | for |
 //! | --- | --- | --- |
 //! | `idempotency` (default) | `#[idempotent]`, the [`idempotency`] module, `MemoryStore` | `serde` 1, `sha2` 0.11 |
-//! | `dlq` (default) | `dlq(..)` on `#[retryable]`, the [`dlq`] module (`MemoryDeadLetters`, `JsonlSink`, redrive; implies `idempotency`) | `serde_json` 1, `jiff` 1 |
+//! | `dlq` (default) | `dlq(..)` on `#[retryable]`, the [`dlq`] module (`MemoryDeadLetters`, `JsonlSink`, `JsonlReader`, redrive; implies `idempotency`) | `serde_json` 1, `jiff` 1 |
 //! | `http` | `Caller-Retries` and `Idempotency-Key` header helpers, HTTP status and `Retry-After` classification | `http` 1.x |
 //! | `reqwest` | `HttpError`, `send_checked`, `.idempotency_key(..)` on `RequestBuilder`, DNS/TLS connect classification (implies `http`) | `reqwest` 0.13 |
 //! | `tower` | `IdempotencyLayer`, the server-side `Caller-Retries` layer, `RetryLayer` for clients (implies `http`) | `tower-service` 0.3, `http-body` 1 (axum 0.8, hyper-util 0.1) |

@@ -1,11 +1,13 @@
-//! `retry-dlq`: look into a dead-letter store of retry-core and redrive it. Counts and ages for
-//! alerting (`stats --check`), a line per letter (`list`), one letter (`show`), everything as JSON
-//! Lines (`export`), acknowledging by hand (`ack`), a redrive to an idempotent HTTP receiver
-//! (`redrive`), the record of past redrives (`audit`), and moving a JSONL file's letters into a
-//! store (`import`). Only `ack`, `redrive` and `import` write to a store. Every command reads the store a page at a time, or asks it to count: none loads every
-//! letter at once.
+//! `retry-dlq`: look into a dead-letter store of retry-core (a SQLite file, or PostgreSQL) and
+//! redrive it. Counts and ages for alerting (`stats --check`), a line per letter (`list`), one
+//! letter (`show`), everything as JSON Lines (`export`), acknowledging by hand (`ack`), a redrive
+//! to an idempotent HTTP receiver (`redrive`), the record of past redrives (`audit`), and moving
+//! the letters of a `JsonlSink` file into a store (`import`). Only `ack`, `redrive` and `import`
+//! write to a store. Every command reads the store a page at a time, or asks it to count, and
+//! `import` reads its file a line at a time: none holds every letter at once.
 
 mod duration;
+mod import;
 mod redrive;
 mod report;
 
@@ -15,9 +17,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use retry_core::dlq::{
-    DeadLetter, DeadLetterStore, DlqError, FailureClass, JsonlSink, Page, Resolution,
-};
+use retry_core::dlq::{DeadLetter, DeadLetterStore, DlqError, FailureClass, Page, Resolution};
 use retry_sqlite::SqliteDeadLetters;
 
 use crate::report::{Reasons, Stats, Verdict};
@@ -34,25 +34,23 @@ const EXIT_ERROR: u8 = 2;
 
 const STORE_HELP: &str = "\
 The store:
-  One of --jsonl PATH, --sqlite PATH, --pg URL; without any, the environment: RETRY_DLQ_JSONL
-  or RETRY_DLQ_SQLITE (not both), else DATABASE_URL as --pg. An option always wins over the
-  environment. --pg needs the `postgres` build feature; prefer DATABASE_URL to --pg when the
-  URL holds a password (command lines are visible to other users). TLS as in libpq:
-  sslmode=require encrypts (the certificate checked only against sslrootcert=FILE when given),
-  sslmode=verify-full also checks the server's certificate and name against sslrootcert=FILE,
-  or the system's trust store without one; verify-ca checks the chain to sslrootcert=FILE.
-  The file of --jsonl/--sqlite must exist: a mistyped path is an error, never an empty store.
-  A JSONL file is read as it is, beside the service writing it, and never changed: a torn
-  last line (a write cut short by a crash; that letter was never parked) is reported on stderr
-  and left for the writer, which moves it to PATH.torn when it opens the file. A complete line
-  that cannot be read is reported and skipped (ack and redrive, which write, move it to
-  PATH.quarantine); the rest of the file is used as usual.";
+  One of --sqlite PATH, --pg URL; without either, the environment: RETRY_DLQ_SQLITE, else
+  DATABASE_URL as --pg. An option always wins over the environment. --pg needs the `postgres`
+  build feature; prefer DATABASE_URL to --pg when the URL holds a password (command lines are
+  visible to other users). TLS as in libpq: sslmode=require encrypts (the certificate checked
+  only against sslrootcert=FILE when given), sslmode=verify-full also checks the server's
+  certificate and name against sslrootcert=FILE, or the system's trust store without one;
+  verify-ca checks the chain to sslrootcert=FILE. The file of --sqlite must exist: a mistyped
+  path is an error, never an empty store.
+  A JSONL file (JsonlSink's) is a sink, not a store: move its letters into one with
+  `retry-dlq import FILE --into dlq.sqlite`, then use --sqlite dlq.sqlite.";
 
 const EXIT_HELP: &str = "\
 Exit status:
   0  success (stats --check: nothing to alert on)
   1  stats --check: something to alert on; show: no letter with that msg_id; ack: a letter
-     was not pending; redrive: a letter failed again or was skipped; audit --run: no such run
+     was not pending; redrive: a letter failed again or was skipped; audit --run: no such run;
+     import: a line of the file could not be read (the rest was imported)
   2  usage error, or the store could not be opened or read (message on stderr)";
 
 const DURATION_HELP: &str = "\
@@ -65,12 +63,15 @@ Durations (--max-age, --older-than, --retention, --timeout):
 #[command(
     name = "retry-dlq",
     version,
-    about = "Inspect and redrive a dead-letter store of retry-core: stats for alerting, list, show, export, ack, redrive, audit, import",
-    long_about = "Inspect and redrive a dead-letter store of retry-core: stats for alerting, list, \
-                  show, export, ack, redrive, audit, import.\n\nOnly `ack`, `redrive` and \
-                  `import` write to a store: `ack` resolves letters by hand; `redrive` resolves \
-                  the letters it sent, puts back the ones that failed again, and records the run \
-                  and each letter; `import` copies a JSONL file's pending letters into a store.",
+    about = "Inspect and redrive a dead-letter store of retry-core (SQLite or PostgreSQL): stats for alerting, list, show, export, ack, redrive, audit; import a JSONL file into one",
+    long_about = "Inspect and redrive a dead-letter store of retry-core, a SQLite file or \
+                  PostgreSQL: stats for alerting, list, show, export, ack, redrive, audit; and \
+                  import, which moves the letters of a JsonlSink file into a store.\n\nOnly \
+                  `ack`, `redrive` and `import` write to a store: `ack` resolves letters by hand; \
+                  `redrive` resolves the letters it sent, puts back the ones that failed again, \
+                  and records the run and each letter; `import` parks a JSONL file's letters in \
+                  a store. `export` writes a store's pending letters as JSON Lines, for people \
+                  and scripts to read.",
     after_help = format!("{STORE_HELP}\n\n{DURATION_HELP}\n\n{EXIT_HELP}"),
     arg_required_else_help = true
 )]
@@ -86,8 +87,8 @@ struct Cli {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Store (exactly one)")]
 struct StoreArgs {
-    /// A JsonlSink file [env: RETRY_DLQ_JSONL]
-    #[arg(long, global = true, value_name = "PATH")]
+    /// Not a store: kept only to say what to write instead (see `import`).
+    #[arg(long, global = true, value_name = "PATH", hide = true)]
     jsonl: Option<PathBuf>,
     /// A SQLite dead-letter database [env: RETRY_DLQ_SQLITE]
     #[arg(long, global = true, value_name = "PATH")]
@@ -110,7 +111,7 @@ Exit status:
   2                usage error, or the store could not be opened or read (a stored time that is
                    not RFC 3339 included)
 
-For cron or a monitoring check, e.g.:  retry-dlq --jsonl /var/lib/app/dlq.jsonl stats --check --max-age 1h
+For cron or a monitoring check, e.g.:  retry-dlq --sqlite /var/lib/app/dlq.sqlite stats --check --max-age 1h
 
 {DURATION_HELP}"))]
     Stats {
@@ -163,19 +164,31 @@ Oldest first failure first. Each line parses as retry_core::dlq::DeadLetter.
 
 Exit status: 0 exported (also when empty); 2 usage error or store error.")]
     Export,
-    /// Moves the pending letters of a JSONL file (JsonlSink's) into a store, where they can be
-    /// redriven, leased and audited.
+    /// Moves the letters of a JSONL file (JsonlSink's) into a store, where they can be listed,
+    /// acknowledged, redriven and audited.
     #[command(after_help = "\
-FILE is read as JsonlSink writes it, beside a service that may still be appending to it. --into
-is a SQLite file (created if missing) or a postgres:// URL (cargo feature `postgres`). Each
-pending letter is copied as it is, its history and times included; a letter whose msg_id the
-store has already is left as the store has it, so an import can be run again. The file is not
-changed: once the letters are in the store, the service can be pointed at the store, and the
-file archived.
+FILE is read a line at a time as JsonlSink writes it, beside a service that may still be
+appending to it, and is never changed. --into is a SQLite file (created if missing) or a
+postgres:// URL (cargo feature `postgres`); the store options (--sqlite, --pg) play no part.
 
-Exit status: 0 imported (also when nothing was new); 2 usage error or store error.")]
+Each letter line is parked in the store as the service would have parked it, its history and
+times included: a msg_id on several lines (a message that gave up again) becomes one letter,
+its attempts added up and its first original kept. An ack line of a file written by an older
+version resolves its letter, with who and when; lease and audit lines are skipped. A msg_id
+the store has already is left as the store has it, every line of it skipped (\"already
+there\"), so an import can be run again: it adds only what the service parked since.
+
+A line that cannot be read is reported on stderr with its number and skipped, and the rest is
+imported. A last line without a newline is a letter still being written (or one a crash cut
+short, never parked): reported, not imported; a later import takes it once it is whole.
+
+Once the letters are in the store, the service can park into the store itself
+(SqliteDeadLetters, PgDeadLetters) and the file be archived.
+
+Exit status: 0 imported (also when nothing was new); 1 a line could not be read (the other
+lines were imported); 2 usage error, FILE could not be read, or store error.")]
     Import {
-        /// The JSONL file of dead letters.
+        /// The JSONL file of dead letters (JsonlSink's).
         #[arg(value_name = "FILE")]
         file: PathBuf,
         /// Where the letters go: a SQLite file, or a postgres:// URL.
@@ -210,8 +223,8 @@ failure that names its Location. The run is recorded (see `audit`): when, --who,
 many were selected, succeeded, failed and skipped. What is recorded holds no credentials: the URL
 without its user, password and query, and of a failed answer only its status and problem title.
 
-A JSONL store is opened for writing beside the service writing it: each takes the file's lock
-only to append. A progress bar shows on stderr for runs of 20 letters or more.
+The service may go on parking into the store during a run. A progress bar shows on stderr for
+runs of 20 letters or more.
 
 Exit status: 0 every chosen letter redriven (or --dry-run listed them); 1 a letter failed again
 or was skipped, or the run stopped early; 2 usage error or store error.
@@ -313,26 +326,20 @@ impl From<io::Error> for Failure {
 /// Which store, after the command line and the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Selection {
-    Jsonl(PathBuf),
     Sqlite(PathBuf),
     Pg(String),
 }
 
 impl StoreArgs {
-    /// The command line first, then RETRY_DLQ_JSONL / RETRY_DLQ_SQLITE, then DATABASE_URL.
+    /// The command line first, then RETRY_DLQ_SQLITE, then DATABASE_URL. `--jsonl` and
+    /// RETRY_DLQ_JSONL (when no option is given) name a sink's file, which is no store: an error
+    /// that says how to move its letters into one.
     fn select(&self, env: impl Fn(&str) -> Option<String>) -> Result<Selection, String> {
-        let given = [
-            self.jsonl.is_some(),
-            self.sqlite.is_some(),
-            self.pg.is_some(),
-        ];
-        if given.iter().filter(|&&g| g).count() > 1 {
-            return Err(
-                "--jsonl, --sqlite and --pg exclude each other: give exactly one store".to_owned(),
-            );
-        }
         if let Some(path) = &self.jsonl {
-            return Ok(Selection::Jsonl(path.clone()));
+            return Err(not_a_store("--jsonl", path));
+        }
+        if self.sqlite.is_some() && self.pg.is_some() {
+            return Err("--sqlite and --pg exclude each other: give exactly one store".to_owned());
         }
         if let Some(path) = &self.sqlite {
             return Ok(Selection::Sqlite(path.clone()));
@@ -341,105 +348,70 @@ impl StoreArgs {
             return Ok(Selection::Pg(url.clone()));
         }
         let nonempty = |name: &str| env(name).filter(|v| !v.is_empty());
-        match (nonempty("RETRY_DLQ_JSONL"), nonempty("RETRY_DLQ_SQLITE")) {
-            (Some(_), Some(_)) => Err(
-                "both RETRY_DLQ_JSONL and RETRY_DLQ_SQLITE are set: unset one, or pass --jsonl or --sqlite"
-                    .to_owned(),
-            ),
-            (Some(path), None) => Ok(Selection::Jsonl(path.into())),
-            (None, Some(path)) => Ok(Selection::Sqlite(path.into())),
-            (None, None) => match nonempty("DATABASE_URL") {
-                Some(url) => Ok(Selection::Pg(url)),
-                None => Err("no store given: pass --jsonl PATH, --sqlite PATH or --pg URL \
-                             (or set RETRY_DLQ_JSONL, RETRY_DLQ_SQLITE or DATABASE_URL)"
-                    .to_owned()),
-            },
+        if let Some(path) = nonempty("RETRY_DLQ_JSONL") {
+            return Err(not_a_store("RETRY_DLQ_JSONL", Path::new(&path)));
+        }
+        if let Some(path) = nonempty("RETRY_DLQ_SQLITE") {
+            return Ok(Selection::Sqlite(path.into()));
+        }
+        match nonempty("DATABASE_URL") {
+            Some(url) => Ok(Selection::Pg(url)),
+            None => Err("no store given: pass --sqlite PATH or --pg URL \
+                         (or set RETRY_DLQ_SQLITE or DATABASE_URL)"
+                .to_owned()),
         }
     }
 }
 
+/// The usage error of a JSONL file given as the store (by `given`): what to run instead.
+fn not_a_store(given: &str, path: &Path) -> String {
+    let mut store = path.with_extension("sqlite");
+    if store == path {
+        store = path.with_file_name("imported.sqlite");
+    }
+    format!(
+        "{given} {}: a JSONL file is a sink, not a store: move its letters into one with \
+         `retry-dlq import {} --into {}`, then use --sqlite {}",
+        path.display(),
+        path.display(),
+        store.display(),
+        store.display()
+    )
+}
+
 /// An open store of any kind.
 enum Store {
-    Jsonl(JsonlSink),
     Sqlite(SqliteDeadLetters),
     #[cfg(feature = "postgres")]
     Pg(retry_postgres::PgDeadLetters),
 }
 
-/// The file behind `--jsonl` / `--sqlite` must be there: opening would create an empty store,
-/// and a mistyped path would then look like "nothing pending" to a monitoring check.
-fn existing_file(path: &Path, what: &str) -> Result<(), Failure> {
+/// The file behind `--sqlite` (or `import`'s FILE) must be there: opening would create an empty
+/// store, and a mistyped path would then look like "nothing pending" to a monitoring check.
+/// `what` names the file in the messages; `wants`, what should be there instead.
+fn existing_file(path: &Path, what: &str, wants: &str) -> Result<(), Failure> {
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_file() => Ok(()),
         Ok(_) => Err(Failure::Usage(format!(
-            "{} is not a file; --{what} wants the store's file",
+            "{} is not a file; {wants}",
             path.display()
         ))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Failure::Usage(format!(
-            "no dead-letter store at {}: the file does not exist",
+            "no {what} at {}: the file does not exist",
             path.display()
         ))),
         Err(e) => Err(Failure::Usage(format!(
-            "cannot read the dead-letter store {}: {e}",
+            "cannot read the {what} {}: {e}",
             path.display()
         ))),
     }
 }
 
-/// Says on stderr which lines of a JSONL file could not be read, and where they are kept
-/// (`what` says what became of them): the command goes on with the rest of the file.
-fn warn_quarantined(sink: &JsonlSink, what: &str) {
-    let found = sink.quarantined();
-    if found.is_empty() {
-        return;
-    }
-    let numbers: Vec<String> = found.iter().map(|q| q.line.to_string()).collect();
-    let quarantine = format!("{}.quarantine", sink.path().display());
-    eprintln!(
-        "retry-dlq: warning: {}: {} unreadable line{} (line {}) {what} {quarantine}",
-        sink.path().display(),
-        found.len(),
-        if found.len() == 1 { "" } else { "s" },
-        numbers.join(", "),
-    );
-    for line in found {
-        eprintln!(
-            "retry-dlq: warning: line {}: {}",
-            line.line,
-            report::truncate(&report::one_line(&line.why), 200)
-        );
-    }
-}
-
-/// Opens the store; a JSONL file read-only unless `write`.
-async fn open(selection: &Selection, write: bool) -> Result<Store, Failure> {
+/// Opens the store.
+async fn open(selection: &Selection) -> Result<Store, Failure> {
     match selection {
-        Selection::Jsonl(path) if write => {
-            existing_file(path, "jsonl")?;
-            // Beside the service: each sink locks the file only for its appends.
-            let sink = JsonlSink::open(path).map_err(Failure::Store)?;
-            warn_quarantined(&sink, "were moved to");
-            Ok(Store::Jsonl(sink))
-        }
-        Selection::Jsonl(path) => {
-            existing_file(path, "jsonl")?;
-            // Read-only: no write access, no repair, so it works beside the service writing it.
-            let sink = JsonlSink::open_read_only(path).map_err(Failure::Store)?;
-            for torn in sink.torn() {
-                eprintln!(
-                    "retry-dlq: warning: {}: line {} was torn (a write cut short by a crash; its \
-                     letter was never parked); its writer moves it to {}.torn when it opens: {}",
-                    path.display(),
-                    torn.line,
-                    path.display(),
-                    report::truncate(&report::one_line(&torn.text), 200)
-                );
-            }
-            warn_quarantined(&sink, "were skipped; its writer moves them to");
-            Ok(Store::Jsonl(sink))
-        }
         Selection::Sqlite(path) => {
-            existing_file(path, "sqlite")?;
+            existing_file(path, "dead-letter store", "--sqlite wants the store's file")?;
             let store = SqliteDeadLetters::open(path).map_err(Failure::Store)?;
             Ok(Store::Sqlite(store))
         }
@@ -453,8 +425,8 @@ async fn open(selection: &Selection, write: bool) -> Result<Store, Failure> {
         #[cfg(not(feature = "postgres"))]
         Selection::Pg(_) => Err(Failure::Usage(
             "this retry-dlq was built without PostgreSQL support (cargo feature `postgres`); \
-             pass --jsonl or --sqlite, or build with --features postgres \
-             (DATABASE_URL counts as --pg when neither --jsonl nor --sqlite is given)"
+             pass --sqlite, or build with --features postgres \
+             (DATABASE_URL counts as --pg when --sqlite is not given)"
                 .to_owned(),
         )),
     }
@@ -627,76 +599,11 @@ fn now_to_the_millisecond() -> SystemTime {
     }
 }
 
-/// `import FILE --into STORE`: every pending letter of the JSONL file that the store does not
-/// have yet, copied as it is.
-async fn import(file: &Path, into: &str, out: &mut impl Write) -> Result<u8, Failure> {
-    existing_file(file, "jsonl")?;
-    let source = JsonlSink::open_read_only(file).map_err(Failure::Store)?;
-    warn_quarantined(&source, "were skipped; its writer moves them to");
-    let postgres = into.starts_with("postgres://") || into.starts_with("postgresql://");
-    let (imported, there) = if postgres {
-        import_into_pg(&source, into).await?
-    } else {
-        let target = SqliteDeadLetters::open(into).map_err(Failure::Store)?;
-        copy_pending(&source, &target).await?
-    };
-    writeln!(
-        out,
-        "imported {imported} letter{} from {} into {into}; {there} already there",
-        if imported == 1 { "" } else { "s" },
-        file.display()
-    )?;
-    Ok(EXIT_OK)
-}
-
-#[cfg(feature = "postgres")]
-async fn import_into_pg(source: &JsonlSink, url: &str) -> Result<(usize, usize), Failure> {
-    let target = retry_postgres::PgDeadLetters::connect(url)
-        .await
-        .map_err(Failure::Store)?;
-    copy_pending(source, &target).await
-}
-
-#[cfg(not(feature = "postgres"))]
-async fn import_into_pg(_: &JsonlSink, _: &str) -> Result<(usize, usize), Failure> {
-    Err(Failure::Usage(
-        "this retry-dlq was built without PostgreSQL support (cargo feature `postgres`); \
-         import into a SQLite file, or build with --features postgres"
-            .to_owned(),
-    ))
-}
-
-/// Parks in `target` each pending letter of `source` whose msg_id it does not have, a page at a
-/// time (letters can be megabytes each): how many were copied, and how many it had.
-async fn copy_pending<T: DeadLetterStore>(
-    source: &JsonlSink,
-    target: &T,
-) -> Result<(usize, usize), Failure> {
-    let (mut imported, mut there) = (0, 0);
-    let mut page = Page::first(PAGE);
-    loop {
-        let letters = source.page(&page).await.map_err(Failure::Store)?;
-        let Some(last) = letters.last() else {
-            return Ok((imported, there));
-        };
-        page = page.next_after(last);
-        for letter in &letters {
-            let known = target.get(&letter.msg_id).await.map_err(Failure::Store)?;
-            if known.is_some() {
-                there += 1;
-            } else {
-                target.park(letter).await.map_err(Failure::Store)?;
-                imported += 1;
-            }
-        }
-    }
-}
-
 async fn main_inner(cli: &Cli) -> Result<u8, Failure> {
     if let Command::Import { file, into } = &cli.command {
         let stdout = io::stdout();
         let mut out = io::BufWriter::new(stdout.lock());
-        let status = import(file, into, &mut out).await?;
+        let status = import::import(file, into, &mut out).await?;
         out.flush()?;
         return Ok(status);
     }
@@ -704,12 +611,10 @@ async fn main_inner(cli: &Cli) -> Result<u8, Failure> {
         .store
         .select(|name| std::env::var(name).ok())
         .map_err(Failure::Usage)?;
-    let writes = matches!(cli.command, Command::Redrive(_) | Command::Ack { .. });
-    let store = open(&selection, writes).await?;
+    let store = open(&selection).await?;
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let status = match &store {
-        Store::Jsonl(s) => run(s, &cli.command, &mut out).await?,
         Store::Sqlite(s) => run(s, &cli.command, &mut out).await?,
         #[cfg(feature = "postgres")]
         Store::Pg(s) => run(s, &cli.command, &mut out).await?,
@@ -767,8 +672,7 @@ mod tests {
     #[test]
     fn exactly_one_store_option() {
         for line in [
-            &["--jsonl", "a", "--sqlite", "b", "stats"][..],
-            &["stats", "--jsonl", "a", "--pg", "postgres://x"],
+            &["--sqlite", "a", "--pg", "postgres://x", "stats"][..],
             &["--sqlite", "a", "list", "--pg", "postgres://x"],
         ] {
             let error = args(line).unwrap().store.select(|_| None).unwrap_err();
@@ -789,6 +693,51 @@ mod tests {
     }
 
     #[test]
+    fn a_jsonl_file_is_refused_as_a_store_saying_how_to_import_it() {
+        for line in [
+            &["--jsonl", "/var/lib/app/dlq.jsonl", "stats"][..],
+            &["stats", "--jsonl", "/var/lib/app/dlq.jsonl"],
+            // Before "exclude each other": the more useful of the two.
+            &["--jsonl", "/var/lib/app/dlq.jsonl", "--sqlite", "b", "list"],
+        ] {
+            let error = args(line).unwrap().store.select(|_| None).unwrap_err();
+            assert_eq!(
+                error,
+                "--jsonl /var/lib/app/dlq.jsonl: a JSONL file is a sink, not a store: move its \
+                 letters into one with `retry-dlq import /var/lib/app/dlq.jsonl --into \
+                 /var/lib/app/dlq.sqlite`, then use --sqlite /var/lib/app/dlq.sqlite",
+                "{line:?}"
+            );
+        }
+        let error = args(&["--jsonl", "dlq.sqlite", "stats"])
+            .unwrap()
+            .store
+            .select(|_| None)
+            .unwrap_err();
+        assert!(
+            error.contains("`retry-dlq import dlq.sqlite --into imported.sqlite`"),
+            "never into the file itself: {error}"
+        );
+        let jsonl_env = |name: &str| (name == "RETRY_DLQ_JSONL").then(|| "x.jsonl".to_owned());
+        let error = args(&["stats"])
+            .unwrap()
+            .store
+            .select(jsonl_env)
+            .unwrap_err();
+        assert!(
+            error.starts_with("RETRY_DLQ_JSONL x.jsonl: a JSONL file is a sink, not a store")
+                && error.contains("`retry-dlq import x.jsonl --into x.sqlite`"),
+            "{error}"
+        );
+        // An option still wins over the environment.
+        let cli = args(&["--sqlite", "y.sqlite", "stats"]).unwrap();
+        assert_eq!(
+            cli.store.select(jsonl_env),
+            Ok(Selection::Sqlite("y.sqlite".into()))
+        );
+    }
+
+    #[test]
     fn options_win_over_the_environment_and_specific_variables_over_database_url() {
         let env = |vars: &'static [(&'static str, &'static str)]| {
             move |name: &str| {
@@ -798,15 +747,20 @@ mod tests {
             }
         };
         let all = env(&[
-            ("RETRY_DLQ_JSONL", "env.jsonl"),
+            ("RETRY_DLQ_SQLITE", "env.sqlite"),
             ("DATABASE_URL", "postgres://db"),
         ]);
         let cli = args(&["--sqlite", "x.db", "stats"]).unwrap();
         assert_eq!(cli.store.select(all), Ok(Selection::Sqlite("x.db".into())));
+        let cli = args(&["--pg", "postgres://other", "stats"]).unwrap();
+        assert_eq!(
+            cli.store.select(all),
+            Ok(Selection::Pg("postgres://other".into()))
+        );
         let cli = args(&["stats"]).unwrap();
         assert_eq!(
             cli.store.select(all),
-            Ok(Selection::Jsonl("env.jsonl".into()))
+            Ok(Selection::Sqlite("env.sqlite".into()))
         );
         assert_eq!(
             cli.store.select(env(&[("DATABASE_URL", "postgres://db")])),
@@ -814,13 +768,7 @@ mod tests {
         );
         assert!(
             cli.store
-                .select(env(&[("RETRY_DLQ_JSONL", "a"), ("RETRY_DLQ_SQLITE", "b")]))
-                .unwrap_err()
-                .contains("both")
-        );
-        assert!(
-            cli.store
-                .select(env(&[("RETRY_DLQ_JSONL", "")]))
+                .select(env(&[("RETRY_DLQ_SQLITE", ""), ("RETRY_DLQ_JSONL", "")]))
                 .unwrap_err()
                 .contains("no store given")
         );

@@ -5,27 +5,17 @@
 
 use std::path::Path;
 use std::process::Output;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use retry_core::dlq::JsonlSink;
 use retry_duration_table::{INVALID, VALID};
+use retry_sqlite::SqliteDeadLetters;
 
-/// Held while a sink is open and while a command starts: a child inherits every descriptor
-/// between fork and exec, so another test's sink lock would outlive its sink for a moment.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// `retry-dlq --jsonl PATH ARGS...`, without the store variables of the environment.
+/// `retry-dlq --sqlite PATH ARGS...`, without the store variables of the environment.
 fn run(store: &Path, args: &[&str]) -> Output {
-    let _serial = serial();
     assert_cmd::Command::new(env!("CARGO_BIN_EXE_retry-dlq"))
         .env_remove("RETRY_DLQ_JSONL")
         .env_remove("RETRY_DLQ_SQLITE")
         .env_remove("DATABASE_URL")
-        .arg("--jsonl")
+        .arg("--sqlite")
         .arg(store)
         .args(args)
         .output()
@@ -39,7 +29,7 @@ fn status_and_stderr(output: &Output) -> (Option<i32>, String) {
     )
 }
 
-/// An empty JSONL store in a fresh directory (removed when the guard drops).
+/// An empty SQLite store in a fresh directory (removed when the guard drops).
 struct Store(std::path::PathBuf);
 
 impl Store {
@@ -48,9 +38,8 @@ impl Store {
             std::env::temp_dir().join(format!("retry-dlq-durations-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("dlq.jsonl");
-        let _serial = serial();
-        drop(JsonlSink::open(&path).unwrap());
+        let path = dir.join("dlq.sqlite");
+        drop(SqliteDeadLetters::open(&path).unwrap());
         Store(path)
     }
 }

@@ -5,7 +5,10 @@
 
 use std::path::Path;
 
-use retry_core::dlq::{DeadLetter, DeadLetterSink, DlqError, DlqFailed, JsonlSink};
+use retry_core::dlq::{
+    DeadLetter, DeadLetterSink, DeadLetterStore, DlqError, DlqFailed, JsonlLine, JsonlReader,
+    JsonlSink, Page,
+};
 use retry_core::{Classify, Decision, retryable};
 use retry_sqlite::SqliteDeadLetters;
 use serde::Serialize;
@@ -25,6 +28,39 @@ impl Sink {
             Sink::Sqlite(SqliteDeadLetters::open(path)?)
         })
     }
+}
+
+/// Every letter the store at `path` holds: each line of a JSONL file (a letter parked twice is
+/// on two lines), or each pending letter of a SQLite one, a page at a time, checked against
+/// its own count.
+pub async fn stored(path: &Path, jsonl: bool) -> Result<Vec<DeadLetter>, String> {
+    if jsonl {
+        let lines = JsonlReader::open(path).map_err(|e| e.to_string())?;
+        return lines
+            .map(|line| match line.map_err(|e| e.to_string())? {
+                JsonlLine::Letter(letter) => Ok(letter),
+                other => Err(format!("a line that is not a whole letter: {other:?}")),
+            })
+            .collect();
+    }
+    let store = SqliteDeadLetters::open(path).map_err(|e| e.to_string())?;
+    let mut letters = Vec::new();
+    let mut page = Page::first(500);
+    loop {
+        let more = store.page(&page).await.map_err(|e| e.to_string())?;
+        let Some(last) = more.last() else { break };
+        page = page.next_after(last);
+        letters.extend(more);
+    }
+    let stats = store.stats().await.map_err(|e| e.to_string())?;
+    if stats.pending as usize != letters.len() {
+        return Err(format!(
+            "stats count {} pending, the pages {}",
+            stats.pending,
+            letters.len()
+        ));
+    }
+    Ok(letters)
 }
 
 impl DeadLetterSink for Sink {

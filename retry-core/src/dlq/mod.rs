@@ -28,7 +28,7 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 pub use audit::{AuditEntry, RedriveRecord};
-pub use jsonl::{JsonlSink, QuarantinedLine, TornLine};
+pub use jsonl::{JsonlLine, JsonlReader, JsonlSink, TornLine, UnreadableLine};
 pub use letter::{
     DeadLetter, DlqError, DlqFailed, Failure, FailureClass, HISTORY_LIMIT, MAX_ORIGINAL_DEPTH,
     NotParked, Resolution,

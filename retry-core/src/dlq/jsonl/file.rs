@@ -1,6 +1,6 @@
 //! The file itself: opening it without following links, checking who owns it and who may read
 //! it, the advisory lock a group commit holds, a value as one of its JSON lines, and the `.torn`
-//! and `.quarantine` files beside it.
+//! file beside it.
 
 use std::ffi::OsString;
 use std::fs::{File, Metadata, OpenOptions, TryLockError};
@@ -10,11 +10,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
+use super::damaged::TornLine;
 use crate::dlq::DlqError;
 use crate::time::to_millis;
 
-/// Which file a descriptor or a path refers to: a compaction renames a new file over the path,
-/// and every other sink on it must notice and read the new one.
+/// Which file a descriptor or a path refers to: a file moved away (archived after an import) or
+/// removed while a sink has it open must not keep getting letters nobody will look for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct FileId {
     dev: u64,
@@ -33,8 +34,7 @@ impl FileId {
         }
         #[cfg(not(unix))]
         {
-            // No inode numbers: renames by other processes go unnoticed (documented on
-            // `JsonlSink`: several processes per file need Unix).
+            // No inode numbers: a file moved away goes unnoticed (documented on `JsonlSink`).
             let _ = metadata;
             FileId { dev: 0, ino: 0 }
         }
@@ -111,16 +111,6 @@ pub(super) fn open_owner_only(path: &Path, create: bool) -> io::Result<(File, bo
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok((options.open(path)?, false)),
         Err(e) => Err(e),
     }
-}
-
-/// Creates `path`, which must not exist, owner-only, to read and append; never through a link.
-pub(super) fn create_owner_only(path: &Path) -> io::Result<File> {
-    let mut options = OpenOptions::new();
-    options.read(true).append(true).create_new(true);
-    no_follow(&mut options);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options.open(path)
 }
 
 /// `O_NOFOLLOW`: a symbolic link at the path fails the open (`ELOOP`) instead of being followed
@@ -209,12 +199,12 @@ fn narrow_permissions(path: &Path, file: &File, metadata: &Metadata) -> Result<(
 pub(super) struct Locked(Option<File>);
 
 /// How long a sink waits for the file's lock. A group commit holds it for one append and one
-/// fsync; a holder that keeps it longer is stuck, or is an older `JsonlSink`, which held it for
-/// as long as it was open: better an error naming the lock than a park that never returns.
+/// fsync; a holder that keeps it longer is stuck: better an error naming the lock than a park
+/// that never returns.
 pub(super) const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// Takes the lock, waiting up to [`LOCK_WAIT`] for its holder: exclusive for a group commit,
-/// shared for a reader that only catches up. (Polled: `flock` itself cannot time out.)
+/// shared for a reader. (Polled: `flock` itself cannot time out.)
 pub(super) fn lock(file: &File, path: &Path, exclusive: bool) -> Result<Locked, DlqError> {
     let copy = file
         .try_clone()
@@ -240,8 +230,7 @@ pub(super) fn lock(file: &File, path: &Path, exclusive: bool) -> Result<Locked, 
                     &io::Error::new(
                         io::ErrorKind::WouldBlock,
                         format!(
-                            "another process has held the file's lock for over {} s (an older \
-                             retry-core keeps it for as long as its sink is open)",
+                            "another process has held the file's lock for over {} s",
                             LOCK_WAIT.as_secs()
                         ),
                     ),
@@ -324,34 +313,23 @@ pub(super) fn beside(path: &Path, suffix: &str) -> PathBuf {
 
 /// The file beside the dead-letter file that torn lines are kept in.
 pub(super) const TORN: &str = ".torn";
-/// The file beside the dead-letter file that unreadable complete lines are kept in.
-pub(super) const QUARANTINE: &str = ".quarantine";
 
-/// Appends a line taken out of the dead-letter file to `<path><suffix>` (owner-only), as
-/// `{"line":N,"found_at":"...","why":"...","text":"..."}` (`why` for unreadable lines), and
-/// fsyncs it, before the main file is changed: a crash in between leaves the line in both.
-pub(super) fn keep_aside(
-    path: &Path,
-    suffix: &str,
-    line: usize,
-    why: Option<&str>,
-    text: &str,
-) -> Result<(), DlqError> {
+/// Appends a torn line cut off the dead-letter file to `<path>.torn` (owner-only), as
+/// `{"offset":N,"found_at":"...","text":"..."}`, and fsyncs it, before the main file is
+/// changed: a crash in between leaves the line in both.
+pub(super) fn keep_torn(path: &Path, torn: &TornLine) -> Result<(), DlqError> {
     #[derive(Serialize)]
     struct Kept<'a> {
-        line: usize,
+        offset: u64,
         #[serde(with = "crate::time::rfc3339")]
         found_at: SystemTime,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        why: Option<&'a str>,
         text: &'a str,
     }
-    let kept_path = beside(path, suffix);
+    let kept_path = beside(path, TORN);
     let line = to_line(&Kept {
-        line,
+        offset: torn.offset,
         found_at: to_millis(SystemTime::now()),
-        why,
-        text,
+        text: &torn.text,
     })?;
     let (mut file, created) =
         open_owner_only(&kept_path, true).map_err(|e| open_error(&kept_path, &e))?;

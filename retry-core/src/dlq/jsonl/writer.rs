@@ -1,84 +1,32 @@
-//! The sink's own thread, which does all of its file work: callers queue an operation and await
-//! the answer, so no runtime worker ever waits for the disk. What queues up while one group is
-//! being written and synced becomes the next group: one lock, one catch-up, one `write(2)` and
-//! one `fdatasync` for all of it (group commit), and only then does any caller of the group hear
+//! The sink's own thread, which does all of its file work: callers queue a line and await the
+//! answer, so no runtime worker ever waits for the disk. What queues up while one group is
+//! being written and synced becomes the next group: one lock, one `write(2)` and one
+//! `fdatasync` for all of it (group commit), and only then does any caller of the group hear
 //! back.
 
 use std::collections::VecDeque;
-use std::io::{self, Write as _};
+use std::fs::File;
+use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime};
 
 use tokio::sync::oneshot;
 
-use super::file::{self, Access, FileId, Locked, io_error, same_error};
-use super::index::{self, Index, Lease, Line, Position, Undo};
-use super::set_aside::{QuarantinedLine, TornLine};
-use crate::dlq::{
-    AuditEntry, DeadLetter, DlqError, Failure, Page, RedriveRecord, Resolution, Stats,
-};
-use crate::time::later;
+use super::MAX_LINE;
+use super::damaged::TornLine;
+use super::file::{self, FileId, Locked, io_error, same_error};
+use crate::dlq::DlqError;
 
-/// At most this many operations make one group: bounds the memory and the latency of one
-/// commit when a very large burst is queued.
+/// At most this many lines make one group: bounds the memory and the latency of one commit
+/// when a very large burst is queued.
 const MAX_GROUP: usize = 4096;
 
-/// Where the thread sends an operation's answer.
-pub(super) type Reply<T> = oneshot::Sender<Result<T, DlqError>>;
+/// Where the thread sends a park's answer.
+type Reply = oneshot::Sender<Result<(), DlqError>>;
 
-/// What a caller asks of the thread.
-pub(super) enum Op {
-    /// Writes lines: committed in groups.
-    Write(Write),
-    /// Purges resolved letters older than the time, by compacting the file.
-    Purge(SystemTime, Reply<u64>),
-    /// Reads the index, after catching up with the file.
-    Read(Read),
-}
-
-/// The operations that append lines (or decide, under the lock, that there is nothing to
-/// append).
-pub(super) enum Write {
-    Park(Box<DeadLetter>, Reply<()>),
-    Lease {
-        msg_id: String,
-        run_id: String,
-        ttl: Duration,
-        reply: Reply<Option<DeadLetter>>,
-    },
-    Release {
-        msg_id: String,
-        run_id: String,
-        reply: Reply<bool>,
-    },
-    Resolve {
-        msg_id: String,
-        resolution: Resolution,
-        reply: Reply<bool>,
-    },
-    PutBack {
-        msg_id: String,
-        run_id: String,
-        failure: Failure,
-        reply: Reply<bool>,
-    },
-    Audit(AuditEntry, Reply<()>),
-    Redrive(RedriveRecord, Reply<()>),
-}
-
-/// The questions the index answers.
-pub(super) enum Read {
-    Page(Page, Reply<Vec<DeadLetter>>),
-    Stats(Reply<Stats>),
-    Get(String, Reply<Option<DeadLetter>>),
-    AuditRows(Option<String>, Reply<Vec<AuditEntry>>),
-    Redrives(Reply<Vec<RedriveRecord>>),
-}
-
-/// The caller's side: a queue, and the thread that works through it.
+/// The caller's side: a queue of lines, and the thread that appends them.
 pub(super) struct Writer {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
@@ -92,7 +40,8 @@ struct Shared {
 
 #[derive(Default)]
 struct Queue {
-    ops: VecDeque<Op>,
+    /// Each a letter's line, newline included, and its caller.
+    lines: VecDeque<(Vec<u8>, Reply)>,
     /// The sink was dropped, or the thread stopped: nothing more is accepted.
     closed: bool,
 }
@@ -103,14 +52,14 @@ impl Shared {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The next group: everything queued (up to [`MAX_GROUP`]), waiting for the first
-    /// operation if there is none; `None` once closed and empty.
-    fn next_batch(&self) -> Option<Vec<Op>> {
+    /// The next group: everything queued (up to [`MAX_GROUP`]), waiting for the first line if
+    /// there is none; `None` once closed and empty.
+    fn next_group(&self) -> Option<Vec<(Vec<u8>, Reply)>> {
         let mut queue = self.queue();
         loop {
-            if !queue.ops.is_empty() {
-                let n = queue.ops.len().min(MAX_GROUP);
-                return Some(queue.ops.drain(..n).collect());
+            if !queue.lines.is_empty() {
+                let n = queue.lines.len().min(MAX_GROUP);
+                return Some(queue.lines.drain(..n).collect());
             }
             if queue.closed {
                 return None;
@@ -124,8 +73,8 @@ impl Shared {
 }
 
 /// Closes the queue when the thread ends, however it ends: a caller queuing after that gets
-/// an error at once instead of waiting for an answer that will not come, and the operations
-/// still queued are dropped, which answers their callers with an error too.
+/// an error at once instead of waiting for an answer that will not come, and the lines still
+/// queued are dropped, which answers their callers with an error too.
 struct CloseOnExit(Arc<Shared>);
 
 impl Drop for CloseOnExit {
@@ -133,7 +82,7 @@ impl Drop for CloseOnExit {
         let stranded = {
             let mut queue = self.0.queue();
             queue.closed = true;
-            std::mem::take(&mut queue.ops)
+            std::mem::take(&mut queue.lines)
         };
         drop(stranded);
     }
@@ -168,19 +117,19 @@ impl Writer {
         })
     }
 
-    /// Queues the operation `op` makes with its reply channel, and awaits the answer. Only
-    /// the queue's mutex is taken here, for as long as a push takes: never the disk.
+    /// Queues `line` and awaits its group's commit. Only the queue's mutex is taken here, for
+    /// as long as a push takes: never the disk.
     ///
-    /// Once queued, the operation runs even if this future is dropped: a dropped `park` may
+    /// Once queued, the line is written even if this future is dropped: a dropped `park` may
     /// still park its letter (the caller just does not hear it), never the reverse.
-    pub(super) async fn call<T>(&self, op: impl FnOnce(Reply<T>) -> Op) -> Result<T, DlqError> {
+    pub(super) async fn append(&self, line: Vec<u8>) -> Result<(), DlqError> {
         let (reply, answer) = oneshot::channel();
         {
             let mut queue = self.shared.queue();
             if queue.closed {
                 return Err(stopped());
             }
-            queue.ops.push_back(op(reply));
+            queue.lines.push_back((line, reply));
         }
         self.shared.wake.notify_one();
         answer.await.unwrap_or_else(|_| Err(stopped()))
@@ -194,7 +143,7 @@ impl Writer {
 
 impl Drop for Writer {
     /// Lets the thread finish what is queued, then waits for it: when the sink is gone, its
-    /// file is closed and every queued write was answered.
+    /// file is closed and every queued letter was answered.
     fn drop(&mut self) {
         self.shared.queue().closed = true;
         self.shared.wake.notify_one();
@@ -206,235 +155,76 @@ impl Drop for Writer {
 
 fn run(mut core: Core, shared: Arc<Shared>) {
     let _close = CloseOnExit(Arc::clone(&shared));
-    while let Some(batch) = shared.next_batch() {
-        core.serve(batch);
+    while let Some(group) = shared.next_group() {
+        core.commit(group);
     }
 }
 
-/// The lines a catch-up could not read.
-#[derive(Debug, Default)]
-pub(super) struct Found {
-    pub(super) torn: Option<TornLine>,
-    pub(super) quarantined: Vec<QuarantinedLine>,
+/// A write of ours that failed and could not be cut back: the length the file had before it,
+/// and the length it left, to cut back before the next write (if no other process has written
+/// since).
+#[derive(Debug, Clone, Copy)]
+struct Dirty {
+    before: u64,
+    left_at: u64,
 }
 
-/// The open file and its index, owned by the thread.
+/// The open file, owned by the thread.
 pub(super) struct Core {
-    pub(super) path: PathBuf,
-    pub(super) access: Access,
-    pub(super) file: std::fs::File,
-    /// Which file `file` is, to notice a rename over the path (another process compacted).
-    pub(super) id: FileId,
-    /// How far the file has been read and written.
-    pub(super) at: Position,
-    /// A failed write could not be cut back: the length it left the file at, to cut back
-    /// before the next write (if no other process has written since).
-    pub(super) dirty: Option<u64>,
-    pub(super) index: Index,
+    path: PathBuf,
+    file: File,
+    /// Which file `file` is, to notice that the path now names another (the file was moved
+    /// away, e.g. archived after an import).
+    id: FileId,
+    dirty: Option<Dirty>,
     commits: Arc<AtomicU64>,
 }
 
 impl Core {
-    /// Opens the file, reads it whole under the lock (moving unreadable lines and a torn last
-    /// line aside, for [`Access::Write`]), and compacts it if it holds far more dead history than live state.
-    pub(super) fn load(path: PathBuf, access: Access) -> Result<(Core, Found), DlqError> {
-        let (file, id, _) = file::open(&path, access)?;
+    /// Opens the file, creating it owner-only, and under its lock moves a torn last line aside.
+    pub(super) fn open(path: PathBuf) -> Result<(Core, Option<TornLine>), DlqError> {
+        let (file, id, _) = file::open(&path, file::Access::Write)?;
         let mut core = Core {
             path,
-            access,
             file,
             id,
-            at: Position::default(),
             dirty: None,
-            index: Index::default(),
             commits: Arc::default(),
         };
-        let locked = core.lock(access == Access::Write)?;
-        let found = core.catch_up()?;
-        if access == Access::Write
-            && let Err(e) = core.compact_if_worth_it()
-        {
-            // The file is whole, only larger than it needs to be.
-            tracing::warn!(target: "retry_core::dlq", path = %core.path.display(), error = %crate::error_chain(&e), "could not compact the dead-letter file");
-        }
+        let locked = core.lock()?;
+        let torn = core.cut_torn_tail()?;
         drop(locked);
-        if access == Access::Read
-            && let Some(torn) = &found.torn
-        {
-            tracing::warn!(target: "retry_core::dlq", path = %core.path.display(), line = torn.line, "the dead-letter file ends in a torn line (a crash mid-write?)");
-        }
-        Ok((core, found))
+        Ok((core, torn))
     }
 
-    fn serve(&mut self, batch: Vec<Op>) {
-        let mut writes = Vec::new();
-        let mut purges = Vec::new();
-        let mut reads = Vec::new();
-        for op in batch {
-            match op {
-                Op::Write(write) => writes.push(write),
-                Op::Purge(before, reply) => purges.push((before, reply)),
-                Op::Read(read) => reads.push(read),
-            }
+    /// One group commit: under the exclusive lock, with the file as every other process left
+    /// it, append every line with one write and sync. If that fails, the file is cut back and
+    /// every caller of the group gets the error.
+    fn commit(&mut self, group: Vec<(Vec<u8>, Reply)>) {
+        let result = self.lock().and_then(|locked| {
+            self.clean_up_failed_write()?;
+            self.cut_torn_tail()?;
+            let bytes: Vec<u8> = group.iter().flat_map(|(line, _)| line).copied().collect();
+            let appended = self.append(&bytes);
+            drop(locked);
+            appended
+        });
+        if result.is_ok() {
+            self.commits.fetch_add(1, Ordering::Relaxed);
         }
-        if !writes.is_empty() {
-            self.commit(writes);
-        }
-        for (before, reply) in purges {
-            let _ = reply.send(self.purge(before));
-        }
-        if !reads.is_empty() {
-            let fresh = self.refresh();
-            let now = SystemTime::now();
-            for read in reads {
-                self.answer(read, &fresh, now);
-            }
+        for (_, reply) in group {
+            // A caller that stopped waiting does not need the answer.
+            let _ = reply.send(match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(same_error(e)),
+            });
         }
     }
 
-    /// One group commit: under the exclusive lock, catch up with what other processes
-    /// appended, decide every operation against the index (each seeing the ones before it),
-    /// append all their lines with one write and sync. If that fails, the file is cut back,
-    /// the index is taken back, and every operation of the group fails with the error.
-    fn commit(&mut self, writes: Vec<Write>) {
-        let locked = match self.lock_for_write() {
-            Ok(locked) => locked,
-            Err(error) => {
-                for write in writes {
-                    fail(write, &error);
-                }
-                return;
-            }
-        };
-        let now = SystemTime::now();
-        let mut group = Group {
-            bytes: Vec::new(),
-            lines: 0,
-            undo: Undo::new(&self.index),
-            answers: Vec::with_capacity(writes.len()),
-        };
-        for write in writes {
-            self.decide(write, &mut group, now);
-        }
-        let failed = if group.bytes.is_empty() {
-            None
-        } else {
-            self.append(&group.bytes).err()
-        };
-        match &failed {
-            None => {
-                self.at.offset += group.bytes.len() as u64;
-                self.at.lines += group.lines;
-                if !group.bytes.is_empty() {
-                    self.commits.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Some(_) => group.undo.restore(&mut self.index),
-        }
-        drop(locked);
-        for answer in group.answers {
-            answer.send(failed.as_ref());
-        }
-    }
-
-    /// Decides `write` against the index as it stands (the file, and the group so far), adding
-    /// its lines and answer to `group`.
-    fn decide(&mut self, write: Write, group: &mut Group, now: SystemTime) {
-        let index = &mut self.index;
-        match write {
-            Write::Park(letter, reply) => {
-                let merged = match index.letter(&letter.msg_id) {
-                    Some(first) => {
-                        let mut merged = DeadLetter::clone(first);
-                        merged.absorb(&letter);
-                        merged
-                    }
-                    None => *letter,
-                };
-                group.push(
-                    index,
-                    vec![Line::Letter(Arc::new(merged))],
-                    Answer::Unit(reply),
-                );
-            }
-            Write::Lease {
-                msg_id,
-                run_id,
-                ttl,
-                reply,
-            } => {
-                let letter = index
-                    .letter(&msg_id)
-                    .filter(|l| l.is_pending())
-                    .filter(|_| !index.held_by_other(&msg_id, Some(&run_id), now))
-                    .map(|l| Box::new(DeadLetter::clone(l)));
-                match letter {
-                    None => group.answers.push(Answer::Letter(reply, None)),
-                    Some(letter) => {
-                        let lease = Lease::new(&run_id, later(now, ttl));
-                        let line = Line::Lease { msg_id, lease };
-                        group.push(index, vec![line], Answer::Letter(reply, Some(letter)));
-                    }
-                }
-            }
-            Write::Release {
-                msg_id,
-                run_id,
-                reply,
-            } => {
-                if index.lease(&msg_id).is_some_and(|l| l.run_id == run_id) {
-                    let line = Line::Release { msg_id, run_id };
-                    group.push(index, vec![line], Answer::Flag(reply, true));
-                } else {
-                    group.answers.push(Answer::Flag(reply, false));
-                }
-            }
-            Write::Resolve {
-                msg_id,
-                resolution,
-                reply,
-            } => {
-                let resolvable = index.letter(&msg_id).is_some_and(|l| l.is_pending())
-                    && !index.held_by_other(&msg_id, resolution.run_id.as_deref(), now);
-                if resolvable {
-                    let line = Line::Ack { msg_id, resolution };
-                    group.push(index, vec![line], Answer::Flag(reply, true));
-                } else {
-                    group.answers.push(Answer::Flag(reply, false));
-                }
-            }
-            Write::PutBack {
-                msg_id,
-                run_id,
-                failure,
-                reply,
-            } => {
-                let holds = index.lease(&msg_id).is_some_and(|l| l.run_id == run_id);
-                match index.letter(&msg_id).filter(|_| holds) {
-                    None => group.answers.push(Answer::Flag(reply, false)),
-                    Some(letter) => {
-                        let mut again = DeadLetter::clone(letter);
-                        again.redrive_failed(failure);
-                        let lines = vec![
-                            Line::Letter(Arc::new(again)),
-                            Line::Release { msg_id, run_id },
-                        ];
-                        group.push(index, lines, Answer::Flag(reply, true));
-                    }
-                }
-            }
-            Write::Audit(entry, reply) => {
-                group.push(index, vec![Line::Audit(entry)], Answer::Unit(reply));
-            }
-            Write::Redrive(record, reply) => {
-                group.push(index, vec![Line::Redrive(record)], Answer::Unit(reply));
-            }
-        }
-    }
-
-    /// Appends `bytes` with one write and syncs. On failure the file is cut back to its last
-    /// complete line, so nothing of the group stays readable as a letter.
+    /// Appends `bytes` with one write and syncs. On failure the file is cut back to where it
+    /// ended, so nothing of the group stays readable as a letter.
     fn append(&mut self, bytes: &[u8]) -> Result<(), DlqError> {
+        let before = self.len()?;
         // `write_all` is one `write(2)` for a regular file unless the kernel writes less (disk
         // full, file size limit); then the error path cuts the partial group off.
         match self
@@ -444,8 +234,9 @@ impl Core {
         {
             Ok(()) => Ok(()),
             Err(e) => {
-                if let Err(cut) = self.cut_back() {
-                    self.dirty = Some(self.file.metadata().map_or(u64::MAX, |m| m.len()));
+                if let Err(cut) = self.cut_to(before) {
+                    let left_at = self.file.metadata().map_or(u64::MAX, |m| m.len());
+                    self.dirty = Some(Dirty { before, left_at });
                     tracing::warn!(target: "retry_core::dlq",
                         path = %self.path.display(),
                         error = %cut,
@@ -457,241 +248,142 @@ impl Core {
         }
     }
 
-    /// Truncates the file to the end of its last complete line, if it is longer.
-    fn cut_back(&mut self) -> io::Result<()> {
-        if self.file.metadata()?.len() != self.at.offset {
-            self.file.set_len(self.at.offset)?;
+    fn len(&self) -> Result<u64, DlqError> {
+        self.file
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|e| io_error("cannot inspect", &self.path, &e))
+    }
+
+    /// Truncates the file to `len`, if it is longer.
+    fn cut_to(&mut self, len: u64) -> io::Result<()> {
+        if self.file.metadata()?.len() > len {
+            self.file.set_len(len)?;
             self.file.sync_data()?;
         }
         Ok(())
     }
 
-    /// The lock, on the file now at the path: if another process renamed a compacted file
-    /// over it, the sink lets go of the old one and reads the new one from the start.
-    fn lock(&mut self, exclusive: bool) -> Result<Locked, DlqError> {
+    /// The exclusive lock, on the file now at the path: if the file was moved away or
+    /// removed, the sink lets go of it and appends to a new one at the path.
+    fn lock(&mut self) -> Result<Locked, DlqError> {
         loop {
-            let locked = file::lock(&self.file, &self.path, exclusive)?;
+            let locked = file::lock(&self.file, &self.path, true)?;
             let now = file::at_path(&self.path)
                 .map_err(|e| io_error("cannot inspect", &self.path, &e))?;
             if now.is_some_and(|(id, _)| id == self.id) {
                 return Ok(locked);
             }
             drop(locked);
-            self.reopen()?;
+            let (file, id, created) = file::open(&self.path, file::Access::Write)?;
+            if created {
+                tracing::info!(target: "retry_core::dlq",
+                    path = %self.path.display(),
+                    "the dead-letter file was moved or removed while open; started a new one there"
+                );
+            }
+            self.file = file;
+            self.id = id;
+            self.dirty = None;
         }
-    }
-
-    /// Opens the file at the path again, with an empty index: the next catch-up reads it whole.
-    fn reopen(&mut self) -> Result<(), DlqError> {
-        let (file, id, created) = file::open(&self.path, self.access)?;
-        if created {
-            tracing::warn!(target: "retry_core::dlq",
-                path = %self.path.display(),
-                "the dead-letter file was removed while open; started a new one there"
-            );
-        }
-        self.file = file;
-        self.id = id;
-        self.at = Position::default();
-        self.dirty = None;
-        self.index = Index::default();
-        Ok(())
-    }
-
-    /// The exclusive lock, with the file as every other process left it: a failed write of
-    /// ours cut back, their lines read.
-    pub(super) fn lock_for_write(&mut self) -> Result<Locked, DlqError> {
-        if self.access == Access::Read {
-            return Err(io_error(
-                "cannot write to",
-                &self.path,
-                &io::Error::new(io::ErrorKind::PermissionDenied, "opened read-only"),
-            ));
-        }
-        let locked = self.lock(true)?;
-        self.clean_up_failed_write()?;
-        self.catch_up()?;
-        Ok(locked)
     }
 
     /// Before the next write, cuts off what a failed write of ours left, unless another
-    /// process has written since (then what is there is read as it is: a partial line is torn).
+    /// process has written since (then a partial line is a torn tail, cut by the next step).
     fn clean_up_failed_write(&mut self) -> Result<(), DlqError> {
-        let Some(left_at) = self.dirty else {
+        let Some(dirty) = self.dirty else {
             return Ok(());
         };
-        let len = self
-            .file
-            .metadata()
-            .map_err(|e| io_error("cannot inspect", &self.path, &e))?
-            .len();
-        if len == left_at {
-            self.cut_back()
+        if self.len()? == dirty.left_at {
+            self.cut_to(dirty.before)
                 .map_err(|e| io_error("cannot remove a partial line from", &self.path, &e))?;
         }
         self.dirty = None;
         Ok(())
     }
 
-    /// Reads what was appended since the index was last brought up to date. For
-    /// [`Access::Write`], under the exclusive lock: unreadable complete lines are kept in
-    /// `<path>.quarantine` and a torn last line (a process killed mid-write) in `<path>.torn`,
-    /// then both are taken out of the file. A reader only reports them, and reads on.
-    fn catch_up(&mut self) -> Result<Found, DlqError> {
-        let replayed = index::replay(&self.file, &self.path, &mut self.at, &mut self.index)?;
-        let quarantine = file::beside(&self.path, file::QUARANTINE);
-        for bad in &replayed.unreadable {
-            let QuarantinedLine { line, why, text } = &bad.line;
-            if self.access == Access::Write {
-                file::keep_aside(&self.path, file::QUARANTINE, *line, Some(why), text)?;
-                tracing::warn!(target: "retry_core::dlq", path = %self.path.display(), line, why = %why, kept_in = %quarantine.display(), "an unreadable line of the dead-letter file was moved aside");
-            } else {
-                tracing::warn!(target: "retry_core::dlq", path = %self.path.display(), line, why = %why, "an unreadable line of the dead-letter file was skipped (a writer moves it to {})", quarantine.display());
-            }
-        }
-        if self.access == Access::Write {
-            if let Some(torn) = &replayed.torn {
-                file::keep_aside(&self.path, file::TORN, torn.line, None, &torn.text)?;
-            }
-            if !replayed.unreadable.is_empty() {
-                // Also leaves the torn line out: only what was read is copied.
-                let lines: Vec<(u64, u64)> = replayed
-                    .unreadable
-                    .iter()
-                    .map(|bad| (bad.offset, bad.bytes))
-                    .collect();
-                self.cut_out(&lines)?;
-            } else if replayed.torn.is_some() {
-                self.file
-                    .set_len(self.at.offset)
-                    .and_then(|()| self.file.sync_data())
-                    .map_err(|e| io_error("cannot cut a torn line off", &self.path, &e))?;
-            }
-            if let Some(torn) = &replayed.torn {
-                tracing::warn!(target: "retry_core::dlq",
-                    path = %self.path.display(),
-                    line = torn.line,
-                    kept_in = %file::beside(&self.path, file::TORN).display(),
-                    "the dead-letter file ended in a torn line (a crash mid-write?); moved it aside"
-                );
-            }
-        }
-        Ok(Found {
-            torn: replayed.torn,
-            quarantined: replayed
-                .unreadable
-                .into_iter()
-                .map(|bad| bad.line)
-                .collect(),
-        })
-    }
-
-    /// Before answering a read: if the file at the path is not exactly what the index was read
-    /// from (another process appended, or compacted), catch up under the lock (shared for a
-    /// reader).
-    fn refresh(&mut self) -> Result<(), DlqError> {
-        let now =
-            file::at_path(&self.path).map_err(|e| io_error("cannot inspect", &self.path, &e))?;
-        if now == Some((self.id, self.at.offset)) {
-            return Ok(());
-        }
-        let writer = self.access == Access::Write;
-        let _locked = self.lock(writer)?;
-        if writer {
-            self.clean_up_failed_write()?;
-        }
-        self.catch_up()?;
-        Ok(())
-    }
-
-    fn answer(&self, read: Read, fresh: &Result<(), DlqError>, now: SystemTime) {
-        let index = &self.index;
-        match read {
-            Read::Page(page, reply) => send(reply, fresh, || index.page(&page)),
-            Read::Stats(reply) => send(reply, fresh, || index.stats(now)),
-            Read::Get(msg_id, reply) => send(reply, fresh, || {
-                index.letter(&msg_id).map(|l| DeadLetter::clone(l))
-            }),
-            Read::AuditRows(run_id, reply) => {
-                send(reply, fresh, || index.audit_rows(run_id.as_deref()));
-            }
-            Read::Redrives(reply) => send(reply, fresh, || index.redrives().to_vec()),
-        }
+    /// A file that does not end in a newline ends in a torn line: a write cut short by a crash
+    /// (of this process or another one). Its letter's caller never heard `Ok`. The line is kept
+    /// in `<path>.torn` and cut off, so the next line starts on a line of its own instead of
+    /// gluing itself to the torn one.
+    fn cut_torn_tail(&mut self) -> Result<Option<TornLine>, DlqError> {
+        let len = self.len()?;
+        let reading = |e: io::Error| io_error("cannot read", &self.path, &e);
+        let Some(start) = torn_line_start(&mut self.file, len).map_err(reading)? else {
+            return Ok(None);
+        };
+        let mut text = Vec::new();
+        self.file
+            .seek(SeekFrom::Start(start))
+            .and_then(|_| (&self.file).take(MAX_LINE as u64).read_to_end(&mut text))
+            .map_err(reading)?;
+        let torn = TornLine {
+            offset: start,
+            text: String::from_utf8_lossy(&text).into_owned(),
+        };
+        file::keep_torn(&self.path, &torn)?;
+        self.cut_to(start)
+            .map_err(|e| io_error("cannot cut a torn line off", &self.path, &e))?;
+        tracing::warn!(target: "retry_core::dlq",
+            path = %self.path.display(),
+            offset = start,
+            kept_in = %file::beside(&self.path, file::TORN).display(),
+            "the dead-letter file ended in a torn line (a crash mid-write?); moved it aside"
+        );
+        Ok(Some(torn))
     }
 }
 
-/// Answers a read: the value, or the error that kept the index from catching up.
-fn send<T>(reply: Reply<T>, fresh: &Result<(), DlqError>, value: impl FnOnce() -> T) {
-    let answer = match fresh {
-        Ok(()) => Ok(value()),
-        Err(e) => Err(same_error(e)),
-    };
-    // A caller that stopped waiting does not need the answer.
-    let _ = reply.send(answer);
-}
-
-/// The lines of one group commit, what they changed, and the answers waiting for it.
-struct Group {
-    bytes: Vec<u8>,
-    lines: usize,
-    undo: Undo,
-    answers: Vec<Answer>,
-}
-
-impl Group {
-    /// Adds one operation's lines, all or none: a line that cannot be written (too long, not
-    /// serialisable) fails that operation alone, at once.
-    fn push(&mut self, index: &mut Index, lines: Vec<Line>, answer: Answer) {
-        let mut bytes = Vec::new();
-        for line in &lines {
-            match line.to_bytes() {
-                Ok(line) => bytes.extend_from_slice(&line),
-                Err(error) => return answer.send(Some(&error)),
-            }
+/// Where the file's last line starts if it has no newline (a torn tail); `None` when the file
+/// is empty or ends in one. Reads backwards a block at a time, so a whole file is never read.
+fn torn_line_start(file: &mut File, len: u64) -> io::Result<Option<u64>> {
+    const BLOCK: u64 = 64 << 10;
+    let mut block = Vec::with_capacity(BLOCK as usize);
+    let mut end = len;
+    while end > 0 {
+        let start = end.saturating_sub(BLOCK);
+        block.clear();
+        file.seek(SeekFrom::Start(start))?;
+        (&*file).take(end - start).read_to_end(&mut block)?;
+        if end == len && block.last() == Some(&b'\n') {
+            return Ok(None);
         }
-        self.lines += lines.len();
-        for line in lines {
-            self.undo.save(index, &line);
-            index.apply(line);
+        if let Some(newline) = block.iter().rposition(|&b| b == b'\n') {
+            return Ok(Some(start + newline as u64 + 1));
         }
-        self.bytes.extend_from_slice(&bytes);
-        self.answers.push(answer);
+        end = start;
     }
+    Ok((len > 0).then_some(0))
 }
 
-/// An answer decided in a group, sent once the group's fate is known.
-enum Answer {
-    Unit(Reply<()>),
-    Flag(Reply<bool>, bool),
-    Letter(Reply<Option<DeadLetter>>, Option<Box<DeadLetter>>),
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Answer {
-    fn send(self, failed: Option<&DlqError>) {
-        fn reply<T>(reply: Reply<T>, value: T, failed: Option<&DlqError>) {
-            let _ = reply.send(match failed {
-                None => Ok(value),
-                Some(e) => Err(same_error(e)),
-            });
-        }
-        match self {
-            Answer::Unit(r) => reply(r, (), failed),
-            Answer::Flag(r, value) => reply(r, value, failed),
-            Answer::Letter(r, value) => reply(r, value.map(|l| *l), failed),
-        }
+    fn start_of_torn(content: &[u8]) -> Option<u64> {
+        let path = std::env::temp_dir().join(format!(
+            "dlq-torn-start-{}-{}",
+            std::process::id(),
+            content.len()
+        ));
+        std::fs::write(&path, content).unwrap();
+        let mut file = File::open(&path).unwrap();
+        let found = torn_line_start(&mut file, content.len() as u64).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        found
     }
-}
 
-/// Answers a write that could not be tried with `error`.
-fn fail(write: Write, error: &DlqError) {
-    let failed = Some(error);
-    match write {
-        Write::Park(_, reply) | Write::Audit(_, reply) | Write::Redrive(_, reply) => {
-            Answer::Unit(reply).send(failed)
-        }
-        Write::Lease { reply, .. } => Answer::Letter(reply, None).send(failed),
-        Write::Release { reply, .. }
-        | Write::Resolve { reply, .. }
-        | Write::PutBack { reply, .. } => Answer::Flag(reply, false).send(failed),
+    #[test]
+    fn the_torn_tail_is_found_however_long_it_is() {
+        assert_eq!(start_of_torn(b""), None);
+        assert_eq!(start_of_torn(b"{}\n"), None);
+        assert_eq!(start_of_torn(b"{\"a\""), Some(0));
+        assert_eq!(start_of_torn(b"{}\n{\"a\""), Some(3));
+        // Longer than one block read backwards.
+        let mut long = b"{}\n".to_vec();
+        long.extend(std::iter::repeat_n(b'x', 200 << 10));
+        assert_eq!(start_of_torn(&long), Some(3));
+        let only = vec![b'x'; 150 << 10];
+        assert_eq!(start_of_torn(&only), Some(0));
     }
 }
