@@ -13,20 +13,26 @@
 //!   way. New letters, the usual case, need no lock: one multi-row `INSERT .. ON CONFLICT DO
 //!   NOTHING`.
 //! - Acknowledging resolves (`resolved_at`, `_by`, `_run`); only resolved rows are purged, by
-//!   `resolved_utc` (`format_utc` text). Pending means `resolved_at IS NULL`, and the order
-//!   index is partial on it, so pages and the oldest pending letter never read resolved rows.
+//!   `resolved_at`. Pending means `resolved_at IS NULL`, and the order index is partial on it,
+//!   so pages and the oldest pending letter never read resolved rows.
+//! - Times are `timestamptz`, which the server orders and compares; the nanoseconds below its
+//!   microsecond are a `_ns` column beside each (0 for the library's own times, which are
+//!   milliseconds), so a letter reads back to the nanosecond as it was parked. `original`,
+//!   `history` and redrive records are `jsonb`, bound and read as serde_json values.
 //! - Leases are decided on the database's clock (`lease_until` is `now() + ttl`, compared with
 //!   `now()`), by one `UPDATE .. WHERE` the lease is free: under READ COMMITTED a second run
 //!   waiting for the row lock re-checks that condition on the row as the first run left it, so
 //!   one run wins however many ask, and instances whose clocks disagree still agree.
-//! - Pages are keyset pages: `(first_failed_utc, msg_id) > cursor ORDER BY .. LIMIT`, both
-//!   columns `COLLATE "C"` (byte order, time order for the timestamp) whatever the database's
-//!   collation, as the SQLite store orders them. Counts are `count(*) FILTER` in one statement.
+//! - Pages are keyset pages: `(first_failed_at, first_failed_ns, msg_id) > cursor ORDER BY ..
+//!   LIMIT`, `msg_id` `COLLATE "C"` (byte order) whatever the database's collation, as the
+//!   SQLite store orders them. Counts are `count(*) FILTER` in one statement.
 //! - `attempts` is `BIGINT` (a `u32` does not fit PostgreSQL's `INTEGER`); statements cast it.
-//! - Texts may not hold NUL (PostgreSQL's `text` cannot): such a letter is refused before it
-//!   reaches the writer, so it cannot fail the others of its group.
-//! - The schema is version 2 (`schema.rs`); a database of version 1 is upgraded in place at
-//!   connect, its pending letters kept, under the advisory lock every store migrates under.
+//! - Texts may not hold NUL (PostgreSQL's `text` cannot, nor a string or key of `jsonb`,
+//!   `original`'s included): such a letter is refused before it reaches the writer, so it cannot
+//!   fail the others of its group.
+//! - The schema is version 3 (`schema.rs`); a database of version 1 or 2 is upgraded in place
+//!   at connect, in one transaction under the advisory lock every store migrates under, every
+//!   letter, audit row and redrive record kept.
 //! - Every write runs READ COMMITTED, whatever the session's default (a single statement in a
 //!   transaction of its own whose `BEGIN` and `COMMIT` are pipelined with it: one round trip,
 //!   as autocommit): under SERIALIZABLE a letter that many writers merge, or a lease many runs
@@ -69,10 +75,11 @@ use writer::Writer;
 /// - Pages and [`stats`](DeadLetterStore::stats) are computed by the server; pages follow the
 ///   instant of the first failure (whatever the offsets), then `msg_id`.
 /// - Leases are measured on the database server's clock.
-/// - Times are RFC 3339 text in their columns, written in UTC and read with any offset; a
-///   letter holding a NUL character is refused with [`DlqError::Serialize`]; a row that cannot
-///   be read back (a stored time that does not parse included) is [`DlqError::Corrupt`] naming
-///   its `msg_id` and the column, never skipped.
+/// - Times are `timestamptz` columns (with the nanoseconds below the microsecond beside them,
+///   so every letter reads back exactly) and JSON is `jsonb`, so SQL can read both as what they
+///   are; a letter holding a NUL character (in a text, or a string of `original`) is refused
+///   with [`DlqError::Serialize`]; a row that cannot be read back is [`DlqError::Corrupt`]
+///   naming its `msg_id` and the column, never skipped.
 /// - Connections come from a [deadpool-postgres pool](deadpool_postgres::Pool), 16 by default;
 ///   the writer holds one of them while letters keep coming. An operation waits at most 5 s for
 ///   a free connection, and opening one at most 5 s; after that it fails with
@@ -265,7 +272,8 @@ impl DeadLetterSink for PgDeadLetters {
     ///
     /// # Errors
     /// [`DlqError::Corrupt`] when the stored letter it merges into cannot be read, and
-    /// [`DlqError::Serialize`] when a text holds a NUL or the original nests deeper than
+    /// [`DlqError::Serialize`] when a text (or a string of the original) holds a NUL or the
+    /// original nests deeper than
     /// [`MAX_ORIGINAL_DEPTH`](retry_core::dlq::MAX_ORIGINAL_DEPTH) (the server is not asked);
     /// [`DlqError::Io`] naming the server when it cannot be reached or fails, for this letter
     /// and every other written with it.

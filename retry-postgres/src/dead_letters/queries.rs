@@ -7,13 +7,16 @@ use deadpool_postgres::Object;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{IsolationLevel, Row};
 
-use super::rows::{self, Encoded, Fail, In, letter_columns, read_committed, resolved_columns};
+use serde_json::Value;
+use tokio_postgres::types::Json;
+
+use super::rows::{
+    self, Encoded, Fail, In, Stamp, json_has_nul, letter_columns, read_committed, resolved_columns,
+};
 use crate::sql::{Db, retrying_conflicts};
-use retry_core::dlq::row as sql_row;
 use retry_core::dlq::{
     AuditEntry, DeadLetter, DlqError, Failure, Page, RedriveRecord, Resolution, Stats,
 };
-use retry_core::time::{format_rfc3339, format_utc};
 
 /// The longest lease asked of the server (100 years, in microseconds): longer ones are cut to
 /// it, so `now() + ttl` always fits a `timestamptz` and the interval is exact.
@@ -23,35 +26,38 @@ const MAX_LEASE_MICROS: i64 = 100 * 366 * 86_400 * 1_000_000;
 /// never one long transaction.
 const PURGE_BATCH: i64 = 5_000;
 
-/// Pending letters after the cursor `($1, $2)` (`first_failed_utc`, `msg_id`), in that order,
-/// at most `$3`; the empty cursor `('', '')` is before every letter. One statement per filter,
-/// so each is planned for what it filters (the pending index, or the pending index by source).
+/// Pending letters after the cursor `($1, $2, $3)` (`first_failed_at` and its nanoseconds,
+/// `msg_id`), in that order (the time's, to the nanosecond), at most `$4`;
+/// [`Stamp::before_all`] and `''` is before every letter. One statement per filter, so each is
+/// planned for what it filters (the pending index, or the pending index by source).
 macro_rules! page {
     ($filter:literal) => {
         concat!(
             "SELECT ",
             letter_columns!(),
             " FROM dead_letters WHERE resolved_at IS NULL \
-             AND (first_failed_utc, msg_id) > ($1, $2)",
+             AND (first_failed_at, first_failed_ns, msg_id) > ($1, $2, $3)",
             $filter,
-            " ORDER BY first_failed_utc, msg_id LIMIT $3"
+            " ORDER BY first_failed_at, first_failed_ns, msg_id LIMIT $4"
         )
     };
 }
 const PAGE: &str = page!("");
-const PAGE_CLASS: &str = page!(" AND class = $4");
-const PAGE_SOURCE: &str = page!(" AND source = $4");
-const PAGE_CLASS_SOURCE: &str = page!(" AND class = $4 AND source = $5");
+const PAGE_CLASS: &str = page!(" AND class = $5");
+const PAGE_SOURCE: &str = page!(" AND source = $5");
+const PAGE_CLASS_SOURCE: &str = page!(" AND class = $5 AND source = $6");
 
-const STATS: &str = "SELECT count(*) FILTER (WHERE resolved_at IS NULL), \
+/// The counts, and the oldest pending letter's first failure (its two columns) and `msg_id`.
+const STATS: &str = "WITH oldest AS (SELECT first_failed_at, first_failed_ns, msg_id \
+     FROM dead_letters WHERE resolved_at IS NULL \
+     ORDER BY first_failed_at, first_failed_ns, msg_id LIMIT 1) \
+     SELECT count(*) FILTER (WHERE resolved_at IS NULL), \
      count(*) FILTER (WHERE resolved_at IS NULL AND class = 'system'), \
      count(*) FILTER (WHERE resolved_at IS NULL AND class = 'data'), \
      count(*) FILTER (WHERE resolved_at IS NULL AND lease_until > now()), \
      count(*) FILTER (WHERE resolved_at IS NOT NULL), \
-     (SELECT first_failed_at FROM dead_letters WHERE resolved_at IS NULL \
-      ORDER BY first_failed_utc, msg_id LIMIT 1), \
-     (SELECT msg_id FROM dead_letters WHERE resolved_at IS NULL \
-      ORDER BY first_failed_utc, msg_id LIMIT 1) \
+     (SELECT first_failed_at FROM oldest), (SELECT first_failed_ns FROM oldest), \
+     (SELECT msg_id FROM oldest) \
      FROM dead_letters";
 
 const GET: &str = concat!(
@@ -77,7 +83,7 @@ const RELEASE: &str = "UPDATE dead_letters SET lease_run = NULL, lease_until = N
 /// Resolves a pending letter that no other run holds a live lease on (`$4`, the resolving
 /// run, may; a person, `$4` NULL, may not), ending any lease.
 const RESOLVE: &str = "UPDATE dead_letters SET resolved_at = $2, resolved_by = $3, \
-     resolved_run = $4, resolved_utc = $5, lease_run = NULL, lease_until = NULL \
+     resolved_run = $4, resolved_ns = $5, lease_run = NULL, lease_until = NULL \
      WHERE msg_id = $1 AND resolved_at IS NULL \
      AND (lease_run IS NULL OR lease_until <= now() OR lease_run = $4)";
 
@@ -89,23 +95,26 @@ const TAKE_BACK: &str = concat!(
     letter_columns!()
 );
 
-/// Resolved before `$1`, a batch at a time. The condition is on the deleted row itself, so a
-/// letter parked again (pending again) while the batch waited for its lock is not deleted.
-const PURGE: &str = "DELETE FROM dead_letters WHERE resolved_utc < $1 AND msg_id IN \
-     (SELECT msg_id FROM dead_letters WHERE resolved_at IS NOT NULL AND resolved_utc < $1 \
+/// Resolved before `$1` (to the microsecond), a batch at a time. The condition is on the
+/// deleted row itself, so a letter parked again (pending again) while the batch waited for its
+/// lock is not deleted.
+const PURGE: &str = "DELETE FROM dead_letters WHERE resolved_at < $1 AND msg_id IN \
+     (SELECT msg_id FROM dead_letters WHERE resolved_at IS NOT NULL AND resolved_at < $1 \
       LIMIT $2)";
 
-const AUDIT: &str = "INSERT INTO dead_letter_audit (run_id, msg_id, who, target, at, outcome, \
-     finished_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (run_id, msg_id) DO UPDATE \
-     SET who = excluded.who, target = excluded.target, at = excluded.at, \
-     outcome = excluded.outcome, finished_at = excluded.finished_at";
-const AUDIT_ROWS: &str = "SELECT run_id, msg_id, who, target, at, outcome, finished_at \
-     FROM dead_letter_audit WHERE $1::text IS NULL OR run_id = $1 ORDER BY seq";
+const AUDIT: &str = "INSERT INTO dead_letter_audit (run_id, msg_id, who, target, at, at_ns, \
+     outcome, finished_at, finished_ns) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+     ON CONFLICT (run_id, msg_id) DO UPDATE \
+     SET who = excluded.who, target = excluded.target, at = excluded.at, at_ns = excluded.at_ns, \
+     outcome = excluded.outcome, finished_at = excluded.finished_at, \
+     finished_ns = excluded.finished_ns";
+const AUDIT_ROWS: &str = "SELECT run_id, msg_id, who, target, at, at_ns, outcome, finished_at, \
+     finished_ns FROM dead_letter_audit WHERE $1::text IS NULL OR run_id = $1 ORDER BY seq";
 
 const INSERT_REDRIVE: &str =
-    "INSERT INTO dead_letter_redrives (run_id, started_utc, record) VALUES ($1, $2, $3)";
+    "INSERT INTO dead_letter_redrives (run_id, started_at, record) VALUES ($1, $2, $3)";
 const SELECT_REDRIVES: &str =
-    "SELECT run_id, record FROM dead_letter_redrives ORDER BY started_utc, seq";
+    "SELECT run_id, record FROM dead_letter_redrives ORDER BY started_at, seq";
 
 // ---- plumbing ----
 
@@ -169,16 +178,16 @@ fn count(row: &Row, i: usize) -> Result<u64, tokio_postgres::Error> {
 // ---- reading ----
 
 pub(super) async fn page(db: &Db, page: &Page) -> Result<Vec<DeadLetter>, DlqError> {
-    let (after_utc, after_id) = match &page.after {
-        None => (String::new(), ""),
-        Some(cursor) => (format_utc(cursor.first_failed_at), cursor.msg_id.as_str()),
+    let (after, after_id) = match &page.after {
+        None => (Stamp::before_all(), ""),
+        Some(cursor) => (Stamp::of(cursor.first_failed_at), cursor.msg_id.as_str()),
     };
     if !page.source.as_deref().is_none_or(storable) {
         return Ok(Vec::new());
     }
     let limit = i64::try_from(page.limit).unwrap_or(i64::MAX);
     let class = page.class.map(|c| c.as_str());
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&after_utc, &after_id, &limit];
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&after.at, &after.ns, &after_id, &limit];
     let sql = match (&class, &page.source) {
         (None, None) => PAGE,
         (Some(class), None) => {
@@ -203,7 +212,8 @@ pub(super) async fn page(db: &Db, page: &Page) -> Result<Vec<DeadLetter>, DlqErr
 
 pub(super) async fn stats(db: &Db) -> Result<Stats, DlqError> {
     let row = query(db, "stats", STATS, &[], In::Caller).await?;
-    let read = |row: &Row| -> Result<(Stats, Option<(String, String)>), tokio_postgres::Error> {
+    type Oldest = (String, SystemTime, i16);
+    let read = |row: &Row| -> Result<(Stats, Option<Oldest>), tokio_postgres::Error> {
         // `Stats` is `#[non_exhaustive]`: filled in field by field.
         let mut stats = Stats::default();
         stats.pending = count(row, 0)?;
@@ -211,17 +221,21 @@ pub(super) async fn stats(db: &Db) -> Result<Stats, DlqError> {
         stats.data = count(row, 2)?;
         stats.leased = count(row, 3)?;
         stats.resolved = count(row, 4)?;
-        let oldest: Option<String> = row.try_get(5)?;
-        let oldest_id: Option<String> = row.try_get(6)?;
-        Ok((stats, oldest.map(|at| (oldest_id.unwrap_or_default(), at))))
+        let oldest: Option<SystemTime> = row.try_get(5)?;
+        let oldest_ns: Option<i16> = row.try_get(6)?;
+        let oldest_id: Option<String> = row.try_get(7)?;
+        Ok((
+            stats,
+            oldest.map(|at| (oldest_id.unwrap_or_default(), at, oldest_ns.unwrap_or(0))),
+        ))
     };
     let Some(row) = row.first() else {
         return Ok(Stats::default());
     };
     let (mut stats, oldest) = read(row).map_err(|e| DlqError::Io(db.error(e)))?;
-    // Read once, here: the text column as the letter's own read checks it.
+    // Checked as the letter's own read checks it.
     stats.oldest_first_failed_at = oldest
-        .map(|(id, at)| sql_row::time(&id, "first_failed_at", &at))
+        .map(|(id, at, ns)| rows::stamped(&id, "first_failed_at", at, ns))
         .transpose()?;
     Ok(stats)
 }
@@ -269,17 +283,12 @@ pub(super) async fn resolve(
     msg_id: &str,
     resolution: &Resolution,
 ) -> Result<bool, DlqError> {
-    let columns = resolved_columns(msg_id, resolution)?;
+    let at = resolved_columns(msg_id, resolution)?;
     if !storable(msg_id) {
         return Ok(false);
     }
-    let params: [&(dyn ToSql + Sync); 5] = [
-        &msg_id,
-        &columns.at,
-        &columns.by,
-        &columns.run_id,
-        &columns.at_utc,
-    ];
+    let params: [&(dyn ToSql + Sync); 5] =
+        [&msg_id, &at.at, &resolution.by, &resolution.run_id, &at.ns];
     Ok(execute(db, "resolve", RESOLVE, &params).await? > 0)
 }
 
@@ -323,8 +332,8 @@ async fn merge_failure_in(
     };
     let mut letter = stored.map_err(Fail::Store)?;
     change(&mut letter);
-    let encoded = Encoded::new(&letter).map_err(Fail::Store)?;
-    rows::update_merged(&tx, &[&encoded], &format_utc(SystemTime::now())).await?;
+    let encoded = Encoded::new(letter).map_err(Fail::Store)?;
+    rows::update_merged(&tx, &[&encoded], &SystemTime::now()).await?;
     tx.commit().await?;
     Ok(true)
 }
@@ -347,7 +356,7 @@ pub(super) async fn put_back(
 }
 
 pub(super) async fn purge_resolved(db: &Db, before: SystemTime) -> Result<u64, DlqError> {
-    let cut = format_utc(before);
+    let cut = Stamp::of(before).at;
     let mut purged = 0;
     loop {
         let deleted = execute(db, "purge", PURGE, &[&cut, &PURGE_BATCH]).await?;
@@ -362,18 +371,19 @@ pub(super) async fn purge_resolved(db: &Db, before: SystemTime) -> Result<u64, D
 
 pub(super) async fn audit(db: &Db, entry: &AuditEntry) -> Result<(), DlqError> {
     rows::check_audit(entry)?;
-    let (at, finished_at) = (
-        format_rfc3339(entry.at),
-        entry.finished_at.map(format_rfc3339),
-    );
-    let params: [&(dyn ToSql + Sync); 7] = [
+    let at = Stamp::of(entry.at);
+    let finished = entry.finished_at.map(Stamp::of);
+    let (finished_at, finished_ns) = (finished.map(|f| f.at), finished.map_or(0, |f| f.ns));
+    let params: [&(dyn ToSql + Sync); 9] = [
         &entry.run_id,
         &entry.msg_id,
         &entry.who,
         &entry.target,
-        &at,
+        &at.at,
+        &at.ns,
         &entry.outcome,
         &finished_at,
+        &finished_ns,
     ];
     execute(db, "audit", AUDIT, &params).await?;
     Ok(())
@@ -386,16 +396,18 @@ pub(super) async fn audit_rows(db: &Db, run_id: Option<&str>) -> Result<Vec<Audi
     let rows = query(db, "audit_rows", AUDIT_ROWS, &[&run_id], In::Caller).await?;
     rows.iter()
         .map(|row| {
-            type Texts = (
+            type Columns = (
                 String,
                 String,
                 String,
                 String,
-                String,
+                SystemTime,
+                i16,
                 Option<String>,
-                Option<String>,
+                Option<SystemTime>,
+                i16,
             );
-            let read = || -> Result<Texts, tokio_postgres::Error> {
+            let read = || -> Result<Columns, tokio_postgres::Error> {
                 Ok((
                     row.try_get(0)?,
                     row.try_get(1)?,
@@ -404,16 +416,24 @@ pub(super) async fn audit_rows(db: &Db, run_id: Option<&str>) -> Result<Vec<Audi
                     row.try_get(4)?,
                     row.try_get(5)?,
                     row.try_get(6)?,
+                    row.try_get(7)?,
+                    row.try_get(8)?,
                 ))
             };
-            let (run_id, msg_id, who, target, at, outcome, finished_at) = read().map_err(|e| {
-                DlqError::Corrupt(format!("dead_letter_audit row is unreadable: {e}"))
-            })?;
-            let time =
-                |column: &str, text: &str| sql_row::audit_time(&run_id, &msg_id, column, text);
-            let at = time("at", &at)?;
+            let (run_id, msg_id, who, target, at, at_ns, outcome, finished_at, finished_ns) =
+                read().map_err(|e| {
+                    DlqError::Corrupt(format!("dead_letter_audit row is unreadable: {e}"))
+                })?;
+            let time = |column: &str, at: SystemTime, ns: i16| {
+                rows::Stamp::time(at, ns).ok_or_else(|| {
+                    DlqError::Corrupt(format!(
+                        "dead_letter_audit row `{run_id}`, letter `{msg_id}`: {column} has {ns} nanoseconds past its microsecond"
+                    ))
+                })
+            };
+            let at = time("at", at, at_ns)?;
             let finished_at = finished_at
-                .map(|text| time("finished_at", &text))
+                .map(|finished| time("finished_at", finished, finished_ns))
                 .transpose()?;
             Ok(AuditEntry {
                 run_id,
@@ -429,19 +449,25 @@ pub(super) async fn audit_rows(db: &Db, run_id: Option<&str>) -> Result<Vec<Audi
 }
 
 pub(super) async fn record_redrive(db: &Db, record: &RedriveRecord) -> Result<(), DlqError> {
-    let (run_id, started_utc, json) = sql_row::record_row(record)?;
-    // The rest of the record is JSON, which escapes NUL; its key is a column of its own.
-    if !storable(&run_id) {
-        return Err(DlqError::Serialize(format!(
-            "redrive record `{}`: run_id holds a NUL character, which PostgreSQL text cannot store",
-            run_id.escape_debug()
-        )));
+    let unwritable = |what: &str| {
+        DlqError::Serialize(format!(
+            "redrive record `{}`: {what}",
+            record.run_id.escape_debug()
+        ))
+    };
+    let json = serde_json::to_value(record).map_err(|e| unwritable(&e.to_string()))?;
+    // `run_id` is a `text` column of its own, the rest `jsonb`: neither holds a NUL.
+    if !storable(&record.run_id) || json_has_nul(&json) {
+        return Err(unwritable(
+            "holds a NUL character, which PostgreSQL text and jsonb cannot store",
+        ));
     }
+    let started_at = Stamp::of(record.started_at).at;
     execute(
         db,
         "record_redrive",
         INSERT_REDRIVE,
-        &[&run_id, &started_utc, &json],
+        &[&record.run_id, &started_at, &Json(&json)],
     )
     .await?;
     Ok(())
@@ -452,8 +478,12 @@ pub(super) async fn redrives(db: &Db) -> Result<Vec<RedriveRecord>, DlqError> {
     rows.iter()
         .map(|r| {
             let run_id: String = r.try_get(0).map_err(|e| DlqError::Io(db.error(e)))?;
-            let json: String = r.try_get(1).map_err(|e| DlqError::Io(db.error(e)))?;
-            sql_row::record(&run_id, &json)
+            let json: Value = r.try_get(1).map_err(|e| DlqError::Io(db.error(e)))?;
+            serde_json::from_value(json).map_err(|e| {
+                DlqError::Corrupt(format!(
+                    "dead_letter_redrives row `{run_id}`: record is unreadable ({e})"
+                ))
+            })
         })
         .collect()
 }

@@ -5,13 +5,15 @@
 use std::collections::{HashMap, HashSet};
 use std::pin::{Pin, pin};
 use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use deadpool_postgres::GenericClient;
+use serde_json::Value;
 use tokio_postgres::Row;
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{FromSql, Json, ToSql};
 
 use crate::sql::Fail as SqlFail;
-use retry_core::dlq::row::{self, LetterRow, corrupt};
+use retry_core::dlq::row::{self, corrupt};
 use retry_core::dlq::{AuditEntry, DeadLetter, DlqError, Failure, Resolution};
 
 /// Why an operation failed before its errors get the server's name.
@@ -20,36 +22,37 @@ pub(super) type Fail = SqlFail<DlqError>;
 /// The columns of a letter, in the order [`decode`] reads them.
 macro_rules! letter_columns {
     () => {
-        "msg_id, original, reason, attempts::bigint, first_failed_at, last_failed_at, trace_id, \
-         class, error_type, idempotency_key, source, redacted, key_scope, key_expires_at, \
-         history::text, resolved_at, resolved_by, resolved_run"
+        "msg_id, original, reason, attempts::bigint, first_failed_at, first_failed_ns, \
+         last_failed_at, last_failed_ns, trace_id, class, error_type, idempotency_key, source, \
+         redacted, key_scope, key_expires_at, key_expires_ns, history, resolved_at, resolved_ns, \
+         resolved_by, resolved_run"
     };
 }
 pub(super) use letter_columns;
 
-/// One array per column (`$1` .. `$20`), a row per letter, in [`Columns`]'s order.
+/// One array per column (`$1` .. `$22`), a row per letter, in [`Columns`]'s order.
 macro_rules! unnest_letters {
     () => {
-        "unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], \
-         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::bool[], $13::text[], \
-         $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[]) \
-         AS u(msg_id, original, reason, attempts, first_failed_at, last_failed_at, trace_id, \
-         class, error_type, idempotency_key, source, redacted, key_scope, key_expires_at, history, \
-         resolved_at, resolved_by, resolved_run, resolved_utc, first_failed_utc)"
+        "unnest($1::text[], $2::jsonb[], $3::text[], $4::bigint[], $5::timestamptz[], \
+         $6::smallint[], $7::timestamptz[], $8::smallint[], $9::text[], $10::text[], $11::text[], \
+         $12::text[], $13::text[], $14::bool[], $15::text[], $16::timestamptz[], $17::smallint[], \
+         $18::jsonb[], $19::timestamptz[], $20::smallint[], $21::text[], $22::text[]) \
+         AS u(msg_id, original, reason, attempts, first_failed_at, first_failed_ns, \
+         last_failed_at, last_failed_ns, trace_id, class, error_type, idempotency_key, source, \
+         redacted, key_scope, key_expires_at, key_expires_ns, history, resolved_at, resolved_ns, \
+         resolved_by, resolved_run)"
     };
 }
 
 /// New letters, each whole; a `msg_id` already there is left alone (the caller merges into
-/// it). `$21` is when they were parked. Returns the `msg_id`s inserted.
+/// it). `$23` is when they were parked. Returns the `msg_id`s inserted.
 const INSERT_NEW: &str = concat!(
     "INSERT INTO dead_letters (msg_id, original, reason, attempts, first_failed_at, \
-     last_failed_at, trace_id, class, error_type, idempotency_key, source, redacted, key_scope, \
-     key_expires_at, history, resolved_at, resolved_by, resolved_run, resolved_utc, \
-     first_failed_utc, parked_at) \
-     SELECT u.msg_id, u.original, u.reason, u.attempts, u.first_failed_at, u.last_failed_at, \
-     u.trace_id, u.class, u.error_type, u.idempotency_key, u.source, u.redacted, u.key_scope, \
-     u.key_expires_at, u.history::jsonb, u.resolved_at, u.resolved_by, u.resolved_run, \
-     u.resolved_utc, u.first_failed_utc, $21 FROM ",
+     first_failed_ns, last_failed_at, last_failed_ns, trace_id, class, error_type, \
+     idempotency_key, source, redacted, key_scope, key_expires_at, key_expires_ns, history, \
+     resolved_at, resolved_ns, resolved_by, resolved_run, parked_at) \
+     SELECT u.*, $23 FROM ",
+    // `u.*`: the columns of `unnest_letters!`, named in the order listed here.
     unnest_letters!(),
     " ON CONFLICT (msg_id) DO NOTHING RETURNING msg_id"
 );
@@ -58,11 +61,13 @@ const INSERT_NEW: &str = concat!(
 /// letter's place in the order) are never written again: no merge changes them.
 const UPDATE_MERGED: &str = concat!(
     "UPDATE dead_letters AS d SET reason = u.reason, attempts = u.attempts, \
-     last_failed_at = u.last_failed_at, trace_id = u.trace_id, class = u.class, \
-     error_type = u.error_type, idempotency_key = u.idempotency_key, source = u.source, \
-     redacted = u.redacted, key_scope = u.key_scope, key_expires_at = u.key_expires_at, \
-     history = u.history::jsonb, resolved_at = u.resolved_at, resolved_by = u.resolved_by, \
-     resolved_run = u.resolved_run, resolved_utc = u.resolved_utc, parked_at = $21 FROM ",
+     last_failed_at = u.last_failed_at, last_failed_ns = u.last_failed_ns, \
+     trace_id = u.trace_id, class = u.class, error_type = u.error_type, \
+     idempotency_key = u.idempotency_key, source = u.source, redacted = u.redacted, \
+     key_scope = u.key_scope, key_expires_at = u.key_expires_at, \
+     key_expires_ns = u.key_expires_ns, history = u.history, resolved_at = u.resolved_at, \
+     resolved_ns = u.resolved_ns, resolved_by = u.resolved_by, resolved_run = u.resolved_run, \
+     parked_at = $23 FROM ",
     unnest_letters!(),
     " WHERE d.msg_id = u.msg_id"
 );
@@ -75,25 +80,80 @@ pub(super) const LOCK_LETTERS: &str = concat!(
     " FROM dead_letters WHERE msg_id = ANY($1::text[]) ORDER BY msg_id FOR UPDATE"
 );
 
-/// A letter as its row stores it, checked before anything is written: times that order,
-/// `original` as JSON, and no NUL character anywhere (PostgreSQL's `text` cannot hold one, and
-/// one bad letter must not fail the others written with it).
-pub(super) struct Encoded {
-    row: LetterRow,
+// ---- times ----
+
+/// A time as its two columns store it: a `timestamptz` (whole microseconds) and the
+/// nanoseconds below the microsecond (a `_ns` column, 0 to 999), which `timestamptz` cannot
+/// hold, so that a letter reads back to the nanosecond as it was parked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Stamp {
+    pub(super) at: SystemTime,
+    pub(super) ns: i16,
 }
 
-/// [`row::ResolutionRow`], refused when a text holds a NUL (PostgreSQL text cannot).
-pub(super) fn resolved_columns(
-    msg_id: &str,
-    resolution: &Resolution,
-) -> Result<row::ResolutionRow, DlqError> {
+/// The earliest time a column holds: 0000-01-01T00:00:00Z, where RFC 3339 text, and so every
+/// other store, ends too (a letter's earlier time is written as this one).
+const EARLIEST: Duration = Duration::from_secs(62_167_219_200);
+
+/// The latest: 9999-12-31T23:59:59.999999999Z, the same end.
+const LATEST: Duration = Duration::new(253_402_300_799, 999_999_999);
+
+impl Stamp {
+    /// `time` as its columns store it, cut towards the past to the microsecond (so the
+    /// remainder is never negative), within the years 0000 to 9999.
+    pub(super) fn of(time: SystemTime) -> Self {
+        let time = time.clamp(UNIX_EPOCH - EARLIEST, UNIX_EPOCH + LATEST);
+        let ns = match time.duration_since(UNIX_EPOCH) {
+            Ok(after) => after.subsec_nanos() % 1_000,
+            Err(before) => match before.duration().subsec_nanos() % 1_000 {
+                0 => 0,
+                n => 1_000 - n,
+            },
+        };
+        Stamp {
+            at: time - Duration::from_nanos(u64::from(ns)),
+            // Below 1_000.
+            ns: i16::try_from(ns).unwrap_or(0),
+        }
+    }
+
+    /// Before every stored time: the cursor of a first page.
+    pub(super) fn before_all() -> Self {
+        Stamp {
+            at: UNIX_EPOCH - EARLIEST,
+            ns: -1,
+        }
+    }
+
+    /// The time the columns hold; `None` when `ns` is not 0 to 999.
+    pub(super) fn time(at: SystemTime, ns: i16) -> Option<SystemTime> {
+        let ns = u64::try_from(ns).ok().filter(|ns| *ns < 1_000)?;
+        at.checked_add(Duration::from_nanos(ns))
+    }
+}
+
+/// A letter as its row stores it, checked before anything is written: no NUL character
+/// anywhere (PostgreSQL's `text` cannot hold one, nor can `jsonb` in a string or a key, and one
+/// bad letter must not fail the others written with it), an `original` that reads back, and
+/// its times split as their columns keep them.
+pub(super) struct Encoded {
+    letter: DeadLetter,
+    first_failed: Stamp,
+    last_failed: Stamp,
+    key_expires: Option<Stamp>,
+    resolved: Option<Stamp>,
+}
+
+/// `resolution`'s time as its columns store it, refused when a text holds a NUL (PostgreSQL
+/// text cannot).
+pub(super) fn resolved_columns(msg_id: &str, resolution: &Resolution) -> Result<Stamp, DlqError> {
     no_nul(msg_id, "resolved by", &resolution.by)?;
     no_nul_in(msg_id, "resolved in run", resolution.run_id.as_deref())?;
-    Ok(row::ResolutionRow::new(resolution))
+    Ok(Stamp::of(resolution.at))
 }
 
 impl Encoded {
-    pub(super) fn new(letter: &DeadLetter) -> Result<Self, DlqError> {
+    pub(super) fn new(letter: DeadLetter) -> Result<Self, DlqError> {
         let id = letter.msg_id.as_str();
         no_nul(id, "msg_id", id)?;
         for (field, text) in [
@@ -113,16 +173,47 @@ impl Encoded {
         for failure in &letter.history {
             check_failure(id, failure)?;
         }
-        if let Some(resolution) = &letter.resolved {
-            resolved_columns(id, resolution)?;
+        let resolved = letter
+            .resolved
+            .as_ref()
+            .map(|resolution| resolved_columns(id, resolution))
+            .transpose()?;
+        // Before the walk below, which must not go deeper than a letter that reads back.
+        letter.check_readable()?;
+        if json_has_nul(&letter.original) {
+            return Err(DlqError::Serialize(format!(
+                "dead letter `{}`: original holds a NUL character (\\u0000), which PostgreSQL jsonb cannot store",
+                id.escape_debug()
+            )));
         }
         Ok(Encoded {
-            row: LetterRow::new(letter)?,
+            first_failed: Stamp::of(letter.first_failed_at),
+            last_failed: Stamp::of(letter.last_failed_at),
+            key_expires: letter.key_expires_at.map(Stamp::of),
+            resolved,
+            letter,
         })
     }
 
     pub(super) fn msg_id(&self) -> &str {
-        &self.row.msg_id
+        &self.letter.msg_id
+    }
+
+    /// The letter as it was given.
+    pub(super) fn letter(&self) -> &DeadLetter {
+        &self.letter
+    }
+}
+
+/// Whether `value` holds a NUL character in a string or a key: `jsonb` refuses `\u0000`.
+pub(super) fn json_has_nul(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().any(json_has_nul),
+        Value::Object(fields) => fields
+            .iter()
+            .any(|(key, value)| key.contains('\0') || json_has_nul(value)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
     }
 }
 
@@ -164,11 +255,13 @@ pub(super) fn check_audit(entry: &AuditEntry) -> Result<(), DlqError> {
 /// The letters of one statement, one array per column.
 struct Columns<'a> {
     msg_id: Vec<&'a str>,
-    original: Vec<&'a str>,
+    original: Vec<Json<&'a Value>>,
     reason: Vec<&'a str>,
     attempts: Vec<i64>,
-    first_failed_at: Vec<&'a str>,
-    last_failed_at: Vec<&'a str>,
+    first_failed_at: Vec<SystemTime>,
+    first_failed_ns: Vec<i16>,
+    last_failed_at: Vec<SystemTime>,
+    last_failed_ns: Vec<i16>,
     trace_id: Vec<&'a str>,
     class: Vec<&'static str>,
     error_type: Vec<&'a str>,
@@ -176,52 +269,63 @@ struct Columns<'a> {
     source: Vec<Option<&'a str>>,
     redacted: Vec<bool>,
     key_scope: Vec<Option<&'a str>>,
-    key_expires_at: Vec<Option<&'a str>>,
-    history: Vec<&'a str>,
-    resolved_at: Vec<Option<&'a str>>,
+    key_expires_at: Vec<Option<SystemTime>>,
+    key_expires_ns: Vec<i16>,
+    history: Vec<Json<&'a [Failure]>>,
+    resolved_at: Vec<Option<SystemTime>>,
+    resolved_ns: Vec<i16>,
     resolved_by: Vec<Option<&'a str>>,
     resolved_run: Vec<Option<&'a str>>,
-    resolved_utc: Vec<Option<&'a str>>,
-    first_failed_utc: Vec<&'a str>,
 }
 
 impl<'a> Columns<'a> {
     fn new(letters: &[&'a Encoded]) -> Self {
-        let all = |f: fn(&'a Encoded) -> &'a str| letters.iter().map(|l| f(l)).collect();
-        let some = |f: fn(&'a Encoded) -> Option<&'a str>| letters.iter().map(|l| f(l)).collect();
+        fn each<'a, T>(letters: &[&'a Encoded], f: impl Fn(&'a Encoded) -> T) -> Vec<T> {
+            letters.iter().map(|l| f(l)).collect()
+        }
+        // A time that is absent keeps 0 in its `_ns` column.
+        let ns = |stamp: Option<Stamp>| stamp.map_or(0, |s| s.ns);
         Columns {
-            msg_id: all(|l| &l.row.msg_id),
-            original: all(|l| &l.row.original),
-            reason: all(|l| &l.row.reason),
-            attempts: letters.iter().map(|l| l.row.attempts).collect(),
-            first_failed_at: all(|l| &l.row.first_failed_at),
-            last_failed_at: all(|l| &l.row.last_failed_at),
-            trace_id: all(|l| &l.row.trace_id),
-            class: letters.iter().map(|l| l.row.class).collect(),
-            error_type: all(|l| &l.row.error_type),
-            idempotency_key: some(|l| l.row.idempotency_key.as_deref()),
-            source: some(|l| l.row.source.as_deref()),
-            redacted: letters.iter().map(|l| l.row.redacted).collect(),
-            key_scope: some(|l| l.row.key_scope.as_deref()),
-            key_expires_at: some(|l| l.row.key_expires_at.as_deref()),
-            history: all(|l| &l.row.history),
-            resolved_at: some(|l| l.row.resolved.as_ref().map(|r| r.at.as_str())),
-            resolved_by: some(|l| l.row.resolved.as_ref().map(|r| r.by.as_str())),
-            resolved_run: some(|l| l.row.resolved.as_ref().and_then(|r| r.run_id.as_deref())),
-            resolved_utc: some(|l| l.row.resolved.as_ref().map(|r| r.at_utc.as_str())),
-            first_failed_utc: all(|l| &l.row.first_failed_utc),
+            msg_id: each(letters, |l| l.letter.msg_id.as_str()),
+            original: each(letters, |l| Json(&l.letter.original)),
+            reason: each(letters, |l| l.letter.reason.as_str()),
+            attempts: each(letters, |l| i64::from(l.letter.attempts)),
+            first_failed_at: each(letters, |l| l.first_failed.at),
+            first_failed_ns: each(letters, |l| l.first_failed.ns),
+            last_failed_at: each(letters, |l| l.last_failed.at),
+            last_failed_ns: each(letters, |l| l.last_failed.ns),
+            trace_id: each(letters, |l| l.letter.trace_id.as_str()),
+            class: each(letters, |l| l.letter.class.as_str()),
+            error_type: each(letters, |l| l.letter.error_type.as_str()),
+            idempotency_key: each(letters, |l| l.letter.idempotency_key.as_deref()),
+            source: each(letters, |l| l.letter.source.as_deref()),
+            redacted: each(letters, |l| l.letter.redacted),
+            key_scope: each(letters, |l| l.letter.key_scope.as_deref()),
+            key_expires_at: each(letters, |l| l.key_expires.map(|s| s.at)),
+            key_expires_ns: each(letters, |l| ns(l.key_expires)),
+            history: each(letters, |l| Json(l.letter.history.as_slice())),
+            resolved_at: each(letters, |l| l.resolved.map(|s| s.at)),
+            resolved_ns: each(letters, |l| ns(l.resolved)),
+            resolved_by: each(letters, |l| {
+                l.letter.resolved.as_ref().map(|r| r.by.as_str())
+            }),
+            resolved_run: each(letters, |l| {
+                l.letter.resolved.as_ref().and_then(|r| r.run_id.as_deref())
+            }),
         }
     }
 
-    /// `$1` .. `$20`, then `parked_at` as `$21`.
-    fn params<'p>(&'p self, parked_at: &'p String) -> [&'p (dyn ToSql + Sync); 21] {
+    /// `$1` .. `$22`, then `parked_at` as `$23`.
+    fn params<'p>(&'p self, parked_at: &'p SystemTime) -> [&'p (dyn ToSql + Sync); 23] {
         [
             &self.msg_id,
             &self.original,
             &self.reason,
             &self.attempts,
             &self.first_failed_at,
+            &self.first_failed_ns,
             &self.last_failed_at,
+            &self.last_failed_ns,
             &self.trace_id,
             &self.class,
             &self.error_type,
@@ -230,12 +334,12 @@ impl<'a> Columns<'a> {
             &self.redacted,
             &self.key_scope,
             &self.key_expires_at,
+            &self.key_expires_ns,
             &self.history,
             &self.resolved_at,
+            &self.resolved_ns,
             &self.resolved_by,
             &self.resolved_run,
-            &self.resolved_utc,
-            &self.first_failed_utc,
             parked_at,
         ]
     }
@@ -310,7 +414,7 @@ fn poll_once<F: Future>(
 pub(super) async fn insert_new<C: GenericClient + Sync>(
     client: &C,
     letters: &[&Encoded],
-    parked_at: &String,
+    parked_at: &SystemTime,
     within: In,
 ) -> Result<HashSet<String>, Fail> {
     if letters.is_empty() {
@@ -336,7 +440,7 @@ pub(super) async fn insert_new<C: GenericClient + Sync>(
 pub(super) async fn update_merged<C: GenericClient + Sync>(
     client: &C,
     letters: &[&Encoded],
-    parked_at: &String,
+    parked_at: &SystemTime,
 ) -> Result<(), Fail> {
     if letters.is_empty() {
         return Ok(());
@@ -365,60 +469,98 @@ pub(super) async fn lock_letters<C: GenericClient + Sync>(
         .collect()
 }
 
+/// Column `i` (`column`) of the letter `msg_id`'s row, or why it cannot be read.
+fn column<'r, T: FromSql<'r>>(
+    row: &'r Row,
+    msg_id: &str,
+    i: usize,
+    column: &str,
+) -> Result<T, DlqError> {
+    row.try_get(i)
+        .map_err(|e| corrupt(msg_id, format_args!("bad {column} ({e})")))
+}
+
+/// The time `name` in columns `i` (`timestamptz`) and `i + 1` (its `_ns`), `None` when the
+/// first is NULL.
+fn time_in(row: &Row, msg_id: &str, i: usize, name: &str) -> Result<Option<SystemTime>, DlqError> {
+    let at: Option<SystemTime> = column(row, msg_id, i, name)?;
+    let ns: i16 = column(row, msg_id, i + 1, name)?;
+    at.map(|at| stamped(msg_id, name, at, ns)).transpose()
+}
+
+/// The letter `msg_id`'s time `name` as its two columns hold it, `at` and `ns`.
+pub(super) fn stamped(
+    msg_id: &str,
+    name: &str,
+    at: SystemTime,
+    ns: i16,
+) -> Result<SystemTime, DlqError> {
+    Stamp::time(at, ns).ok_or_else(|| {
+        corrupt(
+            msg_id,
+            format_args!("{name} has {ns} nanoseconds past its microsecond"),
+        )
+    })
+}
+
+/// The time of the `NOT NULL` columns `i` and `i + 1`.
+fn time(row: &Row, msg_id: &str, i: usize, column: &str) -> Result<SystemTime, DlqError> {
+    time_in(row, msg_id, i, column)?
+        .ok_or_else(|| corrupt(msg_id, format_args!("{column} is NULL")))
+}
+
 /// A row of [`letter_columns`], every column checked.
 pub(super) fn decode(row: &Row) -> Result<DeadLetter, DlqError> {
     let msg_id: String = row.try_get(0).map_err(|e| {
         DlqError::Corrupt(format!("dead_letters row with an unreadable msg_id: {e}"))
     })?;
     let id = msg_id.as_str();
-    let get = |i: usize, column: &str| -> Result<Option<String>, DlqError> {
-        row.try_get::<_, Option<String>>(i)
-            .map_err(|e| corrupt(id, format_args!("bad {column} ({e})")))
-    };
-    let text = |i: usize, column: &str| -> Result<String, DlqError> {
-        get(i, column)?.ok_or_else(|| corrupt(id, format_args!("{column} is NULL")))
-    };
-    let original = row::original(id, &text(1, "original")?)?;
-    let attempts: i64 = row
-        .try_get(3)
-        .map_err(|e| corrupt(id, format_args!("bad attempts ({e})")))?;
-    let attempts = row::attempts(id, attempts)?;
-    let time = |i: usize, column: &str| row::time(id, column, &text(i, column)?);
-    let class = row::class(id, &text(7, "class")?)?;
-    let redacted: bool = row
-        .try_get(11)
-        .map_err(|e| corrupt(id, format_args!("bad redacted ({e})")))?;
-    let history: Vec<Failure> = serde_json::from_str(&text(14, "history")?)
-        .map_err(|e| corrupt(id, format_args!("history is not a list of failures ({e})")))?;
-    let resolved = match (get(15, "resolved_at")?, get(16, "resolved_by")?) {
+    let attempts = row::attempts(id, column(row, id, 3, "attempts")?)?;
+    let class = row::class(id, &column::<String>(row, id, 9, "class")?)?;
+    let Json(history): Json<Vec<Failure>> = row.try_get(17).map_err(|e| {
+        corrupt(
+            id,
+            format_args!("history is not a list of failures ({})", error_source(&e)),
+        )
+    })?;
+    let resolved = match (
+        time_in(row, id, 18, "resolved_at")?,
+        column::<Option<String>>(row, id, 20, "resolved_by")?,
+    ) {
         (None, _) => None,
         (Some(at), Some(by)) => Some(Resolution {
-            at: row::time(id, "resolved_at", &at)?,
+            at,
             by,
-            run_id: get(17, "resolved_run")?,
+            run_id: column(row, id, 21, "resolved_run")?,
         }),
         (Some(_), None) => return Err(corrupt(id, "resolved_at without resolved_by")),
     };
     Ok(DeadLetter {
-        original,
-        reason: text(2, "reason")?,
+        original: column(row, id, 1, "original")?,
+        reason: column(row, id, 2, "reason")?,
         attempts,
-        first_failed_at: time(4, "first_failed_at")?,
-        last_failed_at: time(5, "last_failed_at")?,
-        trace_id: text(6, "trace_id")?,
+        first_failed_at: time(row, id, 4, "first_failed_at")?,
+        last_failed_at: time(row, id, 6, "last_failed_at")?,
+        trace_id: column(row, id, 8, "trace_id")?,
         class,
-        error_type: text(8, "error_type")?,
-        idempotency_key: get(9, "idempotency_key")?,
-        source: get(10, "source")?,
-        redacted,
-        key_scope: get(12, "key_scope")?,
-        key_expires_at: get(13, "key_expires_at")?
-            .map(|at| row::time(id, "key_expires_at", &at))
-            .transpose()?,
+        error_type: column(row, id, 10, "error_type")?,
+        idempotency_key: column(row, id, 11, "idempotency_key")?,
+        source: column(row, id, 12, "source")?,
+        redacted: column(row, id, 13, "redacted")?,
+        key_scope: column(row, id, 14, "key_scope")?,
+        key_expires_at: time_in(row, id, 15, "key_expires_at")?,
         history,
         resolved,
         msg_id,
     })
+}
+
+/// What a column could not be read as: the decoder's own error (the serde error of a JSON
+/// column) rather than the driver's "error deserializing column N" around it.
+fn error_source(e: &tokio_postgres::Error) -> String {
+    use std::error::Error as _;
+    e.source()
+        .map_or_else(|| e.to_string(), ToString::to_string)
 }
 
 /// A stored letter that could not be read, for each caller that wrote to it (the error is
@@ -437,14 +579,14 @@ mod tests {
     use retry_core::dlq::FailureClass;
     use retry_core::time::parse_rfc3339;
 
-    fn at(text: &str) -> std::time::SystemTime {
+    fn at(text: &str) -> SystemTime {
         parse_rfc3339(text).unwrap()
     }
 
     fn letter() -> DeadLetter {
         DeadLetter {
             msg_id: "M-1".into(),
-            original: serde_json::json!({"note": "nul\u{0} inside JSON is escaped"}),
+            original: serde_json::json!({"note": "naïve ✓", "list": [1, 2.5, null]}),
             reason: "r".into(),
             attempts: 1,
             first_failed_at: at("2026-08-19T02:11:03+09:00"),
@@ -463,8 +605,8 @@ mod tests {
     }
 
     #[test]
-    fn nul_characters_are_refused_before_anything_is_written_except_in_the_json_original() {
-        assert!(Encoded::new(&letter()).is_ok());
+    fn nul_characters_are_refused_before_anything_is_written() {
+        assert!(Encoded::new(letter()).is_ok());
         let bad = [
             DeadLetter {
                 reason: "a\0b".into(),
@@ -486,9 +628,18 @@ mod tests {
                 resolved: Some(Resolution::new("al\0ce", at("2026-08-20T00:00:00Z"))),
                 ..letter()
             },
+            // `jsonb` refuses `\u0000` in a string or a key, however deep.
+            DeadLetter {
+                original: serde_json::json!({"a": [{"note": "nul\u{0} inside"}]}),
+                ..letter()
+            },
+            DeadLetter {
+                original: serde_json::json!({"k\u{0}": 1}),
+                ..letter()
+            },
         ];
         for letter in bad {
-            let Err(DlqError::Serialize(message)) = Encoded::new(&letter) else {
+            let Err(DlqError::Serialize(message)) = Encoded::new(letter.clone()) else {
                 panic!("accepted {letter:?}");
             };
             assert!(
@@ -499,18 +650,39 @@ mod tests {
     }
 
     #[test]
-    fn resolutions_are_written_in_utc_and_unreadable_history_times_are_refused() {
-        let columns = resolved_columns(
-            "M-1",
-            &Resolution::new("alice", at("2026-08-20T09:00:00+09:00")),
-        )
-        .unwrap();
-        assert_eq!(columns.at, "2026-08-20T00:00:00.000+00:00");
-        assert_eq!(columns.at_utc, "2026-08-20T00:00:00.000000Z");
-        // The history column is read as failures: a time in it that is not RFC 3339 fails the
-        // read, with the text.
-        let history = r#"[{"at": "now", "reason": "r", "trace_id": "t"}]"#;
-        let why = serde_json::from_str::<Vec<Failure>>(history).unwrap_err();
-        assert!(why.to_string().contains("\"now\""), "{why}");
+    fn times_split_into_microseconds_and_the_nanoseconds_below_and_join_again() {
+        for text in [
+            "2026-08-19T02:12:47.123456789+09:00",
+            "2026-08-19T02:12:47.123+00:00",
+            "2026-08-19T02:12:47Z",
+            "1969-12-31T23:59:59.999999999Z",
+            "1969-12-31T23:59:59.000000001Z",
+            "1999-12-31T23:59:59.000000500Z",
+            "0000-01-01T00:00:00Z",
+            "9999-12-31T23:59:59.999999999Z",
+        ] {
+            let time = at(text);
+            let stamp = Stamp::of(time);
+            assert!((0..1_000).contains(&stamp.ns), "{text}: {stamp:?}");
+            // Whole microseconds: what `timestamptz` holds exactly.
+            let micros = match stamp.at.duration_since(UNIX_EPOCH) {
+                Ok(after) => after.subsec_nanos() % 1_000,
+                Err(before) => before.duration().subsec_nanos() % 1_000,
+            };
+            assert_eq!(micros, 0, "{text}");
+            assert_eq!(Stamp::time(stamp.at, stamp.ns), Some(time), "{text}");
+            assert!(Stamp::before_all().at <= stamp.at, "{text}");
+        }
+        let last = Stamp::of(at("2026-08-19T02:12:47.123456789Z"));
+        assert_eq!(last.ns, 789);
+        assert_eq!(last.at, at("2026-08-19T02:12:47.123456Z"));
+        // Beyond the years 0000 to 9999, as RFC 3339 text ends.
+        let far = UNIX_EPOCH + Duration::from_secs(400_000_000_000);
+        assert_eq!(
+            Stamp::time(Stamp::of(far).at, Stamp::of(far).ns),
+            Some(at("9999-12-31T23:59:59.999999999Z"))
+        );
+        assert_eq!(Stamp::time(last.at, 1_000), None);
+        assert_eq!(Stamp::time(last.at, -1), None);
     }
 }

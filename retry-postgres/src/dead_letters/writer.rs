@@ -39,7 +39,6 @@ use tokio_postgres::error::SqlState;
 use super::rows::{self, Encoded, Fail, In};
 use crate::sql::{Db, retrying_conflicts};
 use retry_core::dlq::{DeadLetter, DlqError};
-use retry_core::time::format_utc;
 
 /// The most letters written together.
 pub(super) const MAX_GROUP: usize = 512;
@@ -55,7 +54,7 @@ type Answer = Result<(), DlqError>;
 
 /// One letter waiting to be written, and its caller.
 struct Job {
-    letter: DeadLetter,
+    /// The letter, checked and as its row stores it.
     encoded: Encoded,
     reply: oneshot::Sender<Answer>,
 }
@@ -76,13 +75,9 @@ impl Writer {
 
     /// Queues `letter` and waits until its group is committed (or failed).
     pub(super) async fn park(&self, server: &str, letter: &DeadLetter) -> Answer {
-        let encoded = Encoded::new(letter)?;
+        let encoded = Encoded::new(letter.clone())?;
         let (reply, answer) = oneshot::channel();
-        let job = Job {
-            letter: letter.clone(),
-            encoded,
-            reply,
-        };
+        let job = Job { encoded, reply };
         if self.jobs.send(job).await.is_err() {
             return Err(stopped(server, "the letter was not parked"));
         }
@@ -231,7 +226,7 @@ async fn write_ids(
     ids: &[(&str, &[usize])],
     answers: &mut [Option<Answer>],
 ) -> Result<(), Fail> {
-    let parked_at = format_utc(SystemTime::now());
+    let parked_at = SystemTime::now();
     let firsts: Vec<&Encoded> = ids.iter().map(|(_, v)| &jobs[v[0]].encoded).collect();
     let inserted: HashSet<String> = retrying_conflicts!(
         db,
@@ -281,7 +276,7 @@ async fn merge(
     client: &mut Object,
     jobs: &[Job],
     merges: &[(&str, &[usize])],
-    parked_at: &String,
+    parked_at: &SystemTime,
 ) -> Result<Vec<Result<(), DlqError>>, Fail> {
     let tx = client
         .build_transaction()
@@ -296,7 +291,7 @@ async fn merge(
         let (merged, there) = match stored.remove(id) {
             Some(Ok(mut letter)) => {
                 for &i in letters {
-                    letter.absorb(&jobs[i].letter);
+                    letter.absorb(jobs[i].encoded.letter());
                 }
                 (letter, true)
             }
@@ -306,14 +301,14 @@ async fn merge(
             }
             // Purged (it was resolved) since the insert found it: a new letter after all.
             None => {
-                let mut letter = jobs[letters[0]].letter.clone();
+                let mut letter = jobs[letters[0]].encoded.letter().clone();
                 for &i in &letters[1..] {
-                    letter.absorb(&jobs[i].letter);
+                    letter.absorb(jobs[i].encoded.letter());
                 }
                 (letter, false)
             }
         };
-        match Encoded::new(&merged) {
+        match Encoded::new(merged) {
             Ok(encoded) if there => updates.push(encoded),
             Ok(encoded) => inserts.push(encoded),
             Err(e) => {

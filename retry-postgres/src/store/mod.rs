@@ -2,7 +2,7 @@
 //!
 //! Design notes (the why of each choice):
 //! - The table and its semantics are `SqliteStore`'s (feature `sqlite`):
-//!   the same columns, the same `format_utc` timestamps, and exactly
+//!   the same columns (the times `timestamptz` here, `format_utc` text there), and exactly
 //!   [`MemoryStore`](retry_core::idempotency::MemoryStore)'s decisions. The statements are SQLite's, except that
 //!   here the times they write and compare are computed in SQL, on the server's clock.
 //! - A key that is done (or kept failed) is final, so a claim first reads the row with one plain
@@ -25,7 +25,7 @@
 //!   trip (no extra query for "now"). Instances whose own clocks disagree therefore agree on
 //!   whether a lease is live: a fast clock never takes over a live claim, a slow one never
 //!   keeps a dead one. [`PgStore::with_clock`] (for tests) sends its time as a parameter of
-//!   the same statements instead; the arithmetic and the formatting stay in SQL either way.
+//!   the same statements instead; the arithmetic stays in SQL either way.
 //! - The clock is read again once the row is locked (in the outer query around the `FOR
 //!   UPDATE`, whose own select list is computed before the lock is waited for), so a claim
 //!   that waited for another transaction decides at the time it decides.
@@ -41,9 +41,9 @@
 //!   is the same guarded `UPDATE` of `lease_until` (without that exception).
 //! - A takeover counts the row's retention again from now (if that ends later), and the purge
 //!   never deletes a row whose lease is live, so a row is never purged under its holder.
-//! - Timestamps are [`format_utc`](retry_core::time::format_utc) text, compared as text: the timestamp columns are
-//!   `COLLATE "C"` so the comparison is byte order (time order) whatever the database's default
-//!   collation, and the `created_at` index serves it.
+//! - Times are `timestamptz` (microseconds), computed and compared by the server as times and
+//!   read back as `SystemTime`; the `created_at` index serves the purge. `response` is `text`:
+//!   the exact text the store was given (see the schema's version 3).
 //! - Statements are prepared once per connection (`prepare_cached`) and only ever get values
 //!   through bound parameters.
 //! - Connections come from a deadpool-postgres pool (default 16). Waiting for a free
@@ -90,7 +90,7 @@ use retry_core::idempotency::{
 use retry_core::time::Clock;
 
 /// The version of the `inbox_log` layout this code writes, kept in `retry_core_schema`.
-const SCHEMA_VERSION: i32 = 2;
+const SCHEMA_VERSION: i32 = 3;
 
 /// The table, created after the shared `retry_core_schema` (a schema table of our own rather
 /// than the application's migration tool's: the same one the SQLite store keeps).
@@ -118,8 +118,22 @@ CREATE INDEX IF NOT EXISTS inbox_log_created_at ON inbox_log (created_at);
 
 /// Version 2: a claim can be held by the handler's transaction instead of its lease
 /// ([`TransactionalStore::begin_for`](retry_core::idempotency::TransactionalStore::begin_for)).
+///
+/// Version 3: the times are `timestamptz` (they were `format_utc` text, `COLLATE "C"` so that
+/// text order was time order), so the server compares and does arithmetic on them as times and
+/// the `created_at` index (rebuilt by the change of type) orders them as times. `response`
+/// stays `text`: it is what the store was given, returned byte for byte (`IdempotencyStore`
+/// speaks in `&str`, and the conformance suite replays a response that is not JSON, and a kept
+/// failure's plain text lives in the same column), where `jsonb` would refuse what is not JSON
+/// and give back its own spacing and key order. An HTTP response's bytes reach the store
+/// already encoded as JSON text by `IdempotencyLayer` (base64 for a body that is not UTF-8),
+/// so no column here is `bytea`.
 const UPGRADES: &[&str] = &[
     "ALTER TABLE inbox_log ADD COLUMN IF NOT EXISTS in_transaction BOOLEAN NOT NULL DEFAULT false",
+    "ALTER TABLE inbox_log
+        ALTER COLUMN created_at TYPE timestamptz USING created_at::text::timestamptz,
+        ALTER COLUMN lease_until TYPE timestamptz USING lease_until::text::timestamptz,
+        ALTER COLUMN expires_at TYPE timestamptz USING expires_at::text::timestamptz",
 ];
 
 const TABLES_EXIST: &str = "SELECT to_regclass('retry_core_schema') IS NOT NULL, \
@@ -149,8 +163,8 @@ const SCHEMA: Schema = Schema {
 ///   one statement each, guarded by the claim's fencing token.
 /// - Leases and retention are measured on the database server's clock (`clock_timestamp()`,
 ///   UTC), never on an instance's own, so instances with skewed clocks agree on every lease
-///   ([`with_clock`](Self::with_clock) overrides it, for tests). Timestamps are fixed-width UTC
-///   text with microsecond precision, exactly as `SqliteStore` writes them.
+///   ([`with_clock`](Self::with_clock) overrides it, for tests). Times are `timestamptz`, to
+///   the microsecond, as `SqliteStore` keeps them in its text.
 /// - The claim's transaction is READ COMMITTED whatever the server's default; serialization
 ///   failures and deadlocks are tried again inside the store (3 attempts).
 /// - Connections come from a [deadpool-postgres pool](deadpool_postgres::Pool), 16 by default.
@@ -321,8 +335,8 @@ impl PgStore {
     /// purge decides at the server's `clock_timestamp()` (in UTC), computed by the statement
     /// that needs it, so instances whose clocks disagree still agree on whether a lease is
     /// live, and a fast clock never takes over a live claim. With `clock`, its time is sent
-    /// with each of those statements and used instead (the arithmetic and the formatting stay
-    /// in SQL), in whole microseconds and within the years 1 to 9999. Every instance sharing a
+    /// with each of those statements and used instead (the arithmetic stays in SQL), in whole
+    /// microseconds and within the years 1 to 9999. Every instance sharing a
     /// database must then read the same time: the lease check compares one instance's clock
     /// with the `lease_until` another one wrote.
     ///

@@ -24,7 +24,7 @@ const LOCK_AND_INSERT: &str = concat!(
     " WHERE l.got ON CONFLICT (msg_id) DO NOTHING RETURNING 1) \
      SELECT r.status, r.response, r.fingerprint, r.token, r.lease_until, r.expires_at, \
      r.in_transaction, ",
-    utc_text!(now!("4")),
+    now!("4"),
     ", l.got, EXISTS (SELECT 1 FROM i), txid_current() FROM l LEFT JOIN inbox_log r ON r.msg_id = $1"
 );
 
@@ -91,7 +91,7 @@ async fn decide_in_transaction(
     }
     if row.try_get::<_, Option<String>>(0)?.is_some() {
         let (found, now) = Stored::decode(key, row)?;
-        if found.retained(&now)
+        if found.retained(now)
             && let Some(outcome) = settled(&found, request)?
         {
             return Ok(outcome);

@@ -3,10 +3,10 @@
 //! failures and deadlocks.
 //!
 //! Time: every statement that needs "now" computes it itself, in the same round trip, from the
-//! server's `clock_timestamp()` (UTC), unless the store has an injected clock: then its time is
-//! bound as a parameter (microseconds since the Unix epoch) and used instead. Either way the
-//! arithmetic (now + lease, now − age) and the formatting to `format_utc` text happen in SQL, so
-//! one code path serves both.
+//! server's `clock_timestamp()`, unless the store has an injected clock: then its time is bound
+//! as a parameter (microseconds since the Unix epoch) and used instead. Either way the
+//! arithmetic (now + lease, now − age) happens in SQL on `timestamptz` values, so one code path
+//! serves both; rows and the statement's now come back as `SystemTime`.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -17,7 +17,7 @@ use tokio_postgres::{IsolationLevel, Row, Statement};
 
 use crate::sql::{self as sql, Db, retrying_conflicts};
 use retry_core::idempotency::{Claim, ClaimOutcome, ClaimRequest, StoreError};
-use retry_core::time::{Clock, parse_utc};
+use retry_core::time::Clock;
 
 /// Rows deleted per purge statement: each batch commits on its own, so a purge of millions of
 /// rows never becomes one long transaction. Every matching row is deleted; the batch size only
@@ -30,7 +30,7 @@ const CLAIM_ATTEMPTS: usize = 3;
 
 /// The longest span bound as a parameter, in microseconds (9999-12-31T23:59:59.999999Z after
 /// the epoch): any later end is clamped to the end of time in SQL anyway, and a span this long
-/// added to any time of `format_utc`'s range stays within PostgreSQL's `timestamp`.
+/// added to any time of the years 1 to 9999 stays within PostgreSQL's `timestamptz`.
 const MAX_SPAN_MICROS: i64 = 253_402_300_799_999_999;
 
 /// The earliest and latest injected time bound, in microseconds since the epoch (0001-01-01 and
@@ -56,36 +56,31 @@ macro_rules! span {
 }
 
 // `now!("n")`: the time the statement decides at: the injected clock's time bound as `$n`
-// (microseconds since the epoch), or, when `$n` is NULL, the server's clock in UTC.
+// (microseconds since the epoch), or, when `$n` is NULL, the server's clock.
 // `clock_timestamp()`, not `now()`: the time of this statement, not of its transaction's start.
+// `timestamptz 'epoch'` is the same instant whatever the session's time zone, and adding a span
+// of seconds (no days or months) to a `timestamptz` is exact arithmetic on the instant.
 macro_rules! now {
     ($p:literal) => {
         concat!(
-            "COALESCE(timestamp 'epoch' + ",
+            "COALESCE(timestamptz 'epoch' + ",
             span!($p),
-            ", clock_timestamp() AT TIME ZONE 'UTC')"
+            ", clock_timestamp())"
         )
     };
 }
 
-// `utc_text!(ts)`: a `timestamp` as `format_utc` writes it: `YYYY-MM-DDTHH:MM:SS.ffffffZ`.
-macro_rules! utc_text {
-    ($($ts:tt)+) => {
-        concat!("to_char(", $($ts)+, ", 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
-    };
-}
-
-// `later_text!(ts, "n")`: `ts` plus the span `$n`, ending at 9999-12-31T23:59:59Z at the latest
-// (as `time::later` does), as `format_utc` text.
-macro_rules! later_text {
+// `later!(ts, "n")`: `ts` plus the span `$n`, ending at 9999-12-31T23:59:59Z at the latest (as
+// `time::later` does).
+macro_rules! later {
     ($ts:literal, $p:literal) => {
-        utc_text!(concat!(
+        concat!(
             "LEAST(",
             $ts,
             " + ",
             span!($p),
-            ", timestamp '9999-12-31 23:59:59')"
-        ))
+            ", timestamptz '9999-12-31 23:59:59+00')"
+        )
     };
 }
 
@@ -101,12 +96,10 @@ macro_rules! claim_row {
         concat!(
             "INSERT INTO inbox_log \
              (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at) \
-             SELECT $1, $2, 'in_progress', NULL, ",
-            utc_text!("t.ts"),
-            ", $3, 1, ",
-            later_text!("t.ts", "5"),
+             SELECT $1, $2, 'in_progress', NULL, t.ts, $3, 1, ",
+            later!("t.ts", "5"),
             ", ",
-            later_text!("t.ts", "6"),
+            later!("t.ts", "6"),
             " FROM ",
             $($from)+
         )
@@ -129,7 +122,7 @@ const INSERT_CLAIM: &str = concat!(
 // is the time the read decides at. `$1` key, `$2` injected now.
 const READ_ROW: &str = concat!(
     "SELECT status, response, fingerprint, token, lease_until, expires_at, in_transaction, ",
-    utc_text!(now!("2")),
+    now!("2"),
     " FROM inbox_log WHERE msg_id = $1"
 );
 // The clock is read in the outer query on purpose: the select list of a `FOR UPDATE` is
@@ -137,7 +130,7 @@ const READ_ROW: &str = concat!(
 // waited for another transaction decides at the time it decides.
 const LOCK_ROW: &str = concat!(
     "SELECT r.*, ",
-    utc_text!(now!("2")),
+    now!("2"),
     " FROM (SELECT status, response, fingerprint, token, lease_until, expires_at, in_transaction \
      FROM inbox_log WHERE msg_id = $1 FOR UPDATE) r"
 );
@@ -150,9 +143,9 @@ const HOLDER_GONE: &str = concat!("SELECT pg_try_advisory_xact_lock(", key_lock!
 /// holder.
 const TAKE_OVER: &str = concat!(
     "UPDATE inbox_log SET token = token + 1, in_transaction = false, lease_until = ",
-    later_text!("t.ts", "4"),
+    later!("t.ts", "4"),
     ", expires_at = GREATEST(expires_at, ",
-    later_text!("t.ts", "5"),
+    later!("t.ts", "5"),
     ") FROM (SELECT ",
     now!("3"),
     " AS ts) t WHERE msg_id = $1 AND token = $2 AND status = 'in_progress'"
@@ -161,12 +154,10 @@ const TAKE_OVER: &str = concat!(
 /// `$7` retention.
 const RECLAIM: &str = concat!(
     "UPDATE inbox_log SET status = 'in_progress', token = token + 1, in_transaction = false, \
-     biz_key = $3, fingerprint = $4, created_at = ",
-    utc_text!("t.ts"),
-    ", lease_until = ",
-    later_text!("t.ts", "6"),
+     biz_key = $3, fingerprint = $4, created_at = t.ts, lease_until = ",
+    later!("t.ts", "6"),
     ", expires_at = ",
-    later_text!("t.ts", "7"),
+    later!("t.ts", "7"),
     " FROM (SELECT ",
     now!("5"),
     " AS ts) t WHERE msg_id = $1 AND token = $2 AND status = 'released'"
@@ -176,7 +167,7 @@ const RECLAIM: &str = concat!(
 /// taken, the update skips that row without waiting for the lock.
 pub(super) const RENEW: &str = concat!(
     "UPDATE inbox_log SET lease_until = ",
-    later_text!("t.ts", "4"),
+    later!("t.ts", "4"),
     " FROM (SELECT ",
     now!("3"),
     " AS ts) t WHERE msg_id = $1 AND token = $2 AND status = 'in_progress' AND NOT in_transaction"
@@ -203,17 +194,11 @@ const STATUS_UNDER_TOKEN: &str = "SELECT status FROM inbox_log WHERE msg_id = $1
 // purpose: under READ COMMITTED a row updated meanwhile (a released key claimed again, a lease
 // renewed) is re-checked against the outer conditions only, and must then be kept.
 const PURGE: &str = concat!(
-    "WITH c AS (SELECT ",
-    utc_text!("t.ts"),
-    " AS now, ",
-    utc_text!(concat!(
-        "CASE WHEN ",
-        span!("2"),
-        " >= t.ts - timestamp 'epoch' THEN timestamp 'epoch' ELSE t.ts - ",
-        span!("2"),
-        " END"
-    )),
-    " AS cutoff FROM (SELECT ",
+    "WITH c AS (SELECT t.ts AS now, CASE WHEN ",
+    span!("2"),
+    " >= t.ts - timestamptz 'epoch' THEN timestamptz 'epoch' ELSE t.ts - ",
+    span!("2"),
+    " END AS cutoff FROM (SELECT ",
     now!("1"),
     " AS ts) t) \
      DELETE FROM inbox_log USING c WHERE msg_id IN \
@@ -395,7 +380,7 @@ async fn claim_in(
     {
         Some(row) => {
             let (row, now) = Stored::decode(key, &row)?;
-            if row.retained(&now)
+            if row.retained(now)
                 && let Some(outcome) = settled(&row, request)?
             {
                 return Ok(outcome);
@@ -441,7 +426,7 @@ async fn lock_and_decide(
     for _ in 0..CLAIM_ATTEMPTS {
         if let Some(row) = tx.query_opt(&select, &[&key, &injected_now(clock)]).await? {
             let (row, now) = Stored::decode(key, &row)?;
-            return decide(tx, clock, request, &row, &now).await;
+            return decide(tx, clock, request, &row, now).await;
         }
         if insert_claim(tx, &insert, clock, request).await? == 1 {
             return Ok(ClaimOutcome::Claimed(Claim::first(key)));
@@ -506,15 +491,15 @@ struct Stored {
     fingerprint: Option<String>,
     token: i64,
     /// Checked only where it counts: an `in_progress` row's lease.
-    lease_until: Option<String>,
-    expires_at: Option<String>,
+    lease_until: Option<SystemTime>,
+    expires_at: Option<SystemTime>,
     /// Held by a handler's transaction (`begin_for`) rather than by its lease.
     in_transaction: bool,
 }
 
 impl Stored {
-    /// The row, and the time the statement read it at (`format_utc` text).
-    fn decode(key: &str, row: &Row) -> Result<(Self, String), Fail> {
+    /// The row, and the time the statement read it at.
+    fn decode(key: &str, row: &Row) -> Result<(Self, SystemTime), Fail> {
         let status: String = row
             .try_get(0)
             .map_err(|e| corrupt(key, format_args!("bad status ({e})")))?;
@@ -534,7 +519,7 @@ impl Stored {
             .try_get(6)
             .map_err(|e| corrupt(key, format_args!("bad in_transaction ({e})")))?;
         // Computed by the statement itself: a failure here is the server's, not the row's.
-        let now: String = row.try_get(7)?;
+        let now: SystemTime = row.try_get(7)?;
         Ok((
             Stored {
                 status,
@@ -549,14 +534,12 @@ impl Stored {
         ))
     }
 
-    /// Whether the row's retention still runs at `now_text` (a `format_utc` time). Only the
-    /// read-first answer asks: it is a shortcut for rows in their retention, and a row past it
-    /// (or with an unreadable `expires_at`) belongs to the purge, so whatever the locked
-    /// decision makes of it stands (today the same answer, a round trip or three later).
-    fn retained(&self, now_text: &str) -> bool {
-        self.expires_at
-            .as_deref()
-            .is_some_and(|expires| expires > now_text && parse_utc(expires).is_some())
+    /// Whether the row's retention still runs at `now`. Only the read-first answer asks: it is
+    /// a shortcut for rows in their retention, and a row past it (or with an unreadable
+    /// `expires_at`) belongs to the purge, so whatever the locked decision makes of it stands
+    /// (today the same answer, a round trip or three later).
+    fn retained(&self, now: SystemTime) -> bool {
+        self.expires_at.is_some_and(|expires| expires > now)
     }
 }
 
@@ -578,14 +561,14 @@ fn settled(row: &Stored, request: &ClaimRequest<'_>) -> Result<Option<ClaimOutco
     }
 }
 
-/// What the locked row found at `request.key` means at `now_text` (the time the lock was
-/// granted), taking it over if its lease has ended.
+/// What the locked row found at `request.key` means at `now` (the time the lock was granted),
+/// taking it over if its lease has ended.
 async fn decide(
     tx: &impl GenericClient,
     clock: Option<&dyn Clock>,
     request: &ClaimRequest<'_>,
     row: &Stored,
-    now_text: &str,
+    now: SystemTime,
 ) -> Result<ClaimOutcome, Fail> {
     let key = request.key;
     let token = row.token;
@@ -628,9 +611,8 @@ async fn decide(
     }
     match row.status.as_str() {
         "in_progress" => {
-            let lease_until = match &row.lease_until {
-                Some(text) if parse_utc(text).is_some() => text.as_str(),
-                other => return Err(corrupt(key, format_args!("bad lease_until {other:?}"))),
+            let Some(lease_until) = row.lease_until else {
+                return Err(corrupt(key, "bad lease_until (NULL)"));
             };
             // A row a handler's transaction holds is decided by that transaction, not the
             // lease: while it runs, `InProgress`; once it is over with the row still in
@@ -646,8 +628,7 @@ async fn decide(
                     key,
                     "the transaction that held this key ended without committing: the key is claimed again at once"
                 );
-            } else if lease_until > now_text {
-                // Both sides are `format_utc` text: comparing them is comparing the times.
+            } else if lease_until > now {
                 return Ok(ClaimOutcome::InProgress);
             }
             let Some(next) = token.checked_add(1) else {
@@ -766,11 +747,25 @@ mod tests {
     }
 
     #[test]
-    fn the_statements_bind_time_as_parameters_and_format_it_as_format_utc() {
+    fn the_statements_bind_time_as_parameters_and_keep_it_typed() {
         assert!(
-            INSERT_CLAIM.contains("COALESCE(timestamp 'epoch' + (interval '1 second' * ($4::int8")
+            INSERT_CLAIM
+                .contains("COALESCE(timestamptz 'epoch' + (interval '1 second' * ($4::int8")
         );
-        assert!(RENEW.contains("'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'"));
+        assert!(RENEW.contains("timestamptz '9999-12-31 23:59:59+00'"));
+        // No time passes through text, in either direction.
+        for statement in [
+            INSERT_CLAIM,
+            READ_ROW,
+            LOCK_ROW,
+            TAKE_OVER,
+            RECLAIM,
+            RENEW,
+            PURGE,
+        ] {
+            assert!(!statement.contains("to_char"), "{statement}");
+            assert!(!statement.contains("timestamp '"), "{statement}");
+        }
         assert!(LOCK_ROW.ends_with("FOR UPDATE) r"));
     }
 }
