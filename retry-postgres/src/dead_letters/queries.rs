@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio_postgres::types::Json;
 
 use super::rows::{
-    self, Encoded, Fail, In, Stamp, json_has_nul, letter_columns, read_committed, resolved_columns,
+    self, Encoded, Fail, In, Stamp, json_has_nul, letter_columns, read_committed, resolution_time,
 };
 use crate::sql::{Db, retrying_conflicts};
 use retry_core::dlq::{
@@ -283,7 +283,7 @@ pub(super) async fn resolve(
     msg_id: &str,
     resolution: &Resolution,
 ) -> Result<bool, DlqError> {
-    let at = resolved_columns(msg_id, resolution)?;
+    let at = resolution_time(msg_id, resolution)?;
     if !storable(msg_id) {
         return Ok(false);
     }

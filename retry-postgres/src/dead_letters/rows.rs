@@ -146,7 +146,7 @@ pub(super) struct Encoded {
 
 /// `resolution`'s time as its columns store it, refused when a text holds a NUL (PostgreSQL
 /// text cannot).
-pub(super) fn resolved_columns(msg_id: &str, resolution: &Resolution) -> Result<Stamp, DlqError> {
+pub(super) fn resolution_time(msg_id: &str, resolution: &Resolution) -> Result<Stamp, DlqError> {
     no_nul(msg_id, "resolved by", &resolution.by)?;
     no_nul_in(msg_id, "resolved in run", resolution.run_id.as_deref())?;
     Ok(Stamp::of(resolution.at))
@@ -176,7 +176,7 @@ impl Encoded {
         let resolved = letter
             .resolved
             .as_ref()
-            .map(|resolution| resolved_columns(id, resolution))
+            .map(|resolution| resolution_time(id, resolution))
             .transpose()?;
         // Before the walk below, which must not go deeper than a letter that reads back.
         letter.check_readable()?;
