@@ -212,7 +212,7 @@ async fn run(url: &str) -> Result<(), Box<dyn std::error::Error>> {
         "  inbox_log row  status {}, response {}, created_at {}",
         row.get::<_, String>(0),
         row.get::<_, Option<String>>(1).unwrap_or_default(),
-        row.get::<_, String>(2)
+        retry_core::time::format_rfc3339(row.get::<_, std::time::SystemTime>(2))
     );
 
     println!();

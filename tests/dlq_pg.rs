@@ -254,20 +254,24 @@ async fn ordering_is_by_instant_across_offsets_then_msg_id() {
     let all = ids(&store).await;
     assert_eq!(&all[6..], ["x-B", "x-a"]);
 
-    // The stored strings are RFC 3339 in UTC; the sortable instant sits beside them.
+    // The stored times are `timestamptz`, which the order compares as instants; the
+    // nanoseconds below the microsecond sit beside them.
     let row = schema
         .client()
         .await
         .query_one(
-            "SELECT first_failed_at, first_failed_utc, length(parked_at) FROM dead_letters \
-             WHERE msg_id = 't4'",
+            "SELECT first_failed_at, first_failed_ns, pg_typeof(parked_at)::text \
+             FROM dead_letters WHERE msg_id = 't4'",
             &[],
         )
         .await
         .unwrap();
-    assert_eq!(row.get::<_, String>(0), "2026-08-19T00:00:00.000+00:00");
-    assert_eq!(row.get::<_, String>(1), "2026-08-19T00:00:00.000000Z");
-    assert_eq!(row.get::<_, i32>(2), 27, "parked_at is fixed-width UTC");
+    assert_eq!(
+        row.get::<_, std::time::SystemTime>(0),
+        instant("2026-08-19T00:00:00Z")
+    );
+    assert_eq!(row.get::<_, i16>(1), 0);
+    assert_eq!(row.get::<_, String>(2), "timestamp with time zone");
 
     drop(store);
     schema.drop_all().await;
@@ -370,8 +374,8 @@ async fn letters_that_cannot_be_stored_are_refused_before_the_server_is_asked() 
         Err(DlqError::Serialize(message)) => assert!(message.contains("NUL"), "{message}"),
         other => panic!("expected Serialize, got {other:?}"),
     }
-    // PostgreSQL's text cannot hold NUL: refused up front (inside the JSON original it is
-    // escaped, and fine).
+    // PostgreSQL's text cannot hold NUL, nor a string of `jsonb` (the original): refused up
+    // front.
     let nul = DeadLetter {
         reason: "503\0".into(),
         ..letter("M-3", "2026-08-19T02:11:03Z")
@@ -390,19 +394,22 @@ async fn letters_that_cannot_be_stored_are_refused_before_the_server_is_asked() 
         []
     );
     assert_eq!(store.audit_rows(Some("run\0")).await.unwrap(), []);
-    let escaped = DeadLetter {
+    let in_json = DeadLetter {
         original: serde_json::json!({"note": "a\0b"}),
         ..letter("M-4", "2026-08-19T02:11:03Z")
     };
-    store.park(&escaped).await.unwrap();
-    assert_eq!(store.get("M-4").await.unwrap(), Some(escaped));
+    match store.park(&in_json).await {
+        Err(DlqError::Serialize(message)) => assert!(message.contains("NUL"), "{message}"),
+        other => panic!("expected Serialize, got {other:?}"),
+    }
+    assert_eq!(store.get("M-4").await.unwrap(), None);
     let stored = store.get("M-2").await.unwrap().unwrap();
     assert_eq!(
         (stored.attempts, stored.resolved),
         (5, None),
         "nothing was written"
     );
-    assert_eq!(ids(&store).await, ["M-2", "M-4"]);
+    assert_eq!(ids(&store).await, ["M-2"]);
     drop(store);
     schema.drop_all().await;
 }
@@ -416,53 +423,25 @@ async fn unreadable_rows_are_corrupt_and_name_their_msg_id() {
         .await
         .unwrap();
     let raw = schema.client().await;
+    // The columns are typed, so a time that is no time or an original that is no JSON cannot
+    // be stored; what they hold can still be out of the store's range.
     let insert = "INSERT INTO dead_letters (msg_id, original, reason, attempts, first_failed_at, \
-         last_failed_at, trace_id, class, error_type, idempotency_key, parked_at, first_failed_utc, \
+         first_failed_ns, last_failed_at, trace_id, class, error_type, idempotency_key, parked_at, \
          history) \
-         VALUES ($1, $2, 'r', $3, $4, '2026-08-19T00:00:00Z', 't', 'data', 'E', NULL, \
-         '2026-08-19T00:00:00.000000Z', $5, $6::text::jsonb)";
-    for (id, original, attempts, first, utc, history) in [
-        (
-            "bad-json",
-            "{not json",
-            1_i64,
-            "2026-08-19T00:00:00Z",
-            "2026-08-19T00:00:01.000000Z",
-            "[]",
-        ),
-        (
-            "bad-attempts",
-            "{}",
-            -1,
-            "2026-08-19T00:00:00Z",
-            "2026-08-19T00:00:02.000000Z",
-            "[]",
-        ),
-        (
-            "bad-time",
-            "{}",
-            1,
-            "last tuesday",
-            "2026-08-19T00:00:03.000000Z",
-            "[]",
-        ),
-        (
-            "bad-history",
-            "{}",
-            1,
-            "2026-08-19T00:00:00Z",
-            "2026-08-19T00:00:04.000000Z",
-            "{\"at\": 1}",
-        ),
+         VALUES ($1, '{}', 'r', $2, $3::text::timestamptz, $4, '2026-08-19T00:00:00Z', 't', \
+         'data', 'E', NULL, '2026-08-19T00:00:00Z', $5::text::jsonb)";
+    for (id, attempts, first, ns, history) in [
+        ("bad-ns", 1_i64, "2026-08-19T00:00:01Z", 1_000_i16, "[]"),
+        ("bad-attempts", -1, "2026-08-19T00:00:02Z", 0, "[]"),
+        ("bad-history", 1, "2026-08-19T00:00:04Z", 0, "{\"at\": 1}"),
     ] {
-        raw.execute(insert, &[&id, &original, &attempts, &first, &utc, &history])
+        raw.execute(insert, &[&id, &attempts, &first, &ns, &history])
             .await
             .unwrap();
     }
     for (id, what) in [
-        ("bad-json", "original is not JSON"),
+        ("bad-ns", "first_failed_at has 1000 nanoseconds"),
         ("bad-attempts", "attempts -1 is out of range"),
-        ("bad-time", "first_failed_at \"last tuesday\""),
         ("bad-history", "history is not a list of failures"),
     ] {
         let message = corrupt_message(store.get(id).await);
@@ -473,18 +452,14 @@ async fn unreadable_rows_are_corrupt_and_name_their_msg_id() {
     }
     // A page never skips a row silently; the first bad one in the order is named.
     let message = corrupt_message(store.page(&Page::first(10)).await);
-    assert!(message.contains("`bad-json`"), "{message}");
+    assert!(message.contains("`bad-ns`"), "{message}");
     // Parking into an unreadable row fails that letter, naming it; the row is left as it was.
-    let message = corrupt_message(
-        store
-            .park(&letter("bad-json", "2026-08-19T00:00:00Z"))
-            .await,
-    );
-    assert!(message.contains("`bad-json`"), "{message}");
+    let message = corrupt_message(store.park(&letter("bad-ns", "2026-08-19T00:00:00Z")).await);
+    assert!(message.contains("`bad-ns`"), "{message}");
     assert!(store.get("good").await.unwrap().is_some());
-    assert_eq!(pending(&store).await, 5);
+    assert_eq!(pending(&store).await, 4);
     let judged = Resolution::new("alice", instant("2026-08-20T00:00:00Z"));
-    for id in ["bad-json", "bad-attempts", "bad-time", "bad-history"] {
+    for id in ["bad-ns", "bad-attempts", "bad-history"] {
         assert!(store.resolve(id, &judged).await.unwrap());
     }
     assert_eq!(ids(&store).await, ["good"]);
@@ -891,7 +866,7 @@ async fn a_version_1_database_is_upgraded_and_its_pending_letters_survive() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
 
     let m1 = DeadLetter {
         original: serde_json::json!([1, 2]),
@@ -920,7 +895,7 @@ async fn a_version_1_database_is_upgraded_and_its_pending_letters_survive() {
     assert_eq!((stats.pending, stats.system, stats.data), (2, 1, 1));
     assert_eq!(store.redrives().await.unwrap()[0].run_id, "run-0");
 
-    // Everything version 2 does works on the upgraded tables.
+    // Everything the store does works on the upgraded tables.
     let mut again = m1.clone();
     again.attempts = 1;
     again.source = Some("jobs::sync".into());
@@ -996,33 +971,36 @@ async fn the_schema_checks_the_class_and_a_newer_version_is_refused() {
         .iter()
         .map(|row| (row.get(0), row.get(1)))
         .collect();
-    assert_eq!(versions, [("dead_letters".to_owned(), 2)]);
-    // The order columns compare bytes whatever the database's default collation.
-    let collations: Vec<(String, Option<String>)> = raw
+    assert_eq!(versions, [("dead_letters".to_owned(), 3)]);
+    // The order columns: `msg_id` compares bytes whatever the database's default collation,
+    // the times are instants.
+    let columns: Vec<(String, String, Option<String>)> = raw
         .query(
-            "SELECT column_name::text, collation_name::text FROM information_schema.columns \
+            "SELECT column_name::text, data_type::text, collation_name::text \
+             FROM information_schema.columns \
              WHERE table_schema = $1 AND table_name = 'dead_letters' \
-             AND column_name IN ('msg_id', 'first_failed_utc', 'resolved_utc') ORDER BY column_name",
+             AND column_name IN ('msg_id', 'first_failed_at', 'resolved_at') ORDER BY column_name",
             &[&schema.name],
         )
         .await
         .unwrap()
         .iter()
-        .map(|row| (row.get(0), row.get(1)))
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
         .collect();
+    let timestamptz = "timestamp with time zone".to_owned();
     assert_eq!(
-        collations,
+        columns,
         [
-            ("first_failed_utc".to_owned(), Some("C".to_owned())),
-            ("msg_id".to_owned(), Some("C".to_owned())),
-            ("resolved_utc".to_owned(), Some("C".to_owned()))
+            ("first_failed_at".to_owned(), timestamptz.clone(), None),
+            ("msg_id".to_owned(), "text".to_owned(), Some("C".to_owned())),
+            ("resolved_at".to_owned(), timestamptz, None)
         ]
     );
     let refused = raw
         .execute(
             "INSERT INTO dead_letters (msg_id, original, reason, attempts, first_failed_at, \
-             last_failed_at, trace_id, class, error_type, parked_at, first_failed_utc) \
-             VALUES ('x', '{}', 'r', 1, 'a', 'b', 't', 'transient', 'E', 'p', 'u')",
+             last_failed_at, trace_id, class, error_type, parked_at) \
+             VALUES ('x', '{}', 'r', 1, now(), now(), 't', 'transient', 'E', now())",
             &[],
         )
         .await
@@ -1033,7 +1011,7 @@ async fn the_schema_checks_the_class_and_a_newer_version_is_refused() {
     );
 
     raw.execute(
-        "UPDATE retry_core_schema SET version = 3 WHERE component = 'dead_letters'",
+        "UPDATE retry_core_schema SET version = 4 WHERE component = 'dead_letters'",
         &[],
     )
     .await
@@ -1043,7 +1021,7 @@ async fn the_schema_checks_the_class_and_a_newer_version_is_refused() {
     assert!(
         retry_core::error_chain(&error)
             .to_string()
-            .contains("dead_letters schema version 3, newer than the 2"),
+            .contains("dead_letters schema version 4, newer than the 3"),
         "{error}"
     );
     schema.drop_all().await;
@@ -1076,7 +1054,7 @@ async fn dead_letters_share_a_database_and_a_pool_with_the_idempotency_store() {
         .collect();
     assert_eq!(
         versions,
-        [("dead_letters".to_owned(), 2), ("inbox_log".to_owned(), 2)]
+        [("dead_letters".to_owned(), 3), ("inbox_log".to_owned(), 3)]
     );
 
     // One pool for both; the server is named as it reports its address.

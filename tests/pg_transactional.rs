@@ -433,8 +433,8 @@ async fn begin_for_a_claim_taken_over_is_fenced() {
     schema.drop_all().await;
 }
 
-/// A database whose `inbox_log` has the version-1 layout (no `in_transaction`) is upgraded
-/// when a store connects: its claims kept, the version recorded.
+/// A database whose `inbox_log` has the version-1 layout (no `in_transaction`, times as text)
+/// is upgraded when a store connects: its claims kept, the version recorded.
 #[tokio::test]
 async fn a_version_1_table_is_upgraded_and_keeps_its_claims() {
     let schema = Schema::new("held_upgrade").await;
@@ -463,7 +463,7 @@ async fn a_version_1_table_is_upgraded_and_keeps_its_claims() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
     assert_eq!(
         store
             .claim(&request("kept", Duration::from_secs(10)))
