@@ -2,7 +2,8 @@
 //! encoding of a letter checked before anything is written ([`LetterRow`]), and the checks of
 //! each column when a row is read back, with one wording for every store (a row that cannot be
 //! read is [`DlqError::Corrupt`] naming its `msg_id` and the column). `retry-sqlite`'s
-//! `SqliteDeadLetters` and `retry-postgres`'s `PgDeadLetters` keep their letters this way.
+//! `SqliteDeadLetters` keeps its letters this way; `retry-postgres`'s `PgDeadLetters`, whose
+//! columns are typed (`timestamptz`, `jsonb`), uses only the checks of its other columns.
 //!
 //! Times are written as RFC 3339 text in UTC ([`format_rfc3339`]) and read with any offset;
 //! the columns a store orders or compares by (`first_failed_utc`, `at_utc`) are
