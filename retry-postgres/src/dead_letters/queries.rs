@@ -27,16 +27,17 @@ const MAX_LEASE_MICROS: i64 = 100 * 366 * 86_400 * 1_000_000;
 const PURGE_BATCH: i64 = 5_000;
 
 /// Pending letters after the cursor `($1, $2, $3)` (`first_failed_at` and its nanoseconds,
-/// `msg_id`), in that order (the time's, to the nanosecond), at most `$4`;
-/// [`Stamp::before_all`] and `''` is before every letter. One statement per filter, so each is
-/// planned for what it filters (the pending index, or the pending index by source).
+/// `msg_id`), in that order (the time's, to the nanosecond), at most `$4`; a NULL time is
+/// before every letter (`-infinity`). One statement per filter, so each is planned for what it
+/// filters (the pending index, or the pending index by source).
 macro_rules! page {
     ($filter:literal) => {
         concat!(
             "SELECT ",
             letter_columns!(),
             " FROM dead_letters WHERE resolved_at IS NULL \
-             AND (first_failed_at, first_failed_ns, msg_id) > ($1, $2, $3)",
+             AND (first_failed_at, first_failed_ns, msg_id) \
+             > (COALESCE($1, '-infinity'::timestamptz), $2, $3)",
             $filter,
             " ORDER BY first_failed_at, first_failed_ns, msg_id LIMIT $4"
         )
@@ -178,16 +179,19 @@ fn count(row: &Row, i: usize) -> Result<u64, tokio_postgres::Error> {
 // ---- reading ----
 
 pub(super) async fn page(db: &Db, page: &Page) -> Result<Vec<DeadLetter>, DlqError> {
-    let (after, after_id) = match &page.after {
-        None => (Stamp::before_all(), ""),
-        Some(cursor) => (Stamp::of(cursor.first_failed_at), cursor.msg_id.as_str()),
+    let (after_at, after_ns, after_id): (Option<SystemTime>, i16, &str) = match &page.after {
+        None => (None, 0, ""),
+        Some(cursor) => {
+            let after = Stamp::of(cursor.first_failed_at);
+            (Some(after.at), after.ns, cursor.msg_id.as_str())
+        }
     };
     if !page.source.as_deref().is_none_or(storable) {
         return Ok(Vec::new());
     }
     let limit = i64::try_from(page.limit).unwrap_or(i64::MAX);
     let class = page.class.map(|c| c.as_str());
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&after.at, &after.ns, &after_id, &limit];
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&after_at, &after_ns, &after_id, &limit];
     let sql = match (&class, &page.source) {
         (None, None) => PAGE,
         (Some(class), None) => {

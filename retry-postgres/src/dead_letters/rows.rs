@@ -102,7 +102,14 @@ impl Stamp {
     /// `time` as its columns store it, cut towards the past to the microsecond (so the
     /// remainder is never negative), within the years 0000 to 9999.
     pub(super) fn of(time: SystemTime) -> Self {
-        let time = time.clamp(UNIX_EPOCH - EARLIEST, UNIX_EPOCH + LATEST);
+        // Checked: a platform's `SystemTime` may not reach the year 0000 (Windows starts in
+        // 1601), and then no time it holds is earlier.
+        let time = UNIX_EPOCH
+            .checked_sub(EARLIEST)
+            .map_or(time, |earliest| time.max(earliest));
+        let time = UNIX_EPOCH
+            .checked_add(LATEST)
+            .map_or(time, |latest| time.min(latest));
         let ns = match time.duration_since(UNIX_EPOCH) {
             Ok(after) => after.subsec_nanos() % 1_000,
             Err(before) => match before.duration().subsec_nanos() % 1_000 {
@@ -110,18 +117,14 @@ impl Stamp {
                 n => 1_000 - n,
             },
         };
-        Stamp {
-            at: time - Duration::from_nanos(u64::from(ns)),
-            // Below 1_000.
-            ns: i16::try_from(ns).unwrap_or(0),
-        }
-    }
-
-    /// Before every stored time: the cursor of a first page.
-    pub(super) fn before_all() -> Self {
-        Stamp {
-            at: UNIX_EPOCH - EARLIEST,
-            ns: -1,
+        match time.checked_sub(Duration::from_nanos(u64::from(ns))) {
+            Some(at) => Stamp {
+                at,
+                // Below 1_000.
+                ns: i16::try_from(ns).unwrap_or(0),
+            },
+            // The earliest time the platform holds: kept as it is.
+            None => Stamp { at: time, ns: 0 },
         }
     }
 
@@ -671,7 +674,6 @@ mod tests {
             };
             assert_eq!(micros, 0, "{text}");
             assert_eq!(Stamp::time(stamp.at, stamp.ns), Some(time), "{text}");
-            assert!(Stamp::before_all().at <= stamp.at, "{text}");
         }
         let last = Stamp::of(at("2026-08-19T02:12:47.123456789Z"));
         assert_eq!(last.ns, 789);
