@@ -18,6 +18,7 @@
 mod support;
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::Pool;
 use retry_postgres::PgStore;
@@ -32,15 +33,16 @@ const RAW_TABLE: &str = "CREATE TABLE retry_core_bench_raw (
     biz_key TEXT NOT NULL,
     status TEXT NOT NULL CHECK (status IN ('in_progress', 'done', 'failed', 'released')),
     response TEXT,
-    created_at TEXT COLLATE \"C\" NOT NULL,
+    created_at timestamptz NOT NULL,
     fingerprint TEXT,
     token BIGINT NOT NULL,
-    lease_until TEXT COLLATE \"C\" NOT NULL,
-    expires_at TEXT COLLATE \"C\" NOT NULL
+    lease_until timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL
 );
 CREATE INDEX retry_core_bench_raw_created_at ON retry_core_bench_raw (created_at);";
-/// The store's statements, verbatim but for the table's name; the replay reads without
-/// `FOR UPDATE` (a plain primary-key read is the floor).
+/// The floor: what a hand-written dedup issues on a table of the store's layout (its columns
+/// and types): the claim inserted unless the key is there, the completing update, and a plain
+/// primary-key read for the replay (without the store's `FOR UPDATE` and clock reads).
 const INSERT_CLAIM: &str = "INSERT INTO retry_core_bench_raw \
      (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at) \
      VALUES ($1, $2, 'in_progress', NULL, $3, $4, 1, $5, $6) \
@@ -52,6 +54,12 @@ const READ_ROW: &str = "SELECT status, response, fingerprint, token, lease_until
 const SELECT_ROW: &str = "SELECT status, response, fingerprint, token, lease_until \
      FROM retry_core_bench_raw WHERE msg_id = $1";
 
+/// A fixed instant `seconds` after 2026-01-01T00:00:00Z, bound as `timestamptz` as the store
+/// binds its times.
+fn at(seconds: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600 + seconds)
+}
+
 async fn raw_claim_complete(pool: Pool, key: String) {
     let client = pool.get().await.expect("a raw connection");
     let read = client.prepare_cached(READ_ROW).await.expect("prepare");
@@ -61,14 +69,7 @@ async fn raw_claim_complete(pool: Pool, key: String) {
     let inserted = client
         .execute(
             &insert,
-            &[
-                &key,
-                &key,
-                &"2026-01-01T00:00:00.000000Z",
-                &None::<String>,
-                &"2026-01-01T00:00:30.000000Z",
-                &"2026-01-02T00:00:00.000000Z",
-            ],
+            &[&key, &key, &at(0), &None::<String>, &at(30), &at(86_400)],
         )
         .await
         .expect("insert");
