@@ -346,6 +346,100 @@ where
     }
 }
 
+#[cfg(feature = "dlq")]
+impl<'p, Op, Fut, T, E, C, H> RetryCall<'p, Op, C, H, T, E>
+where
+    Op: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    C: Classifier<E>,
+    H: RetryHook<E>,
+    E: From<crate::dlq::DlqFailed>,
+{
+    /// [`run`](Self::run), and on give-up (attempts spent, the deadline, or a `Stop`) parks a
+    /// [`DeadLetter`](crate::dlq::DeadLetter) in `sink` before the error returns, as
+    /// `#[retryable(dlq(sink, id, original))]` does: the same letter (reason, attempts, first
+    /// and last failure, class, trace id), assembled by the same code. `original` is called
+    /// only when the call gives up. `op` is a closure returning a future (`|| async { .. }`), as
+    /// for `.await`: the future is then `Send` whenever the attempts' futures are.
+    ///
+    /// The caller gets its own last error when the letter was parked, and
+    /// `E::from(`[`DlqFailed`](crate::dlq::DlqFailed)`)` when it was not (the sink failed, or the
+    /// call ran as a single attempt inside another retry, which owns the give-up): so a queue
+    /// consumer acknowledges a message only once its letter is parked.
+    ///
+    /// ```
+    /// use retry_core::dlq::{DeadLetterStore, DlqFailed, FailureClass, MemoryDeadLetters};
+    /// use retry_core::{Classify, Decision, Policy};
+    /// use std::time::Duration;
+    ///
+    /// #[derive(Debug)]
+    /// enum Failed { Unavailable, NotParked(DlqFailed) }
+    /// impl Classify for Failed {
+    ///     fn classify(&self) -> Decision {
+    ///         match self { Failed::Unavailable => Decision::Retry, Failed::NotParked(_) => Decision::Stop }
+    ///     }
+    ///     fn reason(&self) -> Option<String> { Some("upstream 503".into()) }
+    /// }
+    /// impl From<DlqFailed> for Failed {
+    ///     fn from(e: DlqFailed) -> Self { Failed::NotParked(e) }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let letters = MemoryDeadLetters::new();
+    /// let policy = Policy::new().max_attempts(3).base(Duration::from_millis(10));
+    /// let result: Result<(), Failed> = policy
+    ///     .retry(|| async { Err(Failed::Unavailable) })
+    ///     .name("deposit")
+    ///     .run_with_dlq(&letters, "M-7", || serde_json::json!({"amount": 10}))
+    ///     .await;
+    /// assert!(matches!(result, Err(Failed::Unavailable)), "parked: the call's own error");
+    /// let letter = letters.get("M-7").await.unwrap().unwrap();
+    /// assert_eq!((letter.attempts, letter.class), (3, FailureClass::System));
+    /// assert_eq!(letter.original, serde_json::json!({"amount": 10}));
+    /// assert!(letter.reason.ends_with("upstream 503"), "{}", letter.reason);
+    /// # }
+    /// ```
+    pub fn run_with_dlq<S, I>(
+        self,
+        sink: &S,
+        id: I,
+        original: impl FnOnce() -> serde_json::Value,
+    ) -> Retrying<impl Future<Output = Result<T, E>>>
+    where
+        S: crate::dlq::DeadLetterSink,
+        I: std::fmt::Display,
+    {
+        use crate::dlq::parking::{ParkClasses, letter_input, letter_on_give_up, park_on_give_up};
+
+        let site = Site::named(self.name);
+        let RetryCall {
+            policy,
+            mut op,
+            mut classify,
+            mut on_retry,
+            caller,
+            on_timeout,
+            ..
+        } = self;
+        Retrying::new(site, caller, async move {
+            let mut state = State::new(policy).recording_failures();
+            let result = loop {
+                state.start_attempt(site);
+                let outcome = state.bound(site, caller, on_timeout, op()).await;
+                match state.after_attempt(site, outcome, &mut classify, &mut on_retry) {
+                    Next::Return(result) => break result,
+                    Next::Retry(wait) => crate::pause::pause(wait).await,
+                }
+            };
+            let input = letter_on_give_up(&state, &result, || {
+                letter_input(&id, &original(), None, None)
+            });
+            park_on_give_up(site, &state, result, sink, input, ParkClasses::All, E::from).await
+        })
+    }
+}
+
 impl<'p, Op, Fut, T, E, C, H> RetryCall<'p, Op, C, H, T, E>
 where
     Op: FnMut() -> Fut,
