@@ -269,18 +269,54 @@ fn refused_with(outcome: ClaimOutcome, call: &Settings) -> Result<String, Idempo
     }
 }
 
-/// What claiming a transactional call's key found.
-pub(crate) enum BegunTransaction<'s, S: TransactionalStore + ?Sized> {
+/// What claiming a transactional call's key found ([`begin_transactional`]).
+pub enum BegunTransaction<'s, S: TransactionalStore + ?Sized> {
     /// The key is ours, held by the handler's transaction: run the body in it.
     Claimed(HeldClaim<'s, S>, S::Transaction),
     /// A call with this key already succeeded: its stored response (JSON).
     Stored(String),
 }
 
+impl<S: TransactionalStore + ?Sized> std::fmt::Debug for BegunTransaction<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BegunTransaction::Claimed(held, _) => f
+                .debug_tuple("Claimed")
+                .field(&held.claim())
+                .finish_non_exhaustive(),
+            BegunTransaction::Stored(stored) => f.debug_tuple("Stored").field(stored).finish(),
+        }
+    }
+}
+
 /// Claims the call's key inside the handler's transaction
 /// ([`TransactionalStore::claim_in_transaction`]): the transactional counterpart of
-/// [`begin_call`], shared by `#[idempotent(transaction = ..)]` and the transactional HTTP layer.
-pub(crate) async fn begin_transactional<'s, S: TransactionalStore + ?Sized>(
+/// [`begin_call`], shared by `#[idempotent(transaction = ..)]`, the transactional HTTP layer
+/// and drivers that run handlers of their own (a queue consumer): one commit per call, the
+/// claim, the handler's writes and the response together. Finish a claimed call with
+/// [`finish_transactional`]. Fails as [`begin_call`] does.
+///
+/// ```
+/// use retry_core::idempotency::{
+///     begin_transactional, finish_transactional, BegunTransaction, IdempotencyError,
+///     Settings, TransactionalStore,
+/// };
+///
+/// /// Runs the handler's writes at most once per `key`, committed with its response.
+/// async fn deposit<S: TransactionalStore>(store: &S, key: &str) -> Result<u64, IdempotencyError> {
+///     let call = Settings::new(key, "deposit");
+///     match begin_transactional(store, &call).await? {
+///         BegunTransaction::Stored(json) => {
+///             serde_json::from_str(&json).map_err(|e| IdempotencyError::Serde(e.to_string()))
+///         }
+///         BegunTransaction::Claimed(held, transaction) => {
+///             // ... the handler's own writes, through `transaction` ...
+///             finish_transactional(held, transaction, &call, Ok(10)).await
+///         }
+///     }
+/// }
+/// ```
+pub async fn begin_transactional<'s, S: TransactionalStore + ?Sized>(
     store: &'s S,
     call: &Settings,
 ) -> Result<BegunTransaction<'s, S>, IdempotencyError> {

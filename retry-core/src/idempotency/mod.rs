@@ -54,7 +54,10 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use error::{IdempotencyError, StoreError};
-pub use flow::{Begun, Idempotent, Once, Retries, Settings, begin_call, finish_transactional};
+pub use flow::{
+    Begun, BegunTransaction, Idempotent, Once, Retries, Settings, begin_call, begin_transactional,
+    finish_transactional,
+};
 pub use held::{HeldClaim, current, current_key};
 pub(crate) use key::digest;
 pub use key::{KeyPart, encode_key, encode_namespaced_key, encode_scoped_key};
