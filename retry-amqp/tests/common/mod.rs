@@ -132,6 +132,17 @@ where
     }
 }
 
+/// Whether each effect takes a little while (0 to 20 ms, before its write, inside the
+/// transaction): the kill test's consumer is slowed down so that its kills land mid-run.
+pub static SLOW: AtomicBool = AtomicBool::new(false);
+
+async fn maybe_slow() {
+    if SLOW.load(Ordering::Relaxed) {
+        let ms = rand::RngExt::random_range(&mut rand::rng(), 0..20);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
 /// Whether poison orders are fixed (the redrive test fixes them).
 pub static FIXED: AtomicBool = AtomicBool::new(false);
 
@@ -193,6 +204,7 @@ pub fn sqlite_effect<'t>(
     let judged = judge(message);
     Box::pin(async move {
         let id = judged?;
+        maybe_slow().await;
         tx.run(move |c| c.execute("INSERT INTO effects (msg_id) VALUES (?1)", [id]))
             .await?;
         Ok(())
@@ -207,6 +219,7 @@ pub fn pg_effect<'t>(
     let judged = judge(message);
     Box::pin(async move {
         let id = judged?;
+        maybe_slow().await;
         tx.client()
             .execute("INSERT INTO effects (msg_id) VALUES ($1)", &[&id])
             .await
