@@ -74,6 +74,7 @@
 #![forbid(unsafe_code)]
 
 mod consumer;
+pub mod dlq;
 mod handle;
 mod letter;
 mod message;
