@@ -1,0 +1,163 @@
+//! Messages per second of the library's `Consumer` (transactional mode on `PgStore`: the claim,
+//! the effect and `done` in one commit) against a hand-written lapin consumer doing the same
+//! dedup in the same PostgreSQL through the same pool (`BEGIN; INSERT .. ON CONFLICT DO
+//! NOTHING; the effect; COMMIT`, ack after the commit), at prefetch 1, 16 and 128 (as many
+//! handlers at once as the prefetch). Needs `AMQP_URL` and `DATABASE_URL`:
+//!
+//! ```sh
+//! cargo bench -p retry-amqp --bench consumer
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use retry_amqp::lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions, QueueDeclareOptions,
+};
+use retry_amqp::lapin::types::FieldTable;
+use retry_amqp::lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use retry_amqp::{BoxFuture, Consumer, Message};
+use retry_core::idempotency::StoreError;
+use retry_core::{Classify, Decision};
+use retry_postgres::{PgStore, PgTransaction};
+
+#[derive(Debug)]
+struct Failed(#[allow(dead_code, reason = "read through Debug")] String);
+
+impl Classify for Failed {
+    fn classify(&self) -> Decision {
+        Decision::Retry
+    }
+}
+
+impl From<StoreError> for Failed {
+    fn from(e: StoreError) -> Self {
+        Failed(e.to_string())
+    }
+}
+
+fn effect<'t>(message: &'t Message, tx: &'t mut PgTransaction) -> BoxFuture<'t, Result<(), Failed>> {
+    Box::pin(async move {
+        let id = message.message_id().unwrap_or_default();
+        tx.client()
+            .execute("INSERT INTO bench_effects (msg_id) VALUES ($1)", &[&id])
+            .await
+            .map_err(|e| Failed(e.to_string()))?;
+        Ok(())
+    })
+}
+
+async fn publish(channel: &Channel, queue: &str, n: usize) {
+    channel
+        .queue_declare(queue.into(), QueueDeclareOptions { durable: true, ..Default::default() }, FieldTable::default())
+        .await
+        .unwrap();
+    for i in 0..n {
+        let _ = channel
+            .basic_publish("".into(), queue.into(), BasicPublishOptions::default(), format!("{{\"n\":{i}}}").as_bytes(), BasicProperties::default().with_message_id(format!("{queue}-{i}").into()).with_delivery_mode(2))
+            .await
+            .unwrap();
+    }
+    channel.wait_for_confirms().await.unwrap();
+}
+
+async fn effects(store: &PgStore, queue: &str) -> i64 {
+    let client = store.pool().get().await.unwrap();
+    client
+        .query_one("SELECT count(*) FROM bench_effects WHERE msg_id LIKE $1", &[&format!("{queue}-%")])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+async fn wait_for(store: &PgStore, queue: &str, n: usize) {
+    while effects(store, queue).await < n as i64 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The hand-written floor: one task per delivery (at most `prefetch` at once), dedup by
+/// `INSERT .. ON CONFLICT DO NOTHING` in the effect's transaction, ack after the commit.
+async fn hand_written(connection: &Connection, store: &PgStore, queue: &str, prefetch: u16) {
+    let channel = connection.create_channel().await.unwrap();
+    channel.basic_qos(prefetch, BasicQosOptions::default()).await.unwrap();
+    let mut deliveries = channel
+        .basic_consume(queue.into(), "hand".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    let pool = store.pool().clone();
+    let permits = Arc::new(tokio::sync::Semaphore::new(usize::from(prefetch)));
+    let task = tokio::spawn(async move {
+        while let Some(Ok(delivery)) = std::future::poll_fn(|cx| futures_core::Stream::poll_next(std::pin::Pin::new(&mut deliveries), cx)).await {
+            let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                let id = delivery.properties.message_id().as_ref().map(|m| m.to_string()).unwrap_or_default();
+                let client = pool.get().await.unwrap();
+                let claim = client.prepare_cached("INSERT INTO bench_dedup (msg_id) VALUES ($1) ON CONFLICT DO NOTHING").await.unwrap();
+                let write = client.prepare_cached("INSERT INTO bench_effects (msg_id) VALUES ($1)").await.unwrap();
+                client.batch_execute("BEGIN").await.unwrap();
+                if client.execute(&claim, &[&id]).await.unwrap() == 1 {
+                    client.execute(&write, &[&id]).await.unwrap();
+                }
+                client.batch_execute("COMMIT").await.unwrap();
+                delivery.ack(BasicAckOptions::default()).await.unwrap();
+            });
+        }
+    });
+    let _ = task;
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let (Ok(amqp), Ok(database)) = (std::env::var("AMQP_URL"), std::env::var("DATABASE_URL")) else {
+        eprintln!("the consumer bench needs AMQP_URL and DATABASE_URL (scripts/test starts both)");
+        std::process::exit(2);
+    };
+    let store = Arc::new(PgStore::connect(&database).await.unwrap());
+    store.pool().get().await.unwrap()
+        .batch_execute("CREATE TABLE IF NOT EXISTS bench_effects (msg_id TEXT NOT NULL); CREATE TABLE IF NOT EXISTS bench_dedup (msg_id TEXT PRIMARY KEY)")
+        .await
+        .unwrap();
+    let connection = Connection::connect(&amqp, ConnectionProperties::default()).await.unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let runs = std::env::var("BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
+    println!("| prefetch | messages | hand-written lapin (msg/s) | retry-amqp Consumer (msg/s) | ratio |");
+    println!("| ---: | ---: | ---: | ---: | ---: |");
+    for prefetch in [1u16, 16, 128] {
+        let n = if prefetch == 1 { 1000 } else { 4000 };
+        let (mut hand, mut lib) = (Vec::new(), Vec::new());
+        for run in 0..runs {
+            let queue = format!("bench.hand.{prefetch}.{run}.{}", std::process::id());
+            publish(&channel, &queue, n).await;
+            let start = Instant::now();
+            hand_written(&connection, &store, &queue, prefetch).await;
+            wait_for(&store, &queue, n).await;
+            hand.push(n as f64 / start.elapsed().as_secs_f64());
+
+            let queue = format!("bench.lib.{prefetch}.{run}.{}", std::process::id());
+            publish(&channel, &queue, n).await;
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let consumer = Consumer::new(&amqp, &queue)
+                .prefetch(prefetch)
+                .concurrency(usize::from(prefetch))
+                .store(Arc::clone(&store))
+                .shutdown(async { let _ = stopped.await; });
+            let start = Instant::now();
+            let running = tokio::spawn(consumer.run_transactional(effect));
+            wait_for(&store, &queue, n).await;
+            lib.push(n as f64 / start.elapsed().as_secs_f64());
+            let _ = stop.send(());
+            let _ = running.await;
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (h, l) = (median(&mut hand), median(&mut lib));
+        println!("| {prefetch} | {n} | {h:.0} | {l:.0} | {:.2}x |", l / h);
+    }
+}
