@@ -37,7 +37,10 @@ impl From<StoreError> for Failed {
     }
 }
 
-fn effect<'t>(message: &'t Message, tx: &'t mut PgTransaction) -> BoxFuture<'t, Result<(), Failed>> {
+fn effect<'t>(
+    message: &'t Message,
+    tx: &'t mut PgTransaction,
+) -> BoxFuture<'t, Result<(), Failed>> {
     Box::pin(async move {
         let id = message.message_id().unwrap_or_default();
         tx.client()
@@ -50,14 +53,32 @@ fn effect<'t>(message: &'t Message, tx: &'t mut PgTransaction) -> BoxFuture<'t, 
 
 async fn publish(channel: &Channel, queue: &str, n: usize) {
     channel
-        .queue_declare(queue.into(), QueueDeclareOptions { durable: true, ..Default::default() }, FieldTable::default())
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
         .await
         .unwrap();
     for i in 0..n {
-        let _ = channel
-            .basic_publish("".into(), queue.into(), BasicPublishOptions::default(), format!("{{\"n\":{i}}}").as_bytes(), BasicProperties::default().with_message_id(format!("{queue}-{i}").into()).with_delivery_mode(2))
-            .await
-            .unwrap();
+        // Confirmed all at once below (`wait_for_confirms`).
+        drop(
+            channel
+                .basic_publish(
+                    "".into(),
+                    queue.into(),
+                    BasicPublishOptions::default(),
+                    format!("{{\"n\":{i}}}").as_bytes(),
+                    BasicProperties::default()
+                        .with_message_id(format!("{queue}-{i}").into())
+                        .with_delivery_mode(2),
+                )
+                .await
+                .unwrap(),
+        );
     }
     channel.wait_for_confirms().await.unwrap();
 }
@@ -65,7 +86,10 @@ async fn publish(channel: &Channel, queue: &str, n: usize) {
 async fn effects(store: &PgStore, queue: &str) -> i64 {
     let client = store.pool().get().await.unwrap();
     client
-        .query_one("SELECT count(*) FROM bench_effects WHERE msg_id LIKE $1", &[&format!("{queue}-%")])
+        .query_one(
+            "SELECT count(*) FROM bench_effects WHERE msg_id LIKE $1",
+            &[&format!("{queue}-%")],
+        )
         .await
         .unwrap()
         .get(0)
@@ -81,23 +105,48 @@ async fn wait_for(store: &PgStore, queue: &str, n: usize) {
 /// `INSERT .. ON CONFLICT DO NOTHING` in the effect's transaction, ack after the commit.
 async fn hand_written(connection: &Connection, store: &PgStore, queue: &str, prefetch: u16) {
     let channel = connection.create_channel().await.unwrap();
-    channel.basic_qos(prefetch, BasicQosOptions::default()).await.unwrap();
+    channel
+        .basic_qos(prefetch, BasicQosOptions::default())
+        .await
+        .unwrap();
     let mut deliveries = channel
-        .basic_consume(queue.into(), "hand".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume(
+            queue.into(),
+            "hand".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .unwrap();
     let pool = store.pool().clone();
     let permits = Arc::new(tokio::sync::Semaphore::new(usize::from(prefetch)));
     let task = tokio::spawn(async move {
-        while let Some(Ok(delivery)) = std::future::poll_fn(|cx| futures_core::Stream::poll_next(std::pin::Pin::new(&mut deliveries), cx)).await {
+        while let Some(Ok(delivery)) = std::future::poll_fn(|cx| {
+            futures_core::Stream::poll_next(std::pin::Pin::new(&mut deliveries), cx)
+        })
+        .await
+        {
             let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
             let pool = pool.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                let id = delivery.properties.message_id().as_ref().map(|m| m.to_string()).unwrap_or_default();
+                let id = delivery
+                    .properties
+                    .message_id()
+                    .as_ref()
+                    .map(|m| m.to_string())
+                    .unwrap_or_default();
                 let client = pool.get().await.unwrap();
-                let claim = client.prepare_cached("INSERT INTO bench_dedup (msg_id) VALUES ($1) ON CONFLICT DO NOTHING").await.unwrap();
-                let write = client.prepare_cached("INSERT INTO bench_effects (msg_id) VALUES ($1)").await.unwrap();
+                let claim = client
+                    .prepare_cached(
+                        "INSERT INTO bench_dedup (msg_id) VALUES ($1) ON CONFLICT DO NOTHING",
+                    )
+                    .await
+                    .unwrap();
+                let write = client
+                    .prepare_cached("INSERT INTO bench_effects (msg_id) VALUES ($1)")
+                    .await
+                    .unwrap();
                 client.batch_execute("BEGIN").await.unwrap();
                 if client.execute(&claim, &[&id]).await.unwrap() == 1 {
                     client.execute(&write, &[&id]).await.unwrap();
@@ -107,12 +156,14 @@ async fn hand_written(connection: &Connection, store: &PgStore, queue: &str, pre
             });
         }
     });
-    let _ = task;
+    // The consumer runs until the process ends.
+    drop(task);
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let (Ok(amqp), Ok(database)) = (std::env::var("AMQP_URL"), std::env::var("DATABASE_URL")) else {
+    let (Ok(amqp), Ok(database)) = (std::env::var("AMQP_URL"), std::env::var("DATABASE_URL"))
+    else {
         eprintln!("the consumer bench needs AMQP_URL and DATABASE_URL (scripts/test starts both)");
         std::process::exit(2);
     };
@@ -121,11 +172,21 @@ async fn main() {
         .batch_execute("CREATE TABLE IF NOT EXISTS bench_effects (msg_id TEXT NOT NULL); CREATE TABLE IF NOT EXISTS bench_dedup (msg_id TEXT PRIMARY KEY)")
         .await
         .unwrap();
-    let connection = Connection::connect(&amqp, ConnectionProperties::default()).await.unwrap();
+    let connection = Connection::connect(&amqp, ConnectionProperties::default())
+        .await
+        .unwrap();
     let channel = connection.create_channel().await.unwrap();
-    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
-    let runs = std::env::var("BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
-    println!("| prefetch | messages | hand-written lapin (msg/s) | retry-amqp Consumer (msg/s) | ratio |");
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let runs = std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    println!(
+        "| prefetch | messages | hand-written lapin (msg/s) | retry-amqp Consumer (msg/s) | ratio |"
+    );
     println!("| ---: | ---: | ---: | ---: | ---: |");
     for prefetch in [1u16, 16, 128] {
         let n = if prefetch == 1 { 1000 } else { 4000 };
@@ -145,7 +206,9 @@ async fn main() {
                 .prefetch(prefetch)
                 .concurrency(usize::from(prefetch))
                 .store(Arc::clone(&store))
-                .shutdown(async { let _ = stopped.await; });
+                .shutdown(async {
+                    let _ = stopped.await;
+                });
             let start = Instant::now();
             let running = tokio::spawn(consumer.run_transactional(effect));
             wait_for(&store, &queue, n).await;

@@ -60,17 +60,24 @@ async fn ship(order: Message) -> Result<(), ShipError> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt().with_env_filter("retry_amqp=info").init();
-    let url = std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+    tracing_subscriber::fmt()
+        .with_env_filter("retry_amqp=info")
+        .init();
+    let url = std::env::var("AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
     let topology = Topology::new("orders").delivery_limit(5);
 
     // Publish 20 orders; order 3 twice (a redelivery), two poison ones.
     let connection = Connection::connect(&url, ConnectionProperties::default()).await?;
     let channel = connection.create_channel().await?;
-    channel.confirm_select(ConfirmSelectOptions::default()).await?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
     topology.declare(&channel).await?;
     for queue in [topology.queue(), topology.dead_letter_queue()] {
-        channel.queue_purge(queue.into(), QueuePurgeOptions::default()).await?;
+        channel
+            .queue_purge(queue.into(), QueuePurgeOptions::default())
+            .await?;
     }
     let mut ids: Vec<u32> = (1..=20).collect();
     ids.push(3);
@@ -82,7 +89,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let body = format!("{{\"order\":{id},\"item\":\"{item}\"}}");
         channel
-            .basic_publish("".into(), "orders".into(), BasicPublishOptions::default(), body.as_bytes(), BasicProperties::default().with_message_id(format!("order-{id}").into()).with_delivery_mode(2))
+            .basic_publish(
+                "".into(),
+                "orders".into(),
+                BasicPublishOptions::default(),
+                body.as_bytes(),
+                BasicProperties::default()
+                    .with_message_id(format!("order-{id}").into())
+                    .with_delivery_mode(2),
+            )
             .await?
             .await?;
     }
@@ -94,17 +109,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .declare(topology.clone())
         .prefetch(16)
         .concurrency(4)
-        .policy(Policy::new().max_attempts(3).base(Duration::from_millis(50)))
+        .policy(
+            Policy::new()
+                .max_attempts(3)
+                .base(Duration::from_millis(50)),
+        )
         .store(store)
         // Stops once the queue is drained here; a service would wait for ctrl-c instead.
         .shutdown(async { tokio::time::sleep(Duration::from_secs(3)).await });
     consumer.run(ship).await?;
 
     let dlq = BrokerDeadLetters::connect(&url, topology.dead_letter_queue()).await?;
-    println!("shipped: {} orders (21 messages, order 3 twice)", SHIPPED.load(Ordering::SeqCst));
+    println!(
+        "shipped: {} orders (21 messages, order 3 twice)",
+        SHIPPED.load(Ordering::SeqCst)
+    );
     for letter in dlq.show(10).await? {
         let l = &letter.letter;
-        println!("dead letter {}: {} attempt(s), {} ({})", l.msg_id, l.attempts, l.reason, l.class);
+        println!(
+            "dead letter {}: {} attempt(s), {} ({})",
+            l.msg_id, l.attempts, l.reason, l.class
+        );
     }
     std::fs::remove_dir_all(&dir)?;
     Ok(())
