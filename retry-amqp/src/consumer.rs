@@ -378,12 +378,21 @@ impl<S: TransactionalStore + 'static> Consumer<S> {
     /// ```no_run
     /// use retry_amqp::{BoxFuture, Consumer, Message};
     /// use retry_core::idempotency::StoreError;
+    /// use retry_core::{Classify, Decision};
     /// use retry_sqlite::{SqliteStore, SqliteTransaction};
     ///
-    /// fn book(message: &Message, tx: &mut SqliteTransaction) -> BoxFuture<'_, Result<(), StoreError>> {
+    /// #[derive(Debug)]
+    /// struct BookError(StoreError);
+    /// impl Classify for BookError {
+    ///     fn classify(&self) -> Decision { Decision::Retry } // a busy or unreachable database
+    /// }
+    ///
+    /// fn book<'t>(message: &'t Message, tx: &'t mut SqliteTransaction) -> BoxFuture<'t, Result<(), BookError>> {
     ///     let body = message.body().to_vec();
     ///     Box::pin(async move {
-    ///         tx.run(move |c| c.execute("INSERT INTO bookings (body) VALUES (?1)", [body])).await?;
+    ///         tx.run(move |c| c.execute("INSERT INTO bookings (body) VALUES (?1)", [body]))
+    ///             .await
+    ///             .map_err(BookError)?;
     ///         Ok(())
     ///     })
     /// }
