@@ -162,7 +162,7 @@ impl<'p> State<'p> {
         if first {
             self.first_attempt();
         }
-        scope::note_attempt(self.attempt);
+        scope::note_attempt(self.attempt, self.policy.knobs().max_attempts);
         // The scope is read only by a caller that uses the answer (generated code with a
         // by-value argument); otherwise the compiler drops the read.
         self.attempt >= self.limit() || (self.attempt == 1 && scope::single_attempt_here())

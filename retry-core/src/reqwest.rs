@@ -9,10 +9,9 @@ use ::reqwest::{RequestBuilder, Response, Url};
 use crate::attempt_timeout;
 use crate::classify::{Classify, Decision, Elapsed};
 use crate::http::{
-    CALLER_RETRIES, CALLER_RETRIES_VALUE, IDEMPOTENCY_KEY, IdempotencyKey, guarded,
+    CALLER_RETRIES, IDEMPOTENCY_KEY, IdempotencyKey, current_announcement, guarded,
     has_idempotency_key, judge, method_name, retry_after, status_text,
 };
-use crate::scope;
 
 pub use crate::http::ConnectFailure;
 
@@ -48,15 +47,29 @@ pub fn redacted_url(url: &Url) -> String {
 
 /// Extensions for outgoing requests.
 pub trait RequestBuilderExt {
-    /// Adds `Caller-Retries: ?1` when the request is built inside a retry scope, so the server
-    /// does not retry on the caller's behalf (see [`crate::http`]).
+    /// Adds `Caller-Retries` when the request is built inside a retry scope, so the server
+    /// does not retry on the caller's behalf, with the attempt and the policy's `max`
+    /// (`?1;attempt=2;max=4`) so the services down the chain see which attempt this is (see
+    /// [`crate::http`] and [`Announcement`](crate::http::Announcement)).
     ///
     /// ```
     /// use retry_core::reqwest::RequestBuilderExt;
+    /// use retry_core::retryable;
     ///
+    /// #[retryable(max = 4)]
+    /// async fn build(client: &reqwest::Client) -> Result<reqwest::Request, reqwest::Error> {
+    ///     client.get("http://127.0.0.1:9/quote").caller_retries().build()
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
     /// let client = retry_core::reqwest::client_builder().build().unwrap();
     /// let request = client.get("http://127.0.0.1:9/quote").caller_retries().build().unwrap();
     /// assert!(request.headers().get("caller-retries").is_none(), "not inside a retry");
+    ///
+    /// let request = build(&client).await.unwrap();
+    /// assert_eq!(request.headers()["caller-retries"], "?1;attempt=1;max=4");
+    /// # }
     /// ```
     fn caller_retries(self) -> Self;
 
@@ -151,10 +164,9 @@ pub trait RequestBuilderExt {
 
 impl RequestBuilderExt for RequestBuilder {
     fn caller_retries(self) -> Self {
-        if scope::is_active() {
-            self.header(CALLER_RETRIES, CALLER_RETRIES_VALUE)
-        } else {
-            self
+        match current_announcement() {
+            Some(announced) => self.header(CALLER_RETRIES, announced.header_value()),
+            None => self,
         }
     }
 

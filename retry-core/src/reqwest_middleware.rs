@@ -32,10 +32,9 @@ use ::reqwest::{Request, Response};
 use ::reqwest_middleware::{Error, Middleware, Next};
 
 use crate::classify::{Classify, Decision};
-use crate::http::{Failed, Sent, caller_retries, classify_status, mark_caller_retries};
+use crate::http::{Announcement, Failed, Sent, classify_status, in_scope_of, mark_caller_retries};
 use crate::policy::Policy;
 use crate::reqwest::transport_text;
-use crate::scope;
 
 /// What tracing and metrics call the retries of a middleware not given a
 /// [`RetryMiddleware::name`].
@@ -220,11 +219,9 @@ impl Middleware for RetryMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> Result<Response, Error> {
-        if caller_retries(request.headers()) {
-            // Somebody above retries this request already: one attempt.
-            scope::caller_retries(self.send(request, extensions, next)).await
-        } else {
-            self.send(request, extensions, next).await
-        }
+        // Somebody above may retry this request already: then one attempt, announced with
+        // that caller's numbers.
+        let announced = Announcement::of(request.headers());
+        in_scope_of(announced, self.send(request, extensions, next)).await
     }
 }

@@ -38,11 +38,15 @@ pub(crate) struct Frame {
     /// something asks for it ([`current_trace_id`]): a call that succeeds at once and that no
     /// subscriber watches never draws one.
     trace_id: u64,
-    /// The attempt the retrying layer is on (1 for the first; `0` before it); a single-attempt
-    /// frame inside another has the outer one's. Read by `send_checked` for
-    /// `http.request.resend_count` (features `opentelemetry` and `reqwest`), and only written
-    /// when that reader is built.
+    /// The attempt the retrying layer is on (1 for the first; `0` before it, or unknown); a
+    /// single-attempt frame inside another has the outer one's, and a server's frame for a
+    /// caller that retries has the one its request announced. Read by the `Caller-Retries`
+    /// header (`attempt=`, feature `http`) and `http.request.resend_count` (features
+    /// `opentelemetry` and `reqwest`), and only written when those readers are built.
     attempt: u32,
+    /// The attempts the retrying layer may make (its policy's `max`; `0`: unknown), kept and
+    /// inherited as `attempt` is, for the header's `max=`.
+    max: u32,
 }
 
 impl Frame {
@@ -60,6 +64,7 @@ impl Frame {
             quiet,
             trace_id,
             attempt: 0,
+            max: 0,
         }
     }
 
@@ -79,6 +84,7 @@ impl Frame {
         };
         Frame {
             attempt: self.attempt,
+            max: self.max,
             ..Frame::new(self.outer, true, self.quiet, trace_id)
         }
     }
@@ -98,24 +104,33 @@ impl Frame {
     }
 }
 
-/// The retry running here starts attempt `attempt`. A single attempt inside another retry
-/// leaves its frame on the outer retry's attempt: that is the one being resent.
+/// The retry running here starts attempt `attempt` of at most `max`. A single attempt inside
+/// another retry leaves its frame on the outer retry's attempt: that is the one being resent.
 #[inline(always)]
-pub(crate) fn note_attempt(attempt: u32) {
-    #[cfg(all(feature = "opentelemetry", feature = "reqwest"))]
-    update_current(|frame| {
-        if let Some(frame) = frame.filter(|frame| !frame.single) {
-            frame.attempt = attempt;
+pub(crate) fn note_attempt(attempt: u32, max: u32) {
+    #[cfg(feature = "http")]
+    CURRENT.with(|current| {
+        if current.outer.get().is_some() && !current.single.get() {
+            current.attempt.set(attempt);
+            current.max.set(max);
         }
     });
-    #[cfg(not(all(feature = "opentelemetry", feature = "reqwest")))]
-    let _ = attempt;
+    #[cfg(not(feature = "http"))]
+    let _ = (attempt, max);
 }
 
 /// The attempt of the retry running here (1 for the first), `0` outside any retry.
 #[cfg(all(feature = "opentelemetry", feature = "reqwest"))]
 pub(crate) fn current_attempt() -> u32 {
     with_current(|frame| frame.map_or(0, |frame| frame.attempt))
+}
+
+/// The attempt of the retry running here and the attempts its layer may make, as the
+/// `Caller-Retries` header announces them: `None` outside any retry, `(0, 0)` inside one whose
+/// numbers are unknown (a `.single_attempt()`, a caller that announced none).
+#[cfg(feature = "http")]
+pub(crate) fn current_attempt_of() -> Option<(u32, u32)> {
+    with_current(|frame| frame.map(|frame| (frame.attempt, frame.max)))
 }
 
 /// A fresh trace id for a logical call: never `0` (which means "none drawn yet").
@@ -143,6 +158,7 @@ struct Current {
     quiet: Cell<bool>,
     trace_id: Cell<u64>,
     attempt: Cell<u32>,
+    max: Cell<u32>,
 }
 
 impl Current {
@@ -153,6 +169,7 @@ impl Current {
             quiet: Cell::new(false),
             trace_id: Cell::new(0),
             attempt: Cell::new(0),
+            max: Cell::new(0),
         }
     }
 
@@ -166,6 +183,7 @@ impl Current {
             quiet: self.quiet.get(),
             trace_id: self.trace_id.get(),
             attempt: self.attempt.get(),
+            max: self.max.get(),
         })
     }
 
@@ -186,6 +204,7 @@ impl Current {
         self.quiet.set(frame.quiet);
         self.trace_id.set(frame.trace_id);
         self.attempt.set(frame.attempt);
+        self.max.set(frame.max);
     }
 }
 
@@ -245,6 +264,7 @@ impl Drop for Alone<'_> {
         CURRENT.with(|current| {
             self.frame.trace_id = current.trace_id.get();
             self.frame.attempt = current.attempt.get();
+            self.frame.max = current.max.get();
             current.outer.set(None);
         });
     }
@@ -339,9 +359,21 @@ pub fn in_current_scope<F: Future>(future: F) -> InScope<F> {
 /// # }
 /// ```
 pub fn caller_retries<F: Future>(future: F) -> InScope<F> {
+    caller_retries_at(future, 0, 0)
+}
+
+/// [`caller_retries`] for a caller that announced its attempt `attempt` of at most `max`
+/// (`0`: not announced): requests sent inside carry the same numbers on, so the service at the
+/// end of the chain sees which attempt of the one retrying layer each arrival is.
+pub(crate) fn caller_retries_at<F: Future>(future: F, attempt: u32, max: u32) -> InScope<F> {
     static LABELS: [Label; 2] = Site::labels("the caller", "");
     static CALLER: Site = Site::new("the caller", "", &LABELS);
-    quietly_single(future, &CALLER)
+    let mut scoped = quietly_single(future, &CALLER);
+    if let Some(frame) = scoped.frame.as_mut() {
+        frame.attempt = attempt;
+        frame.max = max;
+    }
+    scoped
 }
 
 /// `future` with every retry inside it making one attempt, quietly: asked for explicitly.
@@ -459,7 +491,7 @@ impl Drop for Left {
 }
 
 /// `future` with no scope of its own, in the same type as the scoped ones.
-#[cfg_attr(not(any(feature = "tower", feature = "tonic")), allow(dead_code))]
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) fn unscoped<F: Future>(future: F) -> InScope<F> {
     InScope {
         future,

@@ -54,7 +54,7 @@
 //! # One layer only, across services
 //!
 //! gRPC metadata are HTTP/2 headers, so the marker is the HTTP one, `caller-retries: ?1`
-//! ([`crate::http`]). On the client, [`mark_caller_retries`] is a tonic interceptor that adds
+//! with the attempt's numbers (`?1;attempt=2;max=4`, [`crate::http::Announcement`]). On the client, [`mark_caller_retries`] is a tonic interceptor that adds
 //! it to every call made inside a retry (`InterceptedService::new(channel,
 //! mark_caller_retries)`, or `Client::with_interceptor(channel, mark_caller_retries)` with
 //! generated clients). On the server, [`honour_caller_retries`] runs one handler's work as a
@@ -69,8 +69,8 @@ use ::tonic::metadata::{MetadataMap, MetadataValue};
 use ::tonic::{Code, Request, Status};
 
 use crate::classify::{Classify, Decision};
-use crate::http::says_caller_retries;
-use crate::scope::{self, InScope};
+use crate::http::{Announcement, current_announcement, in_scope_of};
+use crate::scope::InScope;
 
 /// The trailing metadata a server sets to say when to come back, in milliseconds (gRFC A6).
 pub const PUSHBACK: &str = "grpc-retry-pushback-ms";
@@ -200,8 +200,9 @@ fn code_name(code: Code) -> &'static str {
     }
 }
 
-/// A tonic interceptor: adds `caller-retries: ?1` to a call made inside a retry, so the
-/// server does not retry on its behalf; outside any retry the call goes out as it was.
+/// A tonic interceptor: adds `caller-retries` to a call made inside a retry, so the server
+/// does not retry on its behalf, with the attempt's numbers (`?1;attempt=1;max=3`: see
+/// [`Announcement`]); outside any retry the call goes out as it was.
 ///
 /// ```
 /// use retry_core::tonic::mark_caller_retries;
@@ -214,6 +215,11 @@ fn code_name(code: Code) -> &'static str {
 /// });
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// assert_eq!(marked.await.metadata().get("caller-retries").unwrap(), "?1");
+///
+/// let policy = retry_core::Policy::new().max_attempts(3);
+/// let attempt = policy.retry(|| async { mark_caller_retries(tonic::Request::new(())) });
+/// let announced = attempt.await.unwrap();
+/// assert_eq!(announced.metadata().get("caller-retries").unwrap(), "?1;attempt=1;max=3");
 /// # });
 /// ```
 ///
@@ -231,15 +237,16 @@ fn code_name(code: Code) -> &'static str {
 // `Result` with `Status` is the signature tonic's `Interceptor` asks for; this one never fails.
 #[allow(clippy::result_large_err, clippy::unnecessary_wraps)]
 pub fn mark_caller_retries(mut request: Request<()>) -> Result<Request<()>, Status> {
-    if scope::is_active() {
-        request
-            .metadata_mut()
-            .insert(CALLER_RETRIES, MetadataValue::from_static("?1"));
+    if let Some(announced) = current_announcement() {
+        let value = MetadataValue::try_from(announced.to_string())
+            .unwrap_or_else(|_| MetadataValue::from_static("?1"));
+        request.metadata_mut().insert(CALLER_RETRIES, value);
     }
     Ok(request)
 }
 
-/// Whether an incoming call says its caller retries it (`caller-retries: ?1`).
+/// Whether an incoming call says its caller retries it (`caller-retries: ?1`, with or without
+/// the attempt's numbers).
 ///
 /// ```
 /// use retry_core::tonic::caller_retries;
@@ -250,10 +257,25 @@ pub fn mark_caller_retries(mut request: Request<()>) -> Result<Request<()>, Stat
 /// assert!(caller_retries(&request));
 /// ```
 pub fn caller_retries<T>(request: &Request<T>) -> bool {
+    announcement(request).is_some()
+}
+
+/// What an incoming call's `caller-retries` says, if it marks the call (see
+/// [`Announcement::parse`]).
+///
+/// ```
+/// use retry_core::http::Announcement;
+/// use retry_core::tonic::announcement;
+///
+/// let mut request = tonic::Request::new(());
+/// request.metadata_mut().insert("caller-retries", "?1;attempt=2;max=3".parse().unwrap());
+/// assert_eq!(announcement(&request), Some(Announcement::new(2, 3)));
+/// ```
+pub fn announcement<T>(request: &Request<T>) -> Option<Announcement> {
     request
         .metadata()
         .get(CALLER_RETRIES)
-        .is_some_and(|value| says_caller_retries(value.as_bytes()))
+        .and_then(|value| Announcement::parse(value.as_bytes()))
 }
 
 /// Runs a handler's `work` as a single attempt when the call it serves carries
@@ -289,11 +311,7 @@ pub fn caller_retries<T>(request: &Request<T>) -> bool {
 /// # }
 /// ```
 pub fn honour_caller_retries<T, F: Future>(request: &Request<T>, work: F) -> InScope<F> {
-    if caller_retries(request) {
-        scope::caller_retries(work)
-    } else {
-        scope::unscoped(work)
-    }
+    in_scope_of(announcement(request), work)
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use std::task::{Context, Poll};
 use ::tower_layer::Layer;
 use ::tower_service::Service;
 
-use crate::http::{caller_retries, mark_request};
-use crate::scope::{self, InScope};
+use crate::http::{Announcement, in_scope_of, mark_request};
+use crate::scope::InScope;
 
 pub mod idempotency;
 pub mod retry;
@@ -23,9 +23,10 @@ pub use retry::{
     DEFAULT_RETRY_BODY_BYTES, ResponseFuture, Retry, RetryBody, RetryLayer, classify_error,
 };
 
-/// Runs each handler whose request carries `Caller-Retries: ?1` inside a single-attempt retry
-/// scope: the caller retries, so the handler's own retries make one attempt each, and its
-/// outgoing requests carry the header on.
+/// Runs each handler whose request carries `Caller-Retries` (`?1`, with or without the
+/// attempt's numbers) inside a single-attempt retry scope: the caller retries, so the handler's
+/// own retries make one attempt each, and its outgoing requests carry the header on, with the
+/// numbers it received (see [`Announcement`]).
 ///
 /// ```
 /// use retry_core::tower::CallerRetriesLayer;
@@ -65,18 +66,14 @@ where
     }
 
     fn call(&mut self, request: ::http::Request<B>) -> Self::Future {
-        let honour = caller_retries(request.headers());
+        let announced = Announcement::of(request.headers());
         let response = self.inner.call(request);
-        if honour {
-            scope::caller_retries(response)
-        } else {
-            scope::unscoped(response)
-        }
+        in_scope_of(announced, response)
     }
 }
 
-/// For clients built on tower (hyper-util, tonic, ...): adds `Caller-Retries: ?1` to every
-/// request sent inside a retry scope, so no call site has to remember it. reqwest has no
+/// For clients built on tower (hyper-util, tonic, ...): adds `Caller-Retries` to every
+/// request sent inside a retry scope (`?1;attempt=2;max=4`: see [`Announcement`]), so no call site has to remember it. reqwest has no
 /// request-level layers: use `retry_core::reqwest::RequestBuilderExt::caller_retries` there.
 ///
 /// ```
@@ -129,7 +126,8 @@ mod tests {
     use std::pin::Pin;
 
     use super::*;
-    use crate::http::CALLER_RETRIES;
+    use crate::http::{CALLER_RETRIES, mark_caller_retries};
+    use crate::scope;
 
     /// Answers whether the request carried the header, and whether a retry scope was active
     /// while the handler ran.
@@ -171,5 +169,52 @@ mod tests {
             .headers_mut()
             .insert(CALLER_RETRIES, crate::http::CALLER_RETRIES_VALUE);
         assert_eq!(server.call(marked).await, Ok((true, true)));
+    }
+
+    /// Answers the `Caller-Retries` a request sent from inside the handler would carry.
+    #[derive(Clone)]
+    struct Forwarder;
+
+    impl Service<::http::Request<()>> for Forwarder {
+        type Response = Option<::http::HeaderValue>;
+        type Error = Infallible;
+        type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>>>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: ::http::Request<()>) -> Self::Future {
+            Box::pin(async {
+                let mut outgoing = ::http::HeaderMap::new();
+                mark_caller_retries(&mut outgoing);
+                Ok(outgoing.remove(CALLER_RETRIES))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_handler_sends_its_callers_attempt_numbers_on() {
+        let mut server = CallerRetriesLayer.layer(Forwarder);
+        for (incoming, outgoing) in [
+            (Some("?1;attempt=3;max=4"), Some("?1;attempt=3;max=4")),
+            (Some("?1; max=4; attempt=2; hop=1"), Some("?1;attempt=2;max=4")),
+            (Some("?1"), Some("?1")),
+            (Some("?1;attempt=x"), Some("?1")),
+            (None, None),
+        ] {
+            let mut request = ::http::Request::new(());
+            if let Some(value) = incoming {
+                request
+                    .headers_mut()
+                    .insert(CALLER_RETRIES, ::http::HeaderValue::from_static(value));
+            }
+            let sent = server.call(request).await.unwrap();
+            assert_eq!(
+                sent.as_ref().map(|v| v.to_str().unwrap()),
+                outgoing,
+                "{incoming:?}"
+            );
+        }
     }
 }

@@ -22,10 +22,11 @@
 //!   [`RetryLayer::body_limit`]). **A body over the limit is sent once and never retried**
 //!   (nor kept: what was read is streamed on, then the rest), and a body that fails while it
 //!   is read fails the call without sending anything. The client gets a [`RetryBody`].
-//! - **One layer only.** Each attempt carries `Caller-Retries: ?1`, so the services it calls
-//!   do not retry on its behalf (see [`crate::http`]). A request that already carries the
-//!   header, or a call made inside another retry in the same task (a `#[retryable]` function
-//!   calling this client), makes a single attempt: the layer above retries.
+//! - **One layer only.** Each attempt carries `Caller-Retries: ?1;attempt=N;max=M`, so the
+//!   services it calls do not retry on its behalf and can see which attempt it is (see
+//!   [`crate::http`]). A request that already carries the header, or a call made inside
+//!   another retry in the same task (a `#[retryable]` function calling this client), makes a
+//!   single attempt: the layer above retries, and the header keeps that layer's numbers.
 //!
 //! The response future is boxed (the state machine borrows the policy, and the layer owns it),
 //! so the client's service, future and response must be `Send`.
@@ -44,9 +45,8 @@ use ::tower_service::Service;
 
 use super::idempotency::{BoxError, Buffered, IdempotencyBody, buffer};
 use crate::classify::Decision;
-use crate::http::{Failed, Sent, caller_retries, classify_status, mark_request};
+use crate::http::{Announcement, Failed, Sent, classify_status, in_scope_of, mark_request};
 use crate::policy::Policy;
-use crate::scope;
 
 mod body;
 mod transport;
@@ -269,15 +269,12 @@ where
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
         let settings = Arc::clone(&self.settings);
-        let marked = caller_retries(request.headers());
+        // Somebody above may retry this request already (a proxy forwarded its marker): then
+        // one attempt, announced with that caller's numbers.
+        let announced = Announcement::of(request.headers());
         let send = async move { settings.send(ready, request).await };
         ResponseFuture {
-            inner: if marked {
-                // Somebody above retries this request already: one attempt.
-                Box::pin(scope::caller_retries(send))
-            } else {
-                Box::pin(send)
-            },
+            inner: Box::pin(in_scope_of(announced, send)),
         }
     }
 }
