@@ -17,6 +17,15 @@
 //! | `retry_core_dlq_oldest_age_seconds` | gauge | `queue` | age of the oldest waiting letter's first failure; 0 while the store cannot be read |
 //! | `retry_core_dlq_monitor_up` | gauge | `queue` | 1 when the last read of the store worked, 0 when it failed |
 //! | `retry_core_dlq_monitor_errors_total` | counter | `queue` | reads of the store by `dlq::pending` / `dlq::spawn_monitor` that failed |
+//! | `retry_core_arrivals_total` | counter | `route`, `attempt` (`first`, `retry`, `unannounced`) | requests an amplification observer saw, by what their `Caller-Retries` announced |
+//! | `retry_core_operation_arrivals` | histogram | `route`, `grouped_by` (`idempotency_key`, `traceparent`) | arrivals of one logical operation within its window, recorded when the window ends |
+//! | `retry_core_amplified_operations_total` | counter | `route` | operations that arrived more often than one retrying layer may send them |
+//!
+//! The last three are the receiving side's view of retries layered upstream
+//! (`retry_core::tower::AmplificationLayer`, or `IdempotencyLayer::observe`, feature `tower`):
+//! `route` is the layer's route label (its method and path, or the name it was given; an
+//! `IdempotencyLayer`'s `function` label). The share of requests that were announced retries
+//! is `retry_core_arrivals_total{attempt="retry"}` over the sum of `retry_core_arrivals_total`.
 //!
 //! `module` is the module path of a `#[retryable]` function (`app::client` for `Client::fetch`,
 //! `app::cache` for `Cache::fetch`), so two functions of one name are told apart; it is empty
@@ -61,6 +70,14 @@ pub mod names {
     pub const DLQ_MONITOR_ERRORS: &str = "retry_core_dlq_monitor_errors_total";
     /// Dead letters a sink refused: the call gave up and nothing was parked.
     pub const DLQ_PARK_FAILURES: &str = "retry_core_dlq_park_failures_total";
+    /// Requests an amplification observer saw; `attempt` is `first`, `retry` (an announced
+    /// attempt after the first) or `unannounced`.
+    pub const ARRIVALS: &str = "retry_core_arrivals_total";
+    /// Histogram: arrivals of one logical operation within its window; `grouped_by` is
+    /// `idempotency_key` or `traceparent`.
+    pub const OPERATION_ARRIVALS: &str = "retry_core_operation_arrivals";
+    /// Operations that arrived more often than one retrying layer may send them.
+    pub const AMPLIFIED_OPERATIONS: &str = "retry_core_amplified_operations_total";
 }
 
 /// Adds one to the counter `key`, through the recorder installed now.
@@ -98,4 +115,31 @@ pub(crate) fn renewal_failed(function: &str, fenced: bool) {
     let reason = if fenced { "fenced" } else { "unavailable" };
     ::metrics::counter!(names::RENEWAL_FAILURES, "function" => function.to_owned(), "reason" => reason)
         .increment(1);
+}
+
+#[cfg(feature = "tower")]
+pub(crate) fn arrival(route: &str, attempt: Option<u32>) {
+    let attempt = match attempt {
+        Some(1) => "first",
+        Some(_) => "retry",
+        None => "unannounced",
+    };
+    ::metrics::counter!(names::ARRIVALS, "route" => route.to_owned(), "attempt" => attempt)
+        .increment(1);
+}
+
+#[cfg(feature = "tower")]
+pub(crate) fn operation_arrivals(route: &str, keyed: bool, arrivals: u32) {
+    let grouped_by = if keyed {
+        "idempotency_key"
+    } else {
+        "traceparent"
+    };
+    ::metrics::histogram!(names::OPERATION_ARRIVALS, "route" => route.to_owned(), "grouped_by" => grouped_by)
+        .record(f64::from(arrivals));
+}
+
+#[cfg(feature = "tower")]
+pub(crate) fn amplified(route: &str) {
+    ::metrics::counter!(names::AMPLIFIED_OPERATIONS, "route" => route.to_owned()).increment(1);
 }

@@ -1,7 +1,8 @@
 //! Tower layers (feature `tower`): honour `Caller-Retries` on incoming requests, and add it to
 //! outgoing ones made inside a retry; answer duplicate requests with their first response
 //! ([`IdempotencyLayer`], the `Idempotency-Key` header); retry the requests of an HTTP client
-//! ([`RetryLayer`]).
+//! ([`RetryLayer`]); count how often each logical operation arrives, to see retries multiplied
+//! upstream ([`AmplificationLayer`]).
 
 use std::task::{Context, Poll};
 
@@ -11,9 +12,15 @@ use ::tower_service::Service;
 use crate::http::{Announcement, in_scope_of, mark_request};
 use crate::scope::InScope;
 
+pub mod amplification;
 pub mod idempotency;
 pub mod retry;
 
+pub use amplification::{
+    Amplification, AmplificationLayer, AmplificationObserver, AmplificationObserverBuilder,
+    AmplificationStats, DEFAULT_CAPACITY, DEFAULT_MAX_ROUTES, DEFAULT_UNANNOUNCED_LIMIT,
+    DEFAULT_WINDOW, GroupedBy, Operation,
+};
 pub use idempotency::{
     BoxError, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_KEY_BYTES, DEFAULT_NAMESPACE, Idempotency,
     IdempotencyBody, IdempotencyLayer, InTransaction, Mode, NotApplied, Plain, RefusedHeader,

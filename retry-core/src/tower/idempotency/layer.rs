@@ -18,6 +18,7 @@ use ::tower_service::Service;
 use super::body::{BoxError, IdempotencyBody};
 use super::not_applied::NotProcessed;
 use super::replay_headers::{RefusedHeader, ReplayHeaders};
+use crate::tower::amplification::{AmplificationObserver, Identity};
 use crate::idempotency::{
     DEFAULT_LEASE, DEFAULT_RETENTION, IdempotencyStore, Settings, TransactionalStore,
 };
@@ -120,6 +121,8 @@ pub struct IdempotencyLayer<St, M = Plain> {
     /// the request's transaction ([`effects_in_transaction`](IdempotencyLayer::effects_in_transaction)),
     /// so the claim can be written in it too.
     pub(super) claim_in_transaction: bool,
+    /// Set by [`observe`](Self::observe): counts each request's arrival.
+    pub(super) observer: Option<AmplificationObserver>,
     /// [`Plain`] or [`InTransaction`]; `fn() -> M` so the layer is `Send + Sync` whatever `M`.
     mode: PhantomData<fn() -> M>,
 }
@@ -254,6 +257,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
             name: None,
             namespace: Arc::from(DEFAULT_NAMESPACE),
             claim_in_transaction: false,
+            observer: None,
             mode: PhantomData,
         }
     }
@@ -284,6 +288,7 @@ impl<St: IdempotencyStore + 'static> IdempotencyLayer<St> {
             name: self.name,
             namespace: self.namespace,
             claim_in_transaction: false,
+            observer: self.observer,
             mode: PhantomData,
         }
     }
@@ -510,6 +515,52 @@ impl<St: IdempotencyStore + 'static, M> IdempotencyLayer<St, M> {
         self.namespace = Arc::from(namespace.into());
         self
     }
+
+    /// Counts every request's arrival with `observer`, to see retries multiplied upstream
+    /// (see [`AmplificationLayer`](crate::tower::AmplificationLayer), which does the same in
+    /// front of any service). Requests are grouped by the layer's own identity of them, the
+    /// client's scope and key; requests without a key (safe methods, unkeyed ones the layer
+    /// lets through or refuses) by their `traceparent`. The route label is the layer's
+    /// `function` label ([`name`](Self::name), else the namespace). Use one or the other on
+    /// a request's way, not both: each counts it.
+    ///
+    /// ```
+    /// use retry_core::idempotency::MemoryStore;
+    /// use retry_core::tower::{AmplificationObserver, IdempotencyLayer};
+    ///
+    /// let observer = AmplificationObserver::new();
+    /// let layer = IdempotencyLayer::unauthenticated(MemoryStore::new())
+    ///     .name("create_payment")
+    ///     .observe(observer.clone());
+    /// # drop(layer);
+    /// ```
+    #[must_use]
+    pub fn observe(mut self, observer: AmplificationObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Counts a request's arrival, when the layer observes: by `scope` and `key` when the
+    /// layer has read them, else by the request's trace id.
+    pub(super) fn observe_arrival(&self, parts: &Parts, keyed: Option<(Option<&str>, &str)>) {
+        let Some(observer) = &self.observer else {
+            return;
+        };
+        let identity = match keyed {
+            Some((scope, key)) => Some(Identity::Key {
+                scope,
+                key: key.as_bytes(),
+            }),
+            None => Identity::trace(&parts.headers),
+        };
+        observer.arrive(
+            self.function(),
+            &parts.method,
+            parts.uri.path(),
+            &parts.headers,
+            identity,
+        );
+    }
 }
 
 impl<St, M> Clone for IdempotencyLayer<St, M> {
@@ -527,6 +578,7 @@ impl<St, M> Clone for IdempotencyLayer<St, M> {
             name: self.name,
             namespace: Arc::clone(&self.namespace),
             claim_in_transaction: self.claim_in_transaction,
+            observer: self.observer.clone(),
             mode: PhantomData,
         }
     }
@@ -547,6 +599,7 @@ impl<St, M: Mode<St>> fmt::Debug for IdempotencyLayer<St, M> {
             .field("retention", &self.retention)
             .field("replay_headers", &self.replay_headers)
             .field("not_processed", &self.not_processed)
+            .field("observed", &self.observer.is_some())
             .finish_non_exhaustive()
     }
 }

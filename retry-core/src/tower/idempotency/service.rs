@@ -124,12 +124,14 @@ impl<St: IdempotencyStore + 'static, M: Mode<St>> IdempotencyLayer<St, M> {
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
     {
-        if is_safe(request.method()) {
-            return pass(inner, request).await;
-        }
         let (mut parts, body) = request.into_parts();
+        if is_safe(&parts.method) {
+            self.observe_arrival(&parts, None);
+            return pass(inner, Request::from_parts(parts, body)).await;
+        }
         let field = KeyField::of(&parts.headers);
         if matches!(field, KeyField::Absent) && !self.required {
+            self.observe_arrival(&parts, None);
             return pass(inner, Request::from_parts(parts, body)).await;
         }
         // Authenticate before judging the key, so an anonymous caller learns nothing more.
@@ -139,13 +141,20 @@ impl<St: IdempotencyStore + 'static, M: Mode<St>> IdempotencyLayer<St, M> {
             // authentication came up empty into one scope.
             Some(scope) => match scope(&parts) {
                 Some(client) if !client.is_empty() => Some(client),
-                _ => return Ok(Problem::Unauthenticated.response()),
+                _ => {
+                    self.observe_arrival(&parts, None);
+                    return Ok(Problem::Unauthenticated.response());
+                }
             },
         };
         let key = match field.key(self.max_key_bytes) {
             Ok(key) => key,
-            Err(problem) => return Ok(problem.response()),
+            Err(problem) => {
+                self.observe_arrival(&parts, None);
+                return Ok(problem.response());
+            }
         };
+        self.observe_arrival(&parts, Some((scope.as_deref(), &key)));
         let body = match read_request(body, self.max_body_bytes, self.function()).await {
             Ok(body) => body,
             Err(problem) => return Ok(problem.response()),
