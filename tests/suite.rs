@@ -25,6 +25,7 @@ mod tempdir;
 #[path = "../examples/common/scripted.rs"]
 mod scripted;
 
+mod amplification;
 mod budget;
 mod conformance;
 mod demo;
