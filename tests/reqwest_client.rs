@@ -69,8 +69,11 @@ fn retries_what_may_succeed_waits_for_retry_after_and_parks_the_rest_under_their
         let key = &seen[0].key;
         assert_eq!(key.len(), 32, "{order}: {key:?}");
         assert!(seen.iter().all(|s| &s.key == key), "{order}: {seen:?}");
-        // Sent from inside a retry: the server is told its caller retries.
-        assert!(seen.iter().all(|s| s.caller_retries == "?1"), "{seen:?}");
+        // Sent from inside a retry: the server is told its caller retries, and which attempt of
+        // the function's `max = 4` each request is.
+        for (n, s) in seen.iter().enumerate() {
+            assert_eq!(s.caller_retries, format!("?1;attempt={};max=4", n + 1), "{seen:?}");
+        }
         keys.insert(order.as_str(), key.clone());
     }
     let distinct: std::collections::HashSet<_> = keys.values().collect();

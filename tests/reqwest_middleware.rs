@@ -97,9 +97,14 @@ async fn a_503_is_retried_and_every_attempt_runs_the_rest_of_the_stack() {
     );
     let hits = server.hits("/quote");
     assert_eq!(hits.len(), 3);
-    assert!(
-        hits.iter()
-            .all(|h| h.caller_retries.as_deref() == Some("?1"))
+    let announced: Vec<_> = hits.iter().map(|h| h.caller_retries.as_deref()).collect();
+    assert_eq!(
+        announced,
+        [
+            Some("?1;attempt=1;max=3"),
+            Some("?1;attempt=2;max=3"),
+            Some("?1;attempt=3;max=3")
+        ]
     );
 }
 
@@ -222,6 +227,27 @@ async fn an_empty_budget_means_no_retry() {
     let response = client.get(server.at("/quote")).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(server.hits("/quote").len(), 1);
+}
+
+#[tokio::test]
+async fn a_forwarded_announcement_is_passed_on_with_its_callers_numbers() {
+    let server = Scripted::start().await;
+    server.script("/quote", [Answer::status(503), Answer::status(200)]);
+    let client = client(RetryMiddleware::new(policy()));
+    let response = client
+        .get(server.at("/quote"))
+        .header("caller-retries", "?1; max=4; attempt=2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "one attempt");
+    let hits = server.hits("/quote");
+    assert_eq!(hits.len(), 1);
+    assert_eq!(
+        hits[0].caller_retries.as_deref(),
+        Some("?1;attempt=2;max=4"),
+        "the caller's attempt, not this middleware's"
+    );
 }
 
 #[tokio::test]

@@ -71,8 +71,9 @@ async fn a_503_is_retried_until_the_answer_and_every_attempt_says_its_caller_ret
     assert_eq!(got.unwrap(), (StatusCode::OK, "answer 200".to_owned()));
     let hits = server.hits("/quote");
     assert_eq!(hits.len(), 3);
-    for hit in &hits {
-        assert_eq!(hit.caller_retries.as_deref(), Some("?1"), "{hit:?}");
+    for (n, hit) in hits.iter().enumerate() {
+        let announced = format!("?1;attempt={};max=3", n + 1);
+        assert_eq!(hit.caller_retries, Some(announced), "{hit:?}");
     }
 }
 
@@ -257,6 +258,26 @@ async fn a_request_whose_caller_retries_already_makes_one_attempt() {
     let hits = server.hits("/quote");
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].caller_retries.as_deref(), Some("?1"), "passed on");
+}
+
+#[tokio::test]
+async fn a_forwarded_announcement_is_passed_on_with_its_callers_numbers() {
+    let server = Scripted::start().await;
+    server.script("/quote", [Answer::status(503), Answer::status(200)]);
+    let client = client(RetryLayer::new(policy()));
+    let mut marked = request("GET", &server.at("/quote"), "");
+    marked
+        .headers_mut()
+        .insert("caller-retries", "?1;attempt=3;max=4;via=gw".parse().unwrap());
+    let got = send(&client, marked).await;
+    assert_eq!(got.unwrap().0, StatusCode::SERVICE_UNAVAILABLE, "one attempt");
+    let hits = server.hits("/quote");
+    assert_eq!(hits.len(), 1);
+    assert_eq!(
+        hits[0].caller_retries.as_deref(),
+        Some("?1;attempt=3;max=4"),
+        "the caller's attempt, not this layer's"
+    );
 }
 
 #[tokio::test]

@@ -128,20 +128,25 @@ impl Scripted {
     }
 
     /// What `path` got after its first `since` requests, in words: "3 request(s), 3 with
-    /// Caller-Retries: ?1, 53 ms, 95 ms apart".
+    /// Caller-Retries, 53 ms, 95 ms apart".
     pub(crate) fn describe(&self, path: &str, since: usize) -> String {
         let hits = self.hits(path);
         let hits = hits.get(since..).unwrap_or_default();
         let marked = hits
             .iter()
-            .filter(|hit| hit.caller_retries.as_deref() == Some("?1"))
+            .filter(|hit| {
+                hit.caller_retries
+                    .as_deref()
+                    .and_then(|value| retry_core::http::Announcement::parse(value.as_bytes()))
+                    .is_some()
+            })
             .count();
         let gaps: Vec<String> = hits
             .windows(2)
             .map(|pair| format!("{} ms", (pair[1].at - pair[0].at).as_millis()))
             .collect();
         let mut text = format!(
-            "{} request(s), {marked} with Caller-Retries: ?1",
+            "{} request(s), {marked} with Caller-Retries",
             hits.len()
         );
         if !gaps.is_empty() {
