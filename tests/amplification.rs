@@ -151,3 +151,48 @@ async fn a_server_still_reads_the_bare_marker_of_older_senders() {
     assert!(look_up(&calls).await.is_err());
     assert_eq!(calls.load(Ordering::SeqCst), 4);
 }
+
+#[tokio::test]
+async fn an_idempotency_layer_observes_by_its_own_scope_and_key() {
+    use axum::body::Body;
+    use retry_core::idempotency::MemoryStore;
+    use retry_core::tower::IdempotencyLayer;
+
+    let observer = AmplificationObserver::new();
+    let app = axum::Router::new()
+        .route("/payments", axum::routing::post(|| async { "paid" }))
+        .layer(
+            IdempotencyLayer::new(MemoryStore::new(), |parts: &http::request::Parts| {
+                parts
+                    .headers
+                    .get("x-client")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            })
+            .name("create_payment")
+            .observe(observer.clone()),
+        );
+    // One key, two clients: two operations. Bare and quoted forms of a key are one.
+    for (client, key) in [("alice", "\"k\""), ("alice", "k"), ("bob", "\"k\"")] {
+        let request = Request::post("/payments")
+            .header("x-client", client)
+            .header("idempotency-key", key)
+            .body(Body::empty())
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let mut arrivals: Vec<(String, u32)> = observer
+        .operations()
+        .into_iter()
+        .map(|op| (op.route, op.arrivals))
+        .collect();
+    arrivals.sort();
+    assert_eq!(
+        arrivals,
+        [
+            ("create_payment".to_owned(), 1),
+            ("create_payment".to_owned(), 2)
+        ]
+    );
+}

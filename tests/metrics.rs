@@ -512,3 +512,76 @@ fn the_idempotency_layers_metrics_follow_its_name_or_namespace() {
         ]
     );
 }
+
+#[test]
+fn the_amplification_observer_counts_arrivals_and_operations_by_route() {
+    use retry_core::tower::{AmplificationLayer, AmplificationObserver};
+    use tower::{Layer, ServiceExt, service_fn};
+
+    let recorder = DebuggingRecorder::new();
+    let observer = AmplificationObserver::new();
+    let service = AmplificationLayer::new(observer.clone())
+        .route("POST /pay")
+        .layer(service_fn(|_: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(())
+        }));
+    metrics::with_local_recorder(&recorder, || {
+        paused_runtime().block_on(async {
+            // Attempts 1 and 2 of one layer, then six sends nobody announced.
+            for caller_retries in [Some("?1;attempt=1;max=2"), Some("?1;attempt=2;max=2")]
+                .into_iter()
+                .chain([None; 6])
+            {
+                let mut request = http::Request::post("/pay").header("idempotency-key", "\"k\"");
+                if let Some(value) = caller_retries {
+                    request = request.header("caller-retries", value);
+                }
+                service.clone().oneshot(request.body(()).unwrap()).await.unwrap();
+            }
+        });
+        observer.flush();
+    });
+    let route = |extra: &[(&str, &str)]| {
+        let mut labels = vec![("route".to_owned(), "POST /pay".to_owned())];
+        labels.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        labels
+    };
+    let attempt = |a: &str| route(&[("attempt", a)]);
+    // A snapshot takes what was recorded: read it once.
+    let mut counted = Vec::new();
+    let mut histograms = Vec::new();
+    for (key, _, _, value) in recorder.snapshotter().snapshot().into_vec() {
+        let key = key.key();
+        let labels = key
+            .labels()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect::<Vec<_>>();
+        match value {
+            DebugValue::Counter(n) => counted.push((key.name().to_owned(), labels, n)),
+            DebugValue::Histogram(values) => histograms.push((
+                key.name().to_owned(),
+                labels,
+                values.iter().map(|v| v.into_inner()).collect::<Vec<f64>>(),
+            )),
+            DebugValue::Gauge(_) => {}
+        }
+    }
+    counted.sort();
+    assert_eq!(
+        counted,
+        [
+            (names::AMPLIFIED_OPERATIONS.to_owned(), route(&[]), 1),
+            (names::ARRIVALS.to_owned(), attempt("first"), 1),
+            (names::ARRIVALS.to_owned(), attempt("retry"), 1),
+            (names::ARRIVALS.to_owned(), attempt("unannounced"), 6),
+        ]
+    );
+    assert_eq!(
+        histograms,
+        [(
+            names::OPERATION_ARRIVALS.to_owned(),
+            route(&[("grouped_by", "idempotency_key")]),
+            vec![8.0]
+        )]
+    );
+}
