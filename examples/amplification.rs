@@ -243,7 +243,10 @@ fn print_metrics(snapshotter: &metrics_util::debugging::Snapshotter, route: &str
     use metrics_util::debugging::DebugValue;
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
         let key = key.key();
-        if !key.labels().any(|l| l.key() == "route" && l.value() == route) {
+        if !key
+            .labels()
+            .any(|l| l.key() == "route" && l.value() == route)
+        {
             continue;
         }
         let labels: Vec<String> = key

@@ -13,17 +13,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use http::{Request, StatusCode};
-use retry_core::tower::{
-    AmplificationLayer, AmplificationObserver, CallerRetriesLayer, GroupedBy,
-};
 use retry_core::retryable;
+use retry_core::tower::{AmplificationLayer, AmplificationObserver, CallerRetriesLayer, GroupedBy};
 use tower::{Layer, ServiceExt, service_fn};
 
 use example::{Chain, Identity};
 
 #[tokio::test]
 async fn plain_loops_in_every_layer_reach_the_final_system_64_times_and_it_warns_once() {
-    let outcome = example::run(Chain::PlainLoops(Identity::Key)).await.unwrap();
+    let outcome = example::run(Chain::PlainLoops(Identity::Key))
+        .await
+        .unwrap();
     assert_eq!(outcome.final_requests, 64);
     assert_eq!(outcome.status, 503);
     let operations = outcome.observer.operations();
@@ -86,8 +86,10 @@ async fn twenty_thousand_operations_stay_within_the_configured_bound() {
     let bound = observer.footprint_bytes();
     // At most 150 bytes an operation, as documented.
     assert!(bound <= 1_024 * 150, "{bound} bytes");
-    let service = AmplificationLayer::new(observer.clone())
-        .layer(service_fn(|_: Request<()>| async { Ok::<_, Infallible>(()) }));
+    let service =
+        AmplificationLayer::new(observer.clone()).layer(service_fn(|_: Request<()>| async {
+            Ok::<_, Infallible>(())
+        }));
     for n in 0..20_000 {
         service.clone().oneshot(keyed(n)).await.unwrap();
         if n % 1_000 == 0 {
@@ -104,9 +106,10 @@ async fn twenty_thousand_operations_stay_within_the_configured_bound() {
 #[tokio::test]
 async fn a_malformed_caller_retries_or_traceparent_never_fails_a_request() {
     let observer = AmplificationObserver::new();
-    let service = AmplificationLayer::new(observer.clone()).layer(service_fn(
-        |_: Request<()>| async { Ok::<_, Infallible>(StatusCode::OK) },
-    ));
+    let service =
+        AmplificationLayer::new(observer.clone()).layer(service_fn(|_: Request<()>| async {
+            Ok::<_, Infallible>(StatusCode::OK)
+        }));
     for (name, value) in [
         ("caller-retries", &b"?1;attempt=;max=x"[..]),
         ("caller-retries", b"?1;attempt=99999999999999999999"),
@@ -116,7 +119,10 @@ async fn a_malformed_caller_retries_or_traceparent_never_fails_a_request() {
         ("idempotency-key", b"\xfe\xff"),
     ] {
         let value = http::HeaderValue::from_bytes(value).unwrap();
-        let request = Request::get("/").header(name, value.clone()).body(()).unwrap();
+        let request = Request::get("/")
+            .header(name, value.clone())
+            .body(())
+            .unwrap();
         let status = service.clone().oneshot(request).await.unwrap();
         assert_eq!(status, StatusCode::OK, "{name}: {value:?}");
     }

@@ -536,14 +536,22 @@ fn the_amplification_observer_counts_arrivals_and_operations_by_route() {
                 if let Some(value) = caller_retries {
                     request = request.header("caller-retries", value);
                 }
-                service.clone().oneshot(request.body(()).unwrap()).await.unwrap();
+                service
+                    .clone()
+                    .oneshot(request.body(()).unwrap())
+                    .await
+                    .unwrap();
             }
         });
         observer.flush();
     });
     let route = |extra: &[(&str, &str)]| {
         let mut labels = vec![("route".to_owned(), "POST /pay".to_owned())];
-        labels.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        labels.extend(
+            extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
         labels
     };
     let attempt = |a: &str| route(&[("attempt", a)]);

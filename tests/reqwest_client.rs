@@ -72,7 +72,11 @@ fn retries_what_may_succeed_waits_for_retry_after_and_parks_the_rest_under_their
         // Sent from inside a retry: the server is told its caller retries, and which attempt of
         // the function's `max = 4` each request is.
         for (n, s) in seen.iter().enumerate() {
-            assert_eq!(s.caller_retries, format!("?1;attempt={};max=4", n + 1), "{seen:?}");
+            assert_eq!(
+                s.caller_retries,
+                format!("?1;attempt={};max=4", n + 1),
+                "{seen:?}"
+            );
         }
         keys.insert(order.as_str(), key.clone());
     }

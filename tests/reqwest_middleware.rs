@@ -240,7 +240,11 @@ async fn a_forwarded_announcement_is_passed_on_with_its_callers_numbers() {
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "one attempt");
+    assert_eq!(
+        response.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "one attempt"
+    );
     let hits = server.hits("/quote");
     assert_eq!(hits.len(), 1);
     assert_eq!(

@@ -266,11 +266,16 @@ async fn a_forwarded_announcement_is_passed_on_with_its_callers_numbers() {
     server.script("/quote", [Answer::status(503), Answer::status(200)]);
     let client = client(RetryLayer::new(policy()));
     let mut marked = request("GET", &server.at("/quote"), "");
-    marked
-        .headers_mut()
-        .insert("caller-retries", "?1;attempt=3;max=4;via=gw".parse().unwrap());
+    marked.headers_mut().insert(
+        "caller-retries",
+        "?1;attempt=3;max=4;via=gw".parse().unwrap(),
+    );
     let got = send(&client, marked).await;
-    assert_eq!(got.unwrap().0, StatusCode::SERVICE_UNAVAILABLE, "one attempt");
+    assert_eq!(
+        got.unwrap().0,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "one attempt"
+    );
     let hits = server.hits("/quote");
     assert_eq!(hits.len(), 1);
     assert_eq!(

@@ -145,10 +145,7 @@ impl Scripted {
             .windows(2)
             .map(|pair| format!("{} ms", (pair[1].at - pair[0].at).as_millis()))
             .collect();
-        let mut text = format!(
-            "{} request(s), {marked} with Caller-Retries",
-            hits.len()
-        );
+        let mut text = format!("{} request(s), {marked} with Caller-Retries", hits.len());
         if !gaps.is_empty() {
             text.push_str(&format!(", {} apart", gaps.join(", ")));
         }

@@ -113,12 +113,13 @@ impl Announcement {
     /// assert_eq!(Announcement::parse(b"yes"), None);
     /// ```
     pub fn parse(value: &[u8]) -> Option<Announcement> {
-        let parsed = ::sfv::Parser::new(value).parse_item_with_visitor(
-            |bare: BareItemFromInput<'_>| match bare {
-                GenericBareItem::Boolean(true) => Ok(Parameters::default()),
-                _ => Err(NotMarked),
-            },
-        );
+        let parsed =
+            ::sfv::Parser::new(value).parse_item_with_visitor(|bare: BareItemFromInput<'_>| {
+                match bare {
+                    GenericBareItem::Boolean(true) => Ok(Parameters::default()),
+                    _ => Err(NotMarked),
+                }
+            });
         match parsed {
             Ok(announced) => Some(announced),
             Err(_) => begins_with_marker(value).then_some(Announcement::BARE),
@@ -208,9 +209,9 @@ impl<'de> ParameterVisitor<'de> for Parameters {
     ) -> Result<(), NotMarked> {
         // The last of a repeated key counts, a wrongly typed one as absent.
         let number = match value {
-            GenericBareItem::Integer(n) => u32::try_from(i64::from(n))
-                .ok()
-                .and_then(NonZeroU32::new),
+            GenericBareItem::Integer(n) => {
+                u32::try_from(i64::from(n)).ok().and_then(NonZeroU32::new)
+            }
             _ => None,
         };
         match key.as_str() {
@@ -242,8 +243,14 @@ mod tests {
             ("?1;max=5;attempt=2", Some(Announcement::new(2, 5))),
             ("?1;attempt=3", Some(Announcement::new(3, 0))),
             ("?1;max=4", Some(Announcement::new(0, 4))),
-            ("?1;via=gw;attempt=2;x=:AQID:;max=5;y=1.5", Some(Announcement::new(2, 5))),
-            ("?1;attempt=1;attempt=4;max=4", Some(Announcement::new(4, 4))),
+            (
+                "?1;via=gw;attempt=2;x=:AQID:;max=5;y=1.5",
+                Some(Announcement::new(2, 5)),
+            ),
+            (
+                "?1;attempt=1;attempt=4;max=4",
+                Some(Announcement::new(4, 4)),
+            ),
             ("?1;attempt;max=4", Some(Announcement::new(0, 4))),
             ("?1;attempt=\"2\";max=4", Some(Announcement::new(0, 4))),
             ("?1;attempt=-1;max=99999999999", Some(Announcement::BARE)),
@@ -255,11 +262,7 @@ mod tests {
             ("", None),
             ("?10", None),
         ] {
-            assert_eq!(
-                Announcement::parse(value.as_bytes()),
-                expected,
-                "{value:?}"
-            );
+            assert_eq!(Announcement::parse(value.as_bytes()), expected, "{value:?}");
         }
     }
 

@@ -205,7 +205,10 @@ mod tests {
         let mut server = CallerRetriesLayer.layer(Forwarder);
         for (incoming, outgoing) in [
             (Some("?1;attempt=3;max=4"), Some("?1;attempt=3;max=4")),
-            (Some("?1; max=4; attempt=2; hop=1"), Some("?1;attempt=2;max=4")),
+            (
+                Some("?1; max=4; attempt=2; hop=1"),
+                Some("?1;attempt=2;max=4"),
+            ),
             (Some("?1"), Some("?1")),
             (Some("?1;attempt=x"), Some("?1")),
             (None, None),

@@ -55,7 +55,7 @@
 //!
 //! # Cost and bounds
 //!
-//! The table holds [`DEFAULT_CAPACITY`] operations (10,000, about 1 MiB), allocated when the
+//! The table holds [`DEFAULT_CAPACITY`] operations (10,000, about 1.3 MB), allocated when the
 //! observer is built and never grown: when it is full, the oldest operation is closed to make
 //! room. It is cut into 16 shards, each behind a lock held for a few map operations and never
 //! across an `.await`; the layer adds nothing to the response future, never fails a request

@@ -21,7 +21,7 @@ use crate::http::Announcement;
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(30);
 
 /// Operations tracked at once unless [`capacity`](AmplificationObserverBuilder::capacity) says
-/// otherwise (about 1 MiB).
+/// otherwise (about 1.3 MB: at most 150 bytes an operation).
 pub const DEFAULT_CAPACITY: usize = 10_000;
 
 /// Arrivals of one operation allowed when none of them announced a `max`, unless
@@ -119,7 +119,7 @@ impl AmplificationObserverBuilder {
     }
 
     /// Operations tracked at once (default [`DEFAULT_CAPACITY`], rounded up to a multiple of
-    /// 16, the table's shards). The table is allocated once, about 100 bytes an operation,
+    /// 16, the table's shards). The table is allocated once, at most 150 bytes an operation,
     /// and never grows: when it is full, the operation that arrived first is closed to make
     /// room, as if its window had ended.
     ///
@@ -283,7 +283,7 @@ impl AmplificationObserver {
     ///
     /// ```
     /// let observer = retry_core::tower::AmplificationObserver::new();
-    /// assert!(observer.footprint_bytes() > 0);
+    /// assert!(observer.footprint_bytes() <= 150 * observer.capacity());
     /// ```
     pub fn footprint_bytes(&self) -> usize {
         self.inner.table.footprint()
@@ -369,7 +369,10 @@ impl AmplificationObserver {
         crate::metrics::arrival(&route_name, announced.attempt());
         inner.stats.arrivals.fetch_add(1, Ordering::Relaxed);
         if announced.is_retry() {
-            inner.stats.announced_retries.fetch_add(1, Ordering::Relaxed);
+            inner
+                .stats
+                .announced_retries
+                .fetch_add(1, Ordering::Relaxed);
         }
         let Some(identity) = identity else {
             return;
@@ -385,10 +388,9 @@ impl AmplificationObserver {
         };
         // Closed operations are recorded after the shard's lock is released.
         let mut closed = Vec::new();
-        let (entry, amplified) =
-            inner
-                .table
-                .arrive(&arrival, inner.unannounced_limit, &mut |e| closed.push(*e));
+        let (entry, amplified) = inner
+            .table
+            .arrive(&arrival, inner.unannounced_limit, &mut |e| closed.push(*e));
         for e in &closed {
             self.closed(e);
         }

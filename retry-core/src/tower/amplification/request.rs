@@ -20,7 +20,10 @@ const SOURCE_HEADERS: [&str; 4] = ["via", "x-forwarded-for", "forwarded", "user-
 pub(crate) enum Identity<'a> {
     /// The client's `Idempotency-Key` (unquoted when it was quoted without escapes), under
     /// the client's scope when the layer knows it.
-    Key { scope: Option<&'a str>, key: &'a [u8] },
+    Key {
+        scope: Option<&'a str>,
+        key: &'a [u8],
+    },
     /// The W3C trace id of `traceparent` (32 lowercase hex digits).
     Trace(&'a [u8]),
 }
@@ -86,7 +89,12 @@ impl fmt::Display for Identity<'_> {
             Identity::Key {
                 scope: Some(scope),
                 key,
-            } => write!(f, "key \"{}\" of \"{}\"", shown(key), shown(scope.as_bytes())),
+            } => write!(
+                f,
+                "key \"{}\" of \"{}\"",
+                shown(key),
+                shown(scope.as_bytes())
+            ),
             Identity::Key { scope: None, key } => write!(f, "key \"{}\"", shown(key)),
             Identity::Trace(trace) => write!(f, "trace {}", shown(trace)),
         }
@@ -97,7 +105,10 @@ impl fmt::Display for Identity<'_> {
 /// escapes is hashed as sent (it is still the same on every resend of the same client).
 fn unquoted(value: &[u8]) -> &[u8] {
     let value = value.trim_ascii();
-    match value.strip_prefix(b"\"").and_then(|v| v.strip_suffix(b"\"")) {
+    match value
+        .strip_prefix(b"\"")
+        .and_then(|v| v.strip_suffix(b"\""))
+    {
         Some(inner) if !inner.contains(&b'\\') => inner,
         _ => value,
     }
@@ -172,7 +183,11 @@ mod tests {
         let hasher = RandomState::new();
         let quoted = headers(&[("idempotency-key", "\"k-1\"")]);
         let bare = headers(&[("idempotency-key", "k-1")]);
-        let hash = |h: &HeaderMap| Identity::of(h).unwrap().hash(&hasher, &Method::POST, "/pay");
+        let hash = |h: &HeaderMap| {
+            Identity::of(h)
+                .unwrap()
+                .hash(&hasher, &Method::POST, "/pay")
+        };
         assert_eq!(hash(&quoted), hash(&bare));
         let other_path = Identity::of(&bare)
             .unwrap()

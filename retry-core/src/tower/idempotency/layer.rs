@@ -18,10 +18,10 @@ use ::tower_service::Service;
 use super::body::{BoxError, IdempotencyBody};
 use super::not_applied::NotProcessed;
 use super::replay_headers::{RefusedHeader, ReplayHeaders};
-use crate::tower::amplification::{AmplificationObserver, Identity};
 use crate::idempotency::{
     DEFAULT_LEASE, DEFAULT_RETENTION, IdempotencyStore, Settings, TransactionalStore,
 };
+use crate::tower::amplification::{AmplificationObserver, Identity};
 
 /// Longest `Idempotency-Key` accepted by default, in bytes: 255, as Stripe allows; a UUID or an
 /// [`IdempotencyKey`](crate::http::IdempotencyKey) is 32 to 36.
