@@ -386,14 +386,12 @@ impl AmplificationObserver {
             keyed: identity.keyed(),
             source: source_hash(&inner.hasher, headers),
         };
-        // Closed operations are recorded after the shard's lock is released.
-        let mut closed = Vec::new();
+        // Closed operations are recorded as they close, under their shard's lock: a metrics
+        // recorder does not wait on anything, and collecting them first would allocate on
+        // every request once the table is full.
         let (entry, amplified) = inner
             .table
-            .arrive(&arrival, inner.unannounced_limit, &mut |e| closed.push(*e));
-        for e in &closed {
-            self.closed(e);
-        }
+            .arrive(&arrival, inner.unannounced_limit, &mut |e| self.closed(e));
         if entry.arrivals == 1 {
             inner.stats.operations.fetch_add(1, Ordering::Relaxed);
         }
