@@ -139,6 +139,58 @@ fn nested_retries_warn_once_and_give_ups_say_why() {
     at_info_retries_and_give_ups_name_the_function_and_the_error();
     events_come_from_the_public_modules_they_are_about();
     a_request_not_sent_again_is_a_warning_once_per_function();
+    an_amplified_operation_is_one_warning_naming_it_and_its_limit();
+}
+
+/// Twenty sends of one key, nobody announcing: one WARN at the sixth, naming the key, the
+/// limit and the source; the other operation of the same route, within the minute, is DEBUG.
+fn an_amplified_operation_is_one_warning_naming_it_and_its_limit() {
+    use retry_core::tower::{AmplificationLayer, AmplificationObserver};
+    use tower::{Layer, ServiceExt, service_fn};
+
+    let infos = Infos::default();
+    let subscriber = tracing_subscriber::registry().with(infos.clone());
+    let observer = AmplificationObserver::new();
+    let service = AmplificationLayer::new(observer.clone())
+        .route("POST /pay")
+        .layer(service_fn(|_: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(())
+        }));
+    tracing::subscriber::with_default(subscriber, || {
+        paused_runtime().block_on(async {
+            for key in ["\"k-1\"", "\"k-2\""] {
+                for _ in 0..20 {
+                    let request = http::Request::post("/pay")
+                        .header("idempotency-key", key)
+                        .header("via", "1.1 gateway")
+                        .body(())
+                        .unwrap();
+                    service.clone().oneshot(request).await.unwrap();
+                }
+            }
+        });
+    });
+    let warnings: Vec<String> = infos
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|fields| fields.contains("retries are layered upstream"))
+        .cloned()
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let warning = &warnings[0];
+    assert!(warning.starts_with("WARN "), "{warning}");
+    for expected in [
+        "operation key \"k-1\" arrived 6 times within 0 ms",
+        "no attempt number was announced, and 5 is the most",
+        "from 1 source",
+        "via: 1.1 gateway",
+        "route=\"POST /pay\"",
+    ] {
+        assert!(warning.contains(expected), "{expected:?} in {warning}");
+    }
+    assert_eq!(observer.stats().amplified, 2);
 }
 
 /// Every WARN and INFO event's fields.
