@@ -472,9 +472,12 @@ impl AmplificationObserver {
 /// Route labels by number, so an entry of the table keeps two bytes instead of a string; at
 /// most `max` of them, the rest are `other` (number 0).
 struct Routes {
-    names: RwLock<(HashMap<Arc<str>, u16>, Vec<Arc<str>>)>,
+    names: RwLock<Names>,
     max: usize,
 }
+
+/// Label → number, and number → label.
+type Names = (HashMap<Arc<str>, u16>, Vec<Arc<str>>);
 
 impl Routes {
     fn new(max: usize) -> Routes {
