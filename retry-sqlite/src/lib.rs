@@ -78,6 +78,7 @@
 #![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
 
 mod dead_letters;
+mod queue;
 mod sql;
 mod store;
 pub mod transactional;

@@ -1,16 +1,19 @@
-//! The SQLite plumbing of `SqliteStore` and `SqliteDeadLetters`: a small connection pool to one
-//! file, the helper that runs blocking SQLite calls off the async executor, the preparation of
-//! the file (WAL, busy timeout, `synchronous`) and the migration through `retry_core_schema`.
+//! The SQLite plumbing of `SqliteStore` and `SqliteDeadLetters`: the small pool of reader
+//! connections to one file, the helper that runs blocking SQLite calls off the async executor,
+//! the preparation of the file (WAL, busy timeout, `synchronous`) and the migration through
+//! `retry_core_schema`. Writes go through the file's write queue ([`crate::queue`]).
 //!
 //! Design notes (the why of each choice):
-//! - SQLite calls block: they run in `tokio::task::spawn_blocking` (in place outside a runtime),
-//!   on a connection from a small pool of our own (idle connections reused, at most
-//!   `max_connections`, waiting for one at most the busy timeout).
+//! - SQLite calls block: reads run in `tokio::task::spawn_blocking` (in place outside a
+//!   runtime), on a connection from a small pool of our own (idle connections reused, at most
+//!   `max_connections`, waiting for one at most the busy timeout). Our own because the
+//!   maintained pools (`deadpool-sqlite`, `r2d2_sqlite`) depend on an older rusqlite, whose
+//!   `libsqlite3-sys` cannot be linked beside this crate's (one `links = "sqlite3"` per build;
+//!   BENCHMARKS.md). It is a read pool only: a connection is held for one blocking call, never
+//!   across an `.await`.
 //! - The wait for a connection is asynchronous ([`Pool::reserve`], a semaphore with a permit per
-//!   connection), before any blocking thread is taken. Waiting on a blocking thread instead
-//!   deadlocks under load: with more calls in flight than Tokio has blocking threads (512), every
-//!   thread waits for a connection while the transactions holding the connections wait for a
-//!   thread to commit on (the soak test found it).
+//!   connection), before any blocking thread is taken, so a burst of reads never holds Tokio's
+//!   blocking threads waiting for connections.
 //! - `journal_mode=WAL` (a property of the file): readers never block the writer, and the file is
 //!   safe for several processes on one machine (not on a network file system: WAL needs shared
 //!   memory).
@@ -123,6 +126,9 @@ pub(crate) enum Error {
         /// Why the task failed.
         source: tokio::task::JoinError,
     },
+    /// The transaction of the file's write queue that this write shared with others failed
+    /// (see [`crate::queue`]).
+    Shared(crate::queue::SharedFailed),
 }
 
 /// A store's own error type: how an [`Error`] of the plumbing reads as one.
@@ -152,24 +158,6 @@ pub(crate) async fn blocking<T: Send + 'static, E: FromSqliteError + Send + 'sta
     }
 }
 
-/// Runs `work` for a transaction that holds (or is about to take) the file's write lock. On a
-/// multi-thread Tokio runtime it runs in place (`block_in_place`: the worker hands its other
-/// tasks to another thread), so the task goes on as soon as the statement returns; with
-/// `spawn_blocking` it would first wait to be scheduled again, its lock held meanwhile and
-/// every other writer queued behind it. Elsewhere (a current-thread runtime, none) as
-/// [`blocking`].
-pub(crate) async fn holding_lock<T: Send + 'static, E: FromSqliteError + Send + 'static>(
-    path: &Path,
-    work: impl FnOnce() -> Result<T, E> + Send + 'static,
-) -> Result<T, E> {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(work)
-        }
-        _ => blocking(path, work).await,
-    }
-}
-
 /// Connections to one file: idle ones are reused, a new one is opened while fewer than
 /// `max_connections` exist, and otherwise an operation waits for one to come back (at most the
 /// busy timeout).
@@ -180,11 +168,6 @@ pub(crate) struct Pool {
     returned: Condvar,
     /// One permit per connection: taken asynchronously before a blocking thread is.
     permits: Arc<tokio::sync::Semaphore>,
-    /// One permit: held by this pool's open write transaction (`BEGIN IMMEDIATE` until its
-    /// commit or rollback), so the next one queues here, woken in order when the lock is
-    /// free, instead of polling SQLite's lock from its busy handler, which sleeps for up to
-    /// 100 ms between tries and so leaves the lock idle most of the time under contention.
-    writer: Arc<tokio::sync::Semaphore>,
 }
 
 /// The right to hold one of the pool's connections, taken by [`Pool::reserve`] and given back
@@ -194,23 +177,12 @@ pub(crate) struct Pool {
 pub(crate) struct Reservation {
     /// Held, never read: dropping it gives the permit back.
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
-    /// The pool's writer permit, for a write transaction ([`Pool::reserve_writer`]).
-    writer: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Reservation {
     /// No reservation: for code that runs outside a runtime or on its own thread (tests).
     pub(crate) fn none() -> Self {
-        Reservation {
-            _permit: None,
-            writer: None,
-        }
-    }
-
-    /// This reservation holding `writer` too (see [`Pool::writer_permit`]).
-    pub(crate) fn with_writer(mut self, writer: Option<tokio::sync::OwnedSemaphorePermit>) -> Self {
-        self.writer = writer;
-        self
+        Reservation { _permit: None }
     }
 }
 
@@ -251,7 +223,6 @@ impl Pool {
             }),
             returned: Condvar::new(),
             permits: Arc::new(tokio::sync::Semaphore::new(settings.max_connections)),
-            writer: Arc::new(tokio::sync::Semaphore::new(1)),
         }
     }
 
@@ -267,49 +238,7 @@ impl Pool {
             .ok_or_else(|| self.exhausted())?;
         Ok(Reservation {
             _permit: Some(permit),
-            writer: None,
         })
-    }
-
-    /// [`reserve`](Self::reserve) for a connection that will hold the write lock
-    /// (`BEGIN IMMEDIATE`) until its transaction ends: first waits, at most the busy timeout,
-    /// for this pool's other write transaction to end. The writer permit goes back with the
-    /// connection. Writers that do not hold a transaction open (a claim, a commit of `done`)
-    /// and other processes still meet at SQLite's lock.
-    pub(crate) async fn reserve_writer(&self) -> Result<Reservation, Error> {
-        let writer = self.writer_permit().await?;
-        Ok(self.reserve().await?.with_writer(writer))
-    }
-
-    /// The writer permit alone (see [`reserve_writer`](Self::reserve_writer)), for a writer
-    /// that may take over a connection already checked out (a shared transaction's): at most the
-    /// busy timeout. `None` outside a Tokio runtime, where there is nothing to queue for.
-    pub(crate) async fn writer_permit(
-        &self,
-    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Error> {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Ok(None);
-        }
-        let writer = acquire(&self.writer, self.busy_timeout())
-            .await
-            .ok_or_else(|| self.writer_busy())?;
-        Ok(Some(writer))
-    }
-
-    /// The writer permit, however long it takes: for work that must happen once the writers
-    /// queued before it are done (committing a shared transaction they joined).
-    pub(crate) async fn writer_in_turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        Arc::clone(&self.writer).acquire_owned().await.ok()
-    }
-
-    /// The writer permit stayed taken for the busy timeout: what SQLite's own lock says then.
-    fn writer_busy(&self) -> Error {
-        let busy = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY);
-        let message = "another transaction of this store held the write lock";
-        self.error(rusqlite::Error::SqliteFailure(
-            busy,
-            Some(message.to_owned()),
-        ))
     }
 
     fn exhausted(&self) -> Error {
@@ -344,12 +273,9 @@ impl Pool {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The busy timeout as SQLite takes it (whole milliseconds in an `i32`; rusqlite panics on
-    /// more).
-    fn busy_timeout(&self) -> Duration {
-        self.settings
-            .busy_timeout
-            .min(Duration::from_millis(i32::MAX.unsigned_abs().into()))
+    /// The busy timeout as SQLite takes it (see [`clamp_busy`]).
+    pub(crate) fn busy_timeout(&self) -> Duration {
+        clamp_busy(self.settings.busy_timeout)
     }
 
     /// Creates a missing file readable by its owner only, before SQLite would create it with the
@@ -368,21 +294,11 @@ impl Pool {
 
     /// Opens a connection with the per-connection settings. Does not count it.
     fn connect(&self) -> Result<Connection, Error> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn =
-            Connection::open_with_flags(&self.path, flags).map_err(|e| self.open_error(e))?;
-        conn.busy_timeout(self.busy_timeout())
-            .map_err(|e| self.open_error(e))?;
-        let synchronous = if self.settings.synchronous_full {
-            "FULL"
-        } else {
-            "NORMAL"
-        };
-        conn.pragma_update(None, "synchronous", synchronous)
-            .map_err(|e| self.error(e))?;
-        Ok(conn)
+        connect(
+            &self.path,
+            self.busy_timeout(),
+            self.settings.synchronous_full,
+        )
     }
 
     /// Once per `open`: WAL mode (a property of the file) and the table.
@@ -549,39 +465,78 @@ impl Pool {
 
     /// A failed SQLite call: "locked" errors name the file and the wait.
     pub(crate) fn error(&self, e: rusqlite::Error) -> Error {
-        match e.sqlite_error_code() {
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Error::Locked(Locked {
-                path: self.path.clone(),
-                busy_for: self.busy_timeout(),
-                source: e,
-            }),
-            _ => Error::Sql {
-                path: self.path.clone(),
-                source: e,
-            },
-        }
+        error(&self.path, self.busy_timeout(), e)
     }
 
     /// A failure to open the file: says which file, and why when it is plain.
     fn open_error(&self, e: rusqlite::Error) -> Error {
-        if matches!(
-            e.sqlite_error_code(),
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
-        ) {
-            return self.error(e);
-        }
-        let hint = match self.path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
-                format!(" (directory {} does not exist)", dir.display())
-            }
-            _ => String::new(),
-        };
-        Error::OpenFailed(OpenFailed {
-            path: self.path.clone(),
-            hint,
-            source: e,
-        })
+        open_error(&self.path, self.busy_timeout(), e)
     }
+}
+
+/// A busy timeout as SQLite takes it (whole milliseconds in an `i32`; rusqlite panics on
+/// more).
+pub(crate) fn clamp_busy(busy: Duration) -> Duration {
+    busy.min(Duration::from_millis(i32::MAX.unsigned_abs().into()))
+}
+
+/// Opens a connection to `path` (creating the file if needed) with the per-connection settings:
+/// for the pools and for the file's write queue.
+pub(crate) fn connect(
+    path: &Path,
+    busy: Duration,
+    synchronous_full: bool,
+) -> Result<Connection, Error> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| open_error(path, busy, e))?;
+    conn.busy_timeout(clamp_busy(busy))
+        .map_err(|e| open_error(path, busy, e))?;
+    conn.pragma_update(None, "synchronous", synchronous(synchronous_full))
+        .map_err(|e| error(path, busy, e))?;
+    Ok(conn)
+}
+
+/// `PRAGMA synchronous`'s value for the setting.
+pub(crate) fn synchronous(full: bool) -> &'static str {
+    if full { "FULL" } else { "NORMAL" }
+}
+
+/// A failed SQLite call on `path`: "locked" errors name the file and the wait.
+pub(crate) fn error(path: &Path, busy: Duration, e: rusqlite::Error) -> Error {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Error::Locked(Locked {
+            path: path.to_path_buf(),
+            busy_for: clamp_busy(busy),
+            source: e,
+        }),
+        _ => Error::Sql {
+            path: path.to_path_buf(),
+            source: e,
+        },
+    }
+}
+
+/// A failure to open `path`: says which file, and why when it is plain.
+fn open_error(path: &Path, busy: Duration, e: rusqlite::Error) -> Error {
+    if matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    ) {
+        return error(path, busy, e);
+    }
+    let hint = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
+            format!(" (directory {} does not exist)", dir.display())
+        }
+        _ => String::new(),
+    };
+    Error::OpenFailed(OpenFailed {
+        path: path.to_path_buf(),
+        hint,
+        source: e,
+    })
 }
 
 /// A connection taken from the pool; goes back when dropped. It owns a handle on the pool so a
@@ -596,28 +551,8 @@ pub(crate) struct PooledConnection {
 
 impl PooledConnection {
     /// The connection; `None` only if the pool lost it, which it never does.
-    pub(crate) fn connection(&self) -> Result<&Connection, Error> {
-        self.conn.as_ref().ok_or_else(lost_connection)
-    }
-
     pub(crate) fn connection_mut(&mut self) -> Result<&mut Connection, Error> {
         self.conn.as_mut().ok_or_else(lost_connection)
-    }
-
-    /// The pool it goes back to.
-    pub(crate) fn pool(&self) -> &Arc<Pool> {
-        &self.pool
-    }
-
-    /// The writer permit it holds, if any, taken away: the connection stays checked out, and
-    /// the next writer may go (see [`Pool::writer_permit`]).
-    pub(crate) fn take_writer(&mut self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self._reservation.writer.take()
-    }
-
-    /// Holds `writer` from now on, until the connection goes back.
-    pub(crate) fn hold_writer(&mut self, writer: Option<tokio::sync::OwnedSemaphorePermit>) {
-        self._reservation.writer = writer;
     }
 }
 

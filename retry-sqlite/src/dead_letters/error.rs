@@ -41,14 +41,6 @@ impl std::error::Error for FileError {
 }
 
 impl FileError {
-    /// A failure in words alone.
-    pub(super) fn message(message: String) -> Self {
-        FileError {
-            message,
-            source: None,
-        }
-    }
-
     pub(super) fn into_dlq(self) -> DlqError {
         DlqError::Io(Box::new(self))
     }
@@ -57,11 +49,13 @@ impl FileError {
 impl FromSqliteError for FileError {
     fn from_sqlite(error: sql::Error) -> Self {
         let (message, source) = match error {
-            sql::Error::Locked(e) => (e.to_string(), Some(e.into_source())),
-            sql::Error::Sql { path, source } => {
-                (format!("database file {}", path.display()), Some(source))
-            }
-            sql::Error::OpenFailed(e) => (e.to_string(), Some(e.into_source())),
+            sql::Error::Locked(e) => (e.to_string(), Some(Arc::new(e.into_source()))),
+            sql::Error::Sql { path, source } => (
+                format!("database file {}", path.display()),
+                Some(Arc::new(source)),
+            ),
+            sql::Error::OpenFailed(e) => (e.to_string(), Some(Arc::new(e.into_source()))),
+            sql::Error::Shared(e) => (e.to_string(), e.cause()),
             sql::Error::PoolExhausted(e) => (e.to_string(), None),
             sql::Error::Message(message) => (message, None),
             sql::Error::Worker { path, source } => (
@@ -72,9 +66,6 @@ impl FromSqliteError for FileError {
                 None,
             ),
         };
-        FileError {
-            message,
-            source: source.map(Arc::new),
-        }
+        FileError { message, source }
     }
 }

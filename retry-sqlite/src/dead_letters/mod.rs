@@ -6,8 +6,9 @@
 //!   (`sql.rs`), with the same `retry_core_schema` table (component `dead_letters`), so
 //!   dead letters and the idempotency log can share one file. The layout and its upgrade from
 //!   version 1 are in `schema.rs`.
-//! - Every write goes through the store's writer (`writer.rs`): one thread, one connection, and
-//!   group commit, so a burst of give-ups costs one `fsync` per group rather than per letter,
+//! - Every write goes through the file's write queue ([`crate::queue`], shared with a
+//!   `SqliteStore` on the same file): one thread, one connection, and group commit, so a burst
+//!   of give-ups costs one `fsync` per group rather than per letter,
 //!   and `park` still returns only once its letter is on disk (`synchronous=FULL`). Each group
 //!   is one `BEGIN IMMEDIATE` transaction: the write lock is taken up front, so nothing fails
 //!   with `SQLITE_BUSY` half-way, and waiting for another process is bounded by the busy
@@ -31,7 +32,6 @@
 mod error;
 mod queries;
 mod schema;
-mod writer;
 
 use std::fmt;
 use std::path::Path;
@@ -40,7 +40,8 @@ use std::time::{Duration, SystemTime};
 
 use rusqlite::Connection;
 
-use crate::sql::{DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, Reservation, Settings};
+use crate::queue::{Wait, Writes};
+use crate::sql::{self, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, Reservation, Settings};
 use error::Fail;
 use retry_core::dlq::row::{self, LetterRow, ResolutionRow};
 use retry_core::dlq::{
@@ -48,10 +49,9 @@ use retry_core::dlq::{
     RedriveRecord, Resolution, Stats,
 };
 use retry_core::time::{format_utc, later};
-use writer::Writer;
 
 /// Reader connections opened to the file at most: a few, so a slow page does not hold up a
-/// count. Writes have the writer's connection.
+/// count. Writes have the file's write queue.
 const READERS: usize = 4;
 
 /// The readers' settings: the busy timeout until [`SqliteDeadLetters::with_busy_timeout`]
@@ -62,11 +62,14 @@ const READ_SETTINGS: Settings = Settings {
     max_connections: READERS,
 };
 
-/// The writer's: one connection, `synchronous=FULL` (a commit is synced before it returns).
-const WRITE_SETTINGS: Settings = Settings {
-    max_connections: 1,
-    ..READ_SETTINGS
-};
+/// How the store's writes wait in the file's queue, and their durability: `synchronous=FULL`
+/// (a letter's commit is synced before `park` returns), whatever the file's other stores ask.
+fn write_wait(busy: Duration) -> Wait {
+    Wait {
+        busy: sql::clamp_busy(busy),
+        full: true,
+    }
+}
 
 /// Dead letters in the table `dead_letters` of one SQLite file: a [`DeadLetterSink`] for
 /// `#[retryable(dlq(sink = ...))]`, and a [`DeadLetterStore`] to monitor, resolve and redrive
@@ -75,11 +78,14 @@ const WRITE_SETTINGS: Settings = Settings {
 ///
 /// - `journal_mode=WAL` and `synchronous=FULL`: `park` returns once the letter is committed and
 ///   synced, so it survives a crash of the process and a power loss.
-/// - Group commit: the store's writes go to one thread of its own, which commits every letter
-///   that arrived while the previous transaction committed in one transaction (one `fsync`),
-///   then answers each caller. Parking never blocks the caller's thread. If that transaction
-///   fails (disk full, the file locked past the busy timeout, a corrupt file), every write of
-///   the group fails with the same [`DlqError::Io`] naming the file; later groups go on.
+/// - Group commit: the store's writes go to the file's write queue (one thread per file in a
+///   process, shared with a [`SqliteStore`](crate::SqliteStore) on the same file), which
+///   commits every write that arrived while the previous transaction committed in one
+///   transaction (one `fsync`), then answers each caller. Parking never blocks the caller's
+///   thread. Each write runs in a savepoint: a failed statement fails that write alone. If the
+///   transaction fails (disk full, the file locked past the busy timeout, a corrupt file),
+///   every write of the group fails with a [`DlqError::Io`] naming the file; later groups go
+///   on.
 /// - A letter is never overwritten: parking its `msg_id` again merges as
 ///   [`DeadLetter::absorb`] says (first `original` and first failure kept, attempts added,
 ///   history kept). [`resolve`](DeadLetterStore::resolve) keeps the letter with who, when and
@@ -145,7 +151,8 @@ const WRITE_SETTINGS: Settings = Settings {
 /// ```
 pub struct SqliteDeadLetters {
     reads: Arc<Pool>,
-    writer: Writer,
+    /// Every write: the file's queue (shared with a `SqliteStore` on the same file).
+    writes: Writes,
 }
 
 impl fmt::Debug for SqliteDeadLetters {
@@ -200,10 +207,8 @@ impl SqliteDeadLetters {
         reads.with_connection(Reservation::none(), |conn| {
             schema::upgrade(conn).map_err(Fail::Sql)
         })?;
-        Ok(SqliteDeadLetters {
-            reads,
-            writer: Writer::new(Pool::new(path, WRITE_SETTINGS)),
-        })
+        let writes = Writes::open(&path, write_wait(DEFAULT_BUSY_TIMEOUT));
+        Ok(SqliteDeadLetters { reads, writes })
     }
 
     /// How long an operation waits for a lock held by another connection or process before it
@@ -228,19 +233,15 @@ impl SqliteDeadLetters {
     /// ```
     #[must_use]
     pub fn with_busy_timeout(self, timeout: Duration) -> Self {
-        // Idle connections of the old pools close, and the old writer's thread ends after the
-        // writes already sent; the next operations open connections with the new timeout.
+        // Idle connections of the old pool close; the next reads open connections with the
+        // new timeout, and the next writes wait for the queue at most that long.
         let reads = self.reads.with_settings(Settings {
             busy_timeout: timeout,
             ..self.reads.settings
         });
-        let writes = self.writer.pool().with_settings(Settings {
-            busy_timeout: timeout,
-            ..WRITE_SETTINGS
-        });
         SqliteDeadLetters {
             reads: Arc::new(reads),
-            writer: Writer::new(writes),
+            writes: self.writes.with_wait(write_wait(timeout)),
         }
     }
 
@@ -275,7 +276,7 @@ impl SqliteDeadLetters {
 }
 
 impl DeadLetterSink for SqliteDeadLetters {
-    /// Parks `letter` in the writer's next group and returns once that group is committed (and
+    /// Parks `letter` in the file's queue's next group and returns once that group is committed (and
     /// synced). If its `msg_id` is already there (the same message gave up again, or its
     /// letter was resolved since), the two merge as [`DeadLetter::absorb`] says.
     ///
@@ -325,10 +326,10 @@ impl DeadLetterSink for SqliteDeadLetters {
     /// # }
     /// ```
     async fn park(&self, letter: &DeadLetter) -> Result<(), DlqError> {
-        // Checked and serialised here, on the caller's thread: the writer only writes.
+        // Checked and serialised here, on the caller's thread: the queue's thread only writes.
         let row = LetterRow::new(letter)?;
         let letter = letter.clone();
-        self.writer
+        self.writes
             .write(move |conn| queries::park(conn, &row, &letter))
             .await
     }
@@ -416,7 +417,7 @@ impl DeadLetterStore for SqliteDeadLetters {
         self.read(move |conn| queries::get(conn, &msg_id)).await
     }
 
-    /// One `UPDATE .. RETURNING` in the writer's next group; the clock is read when it runs.
+    /// One `UPDATE .. RETURNING` in the file's queue's next group; the clock is read when it runs.
     /// Atomic across processes: of two runs asking at once, on one store or two, one gets the
     /// letter.
     ///
@@ -460,7 +461,7 @@ impl DeadLetterStore for SqliteDeadLetters {
         ttl: Duration,
     ) -> Result<Option<DeadLetter>, DlqError> {
         let (msg_id, run_id) = (msg_id.to_owned(), run_id.to_owned());
-        self.writer
+        self.writes
             .write(move |conn| {
                 let now = SystemTime::now();
                 let until = format_utc(later(now, ttl));
@@ -471,7 +472,7 @@ impl DeadLetterStore for SqliteDeadLetters {
 
     async fn release(&self, msg_id: &str, run_id: &str) -> Result<bool, DlqError> {
         let (msg_id, run_id) = (msg_id.to_owned(), run_id.to_owned());
-        self.writer
+        self.writes
             .write(move |conn| queries::release(conn, &msg_id, &run_id))
             .await
     }
@@ -481,7 +482,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     async fn resolve(&self, msg_id: &str, resolution: &Resolution) -> Result<bool, DlqError> {
         let resolution = ResolutionRow::new(resolution);
         let msg_id = msg_id.to_owned();
-        self.writer
+        self.writes
             .write(move |conn| {
                 let now = format_utc(SystemTime::now());
                 queries::resolve(conn, &msg_id, &resolution, &now)
@@ -499,21 +500,21 @@ impl DeadLetterStore for SqliteDeadLetters {
         failure: &Failure,
     ) -> Result<bool, DlqError> {
         let (msg_id, run_id, failure) = (msg_id.to_owned(), run_id.to_owned(), failure.clone());
-        self.writer
+        self.writes
             .write(move |conn| queries::put_back(conn, &msg_id, &run_id, &failure))
             .await
     }
 
     async fn purge_resolved(&self, before: SystemTime) -> Result<u64, DlqError> {
         let before = format_utc(before);
-        self.writer
+        self.writes
             .write(move |conn| queries::purge(conn, &before))
             .await
     }
 
     async fn audit(&self, entry: &AuditEntry) -> Result<(), DlqError> {
         let entry = entry.clone();
-        self.writer
+        self.writes
             .write(move |conn| queries::audit(conn, &entry))
             .await
     }
@@ -524,7 +525,7 @@ impl DeadLetterStore for SqliteDeadLetters {
             .await
     }
 
-    /// Appended to `dead_letter_redrives` in the writer's next group (`synchronous=FULL` like
+    /// Appended to `dead_letter_redrives` in the file's queue's next group (`synchronous=FULL` like
     /// the letters).
     ///
     /// # Errors
@@ -532,7 +533,7 @@ impl DeadLetterStore for SqliteDeadLetters {
     /// before, too).
     async fn record_redrive(&self, record: &RedriveRecord) -> Result<(), DlqError> {
         let row = row::record_row(record)?;
-        self.writer
+        self.writes
             .write(move |conn| queries::record_redrive(conn, &row))
             .await
     }

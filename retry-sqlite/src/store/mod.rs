@@ -2,17 +2,19 @@
 //! process and by several processes.
 //!
 //! Design notes (the why of each choice):
-//! - A read-then-write (the claim of a key that has a row: insert, read the row, maybe take it
-//!   over) is one write transaction opened with `BEGIN IMMEDIATE`: the write lock is taken up
-//!   front, so it can never fail with `SQLITE_BUSY` half-way; waiting for the lock is bounded by
-//!   the busy timeout. A single write (the claim of a new key, `complete`, `release`,
-//!   `mark_failed`, `renew`) runs alone in autocommit: SQLite takes the write lock at the
-//!   statement's start, with the same busy handler, so a transaction around it only added two
-//!   statements.
+//! - Every write (a claim, `complete`, `release`, `mark_failed`, `renew`, a purge batch, the
+//!   handler's transaction, the application's [`SqliteStore::write`]) is a write of the file's
+//!   queue ([`crate::queue`]): one thread per file runs the writes waiting at the same time in
+//!   one `BEGIN IMMEDIATE` transaction, each in its own savepoint, and answers each once that
+//!   transaction committed. Nothing waits in SQLite's busy handler for a writer of this
+//!   process, and concurrent requests share an `fsync`; other processes still meet at SQLite's
+//!   lock, waited for at most the busy timeout.
 //! - `synchronous=FULL` by default: the contract frees a key for a second run only when the
 //!   first run's effect is known not to have happened, and a claim or `done` row lost to a power
-//!   cut would let a resend run the body again. `NORMAL` (WAL synced only at checkpoints) is an
-//!   opt-in for receivers that can afford that ([`SqliteStore::with_synchronous_full`]).
+//!   cut would let a resend run the body again. A write's answer comes after its group's
+//!   `COMMIT` returned, so a claim is on disk before the handler starts and a response before
+//!   it is sent. `NORMAL` (WAL synced only at checkpoints) is an opt-in for receivers that can
+//!   afford that ([`SqliteStore::with_synchronous_full`]).
 //! - A guarded write (`complete`, `release`, `mark_failed`) that changes no row looks once more:
 //!   a row already in the state it writes, under the claim's own token, is a retried call whose
 //!   first try committed, so it answers `Ok`, not [`StoreError::Fenced`]. The extra read is on
@@ -20,33 +22,24 @@
 //! - A takeover refreshes the row's `expires_at` to at least now + retention, and purging never
 //!   deletes a row whose lease is live: a row is never purged under a holder at work.
 //! - The claim is an `INSERT .. ON CONFLICT(msg_id) DO NOTHING` under the primary key, never a
-//!   check-then-insert; an existing row is then read and decided on in one transaction, exactly
-//!   as [`MemoryStore`](retry_core::idempotency::MemoryStore) decides under its lock.
-//! - The clock is read after the lock is taken, so a call that waited for another process sees
-//!   the time at which it decides, not the time at which it started waiting.
-//! - SQLite calls block: they run in `tokio::task::spawn_blocking`, on a connection from a small
-//!   pool (see [`SqliteStore::with_max_connections`]). The steps of a transaction that holds the
-//!   write lock and belong to the store (its `BEGIN IMMEDIATE` with the claim, its commit) run
-//!   in place instead on a multi-thread runtime (`block_in_place`), so the task goes straight on
-//!   while every other writer waits; the handler's own [`SqliteTransaction::run`] stays on the
-//!   blocking pool, so dropping its future never waits for its SQL.
-//! - The write transactions of one store queue in the process, in arrival order, for one
-//!   writer permit (at most the busy timeout, then the same "locked" error SQLite gives),
-//!   instead of all retrying the file's lock from SQLite's busy handler, which sleeps up to
-//!   100 ms between tries and leaves the lock idle under contention. Other processes, and this
-//!   store's writes outside a transaction (claims, completions), still meet at SQLite's lock.
-//! - Claims taken in the handler's transaction share their transaction and its `COMMIT` with
-//!   the ones queued behind them (group commit, [`group`]): one `fsync` for a group of
-//!   requests instead of one each, while each request's failure undoes only its own writes.
+//!   check-then-insert; an existing row is then read and decided on in the same write, exactly
+//!   as [`MemoryStore`](retry_core::idempotency::MemoryStore) decides under its lock. A key that
+//!   is done is answered first from a plain read on a reader connection, which in WAL mode
+//!   neither takes nor waits for the write lock.
+//! - The clock is read inside the write, so a call that waited for the lock sees the time at
+//!   which it decides, not the time at which it started waiting.
+//! - Reads block: they run in `tokio::task::spawn_blocking`, on a connection from a small pool
+//!   of our own (see [`SqliteStore::with_max_connections`]). The maintained pools
+//!   (`deadpool-sqlite`, `r2d2_sqlite`) are built on an older rusqlite whose SQLite cannot be
+//!   linked beside this crate's (BENCHMARKS.md).
 //! - Timestamps are [`format_utc`] text (fixed width, microseconds), so SQL compares them as
 //!   strings and the lease check compares the same text.
-//! - Transactional mode ([`SqliteTransaction`]): `begin` takes a pooled connection and runs
-//!   `BEGIN IMMEDIATE` on it, so the write lock is held from the first write of the handler to
-//!   the guarded `done` update and its `COMMIT`; nothing in between can fail with `SQLITE_BUSY`.
-//!   The connection moves to the blocking thread with each piece of work and comes back with
-//!   its result; wherever it is dropped before the commit, it is rolled back in place (cheap in
-//!   WAL mode) and a connection still inside a transaction is closed, never pooled. Because a
-//!   takeover is a write, an open transaction keeps its claim by itself
+//! - Transactional mode ([`SqliteTransaction`]): the handler's transaction is lent out of the
+//!   file's queue, so the write lock is held from its start to the guarded `done` update; the
+//!   handler's statements are sent to the queue's thread and run there, and nothing in between
+//!   can fail with `SQLITE_BUSY`. Its `COMMIT` is its group's, shared with the writes queued
+//!   behind it. Dropped before its commit, it is rolled back by that thread. Because a takeover
+//!   is a write, an open transaction keeps its claim by itself
 //!   ([`TransactionalStore::transaction_holds_claim`] is `true`): no lease renewal is needed,
 //!   and one would only wait for the lock the transaction holds.
 
@@ -56,12 +49,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::sql::{
-    self as sql, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, PooledConnection, Schema, Settings,
-    holding_lock,
-};
+use crate::queue::{Wait, Writes};
+use crate::sql::{self as sql, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, Schema, Settings};
 use retry_core::idempotency::{
     Claim, ClaimOutcome, ClaimRequest, ClaimedTransaction, IdempotencyStore, Limits, StoreError,
     TransactionClaim, TransactionalStore,
@@ -123,7 +114,6 @@ const SCHEMA: Schema = Schema {
     record_version: RECORD_VERSION,
 };
 
-mod group;
 mod rows;
 #[cfg(test)]
 mod tests;
@@ -143,9 +133,11 @@ pub use transaction::SqliteTransaction;
 ///   run the body a second time, which the store's contract forbids; the price is one `fsync`
 ///   per write. [`with_synchronous_full(false)`](Self::with_synchronous_full) opts into
 ///   `synchronous=NORMAL` where that risk is acceptable.
-/// - Every write is one statement in autocommit or one `BEGIN IMMEDIATE` transaction (a claim
-///   that meets an existing row), waiting at most the busy timeout (default 5 s) for another
-///   writer; after that it fails with [`StoreError::Unavailable`] saying which file is locked.
+/// - Every write goes through the file's write queue, shared by every store of this process on
+///   the file: the writes waiting at the same time commit together (one `fsync`), and each is
+///   answered once committed. A write waits at most the busy timeout (default 5 s) for the
+///   queue or for another process; after that it fails with [`StoreError::Unavailable`] saying
+///   which file is locked.
 /// - Timestamps (from the store's [`Clock`]) are stored as fixed-width UTC text with
 ///   microsecond precision.
 ///
@@ -186,9 +178,10 @@ pub use transaction::SqliteTransaction;
 /// # }
 /// ```
 pub struct SqliteStore {
+    /// Reader connections: the claim's first read, the lease check of a renewal.
     pool: Arc<Pool>,
-    /// The claims' shared write transaction (group commit), one per pool.
-    shared: Arc<group::Shared>,
+    /// Every write: the file's queue.
+    writes: Writes,
     clock: Arc<dyn Clock>,
     limits: Limits,
 }
@@ -245,9 +238,10 @@ impl SqliteStore {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let pool = Pool::open(path.as_ref().to_path_buf(), DEFAULT_SETTINGS, &SCHEMA)
             .map_err(StoreError::from_sqlite)?;
+        let writes = Writes::open(&pool.path, wait(&pool));
         Ok(SqliteStore {
             pool: Arc::new(pool),
-            shared: Arc::default(),
+            writes,
             clock: Arc::new(SystemClock),
             limits: Limits::default(),
         })
@@ -332,13 +326,13 @@ impl SqliteStore {
         self.reconfigure(|settings| settings.synchronous_full = full)
     }
 
-    /// The most connections this store opens to its file (default 4, at least 1). An operation
-    /// that finds them all in use waits for one, at most the busy timeout.
+    /// The most reader connections this store opens to its file (default 4, at least 1): the
+    /// claim's first read (a duplicate of a finished key is answered from it) and a renewal's
+    /// lease check. A read that finds them all in use waits for one, at most the busy timeout.
     ///
-    /// Every operation writes, and SQLite lets one writer at a time into a file, so more
-    /// connections do not make writes faster: within a process they only change who waits on
-    /// SQLite's busy handler rather than on the pool. They keep one slow operation (a large
-    /// purge batch) from holding up every other.
+    /// Writes do not use them: every write goes through the file's write queue, whose one
+    /// connection is the file's writer in this process (SQLite lets one writer at a time into a
+    /// file, so more writing connections would only wait for each other).
     ///
     /// ```
     /// use retry_sqlite::SqliteStore;
@@ -448,31 +442,113 @@ impl SqliteStore {
         )
     }
 
+    /// Runs the application's own write `f` in this file's write queue, the queue every write
+    /// of the store goes through, and returns what `f` returned once it is committed (synced
+    /// to disk with the store's default `synchronous=FULL`).
+    ///
+    /// A handler whose writes live in the store's file (a booking, an order) should write
+    /// through here (or through a transaction from
+    /// [`begin`](TransactionalStore::begin)) rather than through a connection of its own: the
+    /// store's claims and completions and the handler's writes then queue in the process, in
+    /// arrival order, and the writes waiting at the same time share one transaction and its
+    /// `fsync` (group commit), instead of each waiting for SQLite's file lock in its busy
+    /// handler and paying a commit of its own.
+    ///
+    /// `f` runs on the file's writer thread, in a savepoint of a transaction it may share with
+    /// concurrent writes: an error returned by `f` undoes its statements alone; `f` must not
+    /// end the transaction (no `COMMIT`, `ROLLBACK` or `END` of its own), and should be short,
+    /// since every other write of the file waits meanwhile. It waits in the queue at most the
+    /// [busy timeout](Self::with_busy_timeout).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] wrapping `f`'s `rusqlite::Error`; when the queue stayed busy
+    /// (or another process held the file) for the busy timeout ("database file ... is
+    /// locked"); or when the transaction it shared could not commit (nothing of it was kept).
+    ///
+    /// ```
+    /// use retry_sqlite::SqliteStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let path = std::env::temp_dir().join(format!("retry-core-doc-write-{}.sqlite3", std::process::id()));
+    /// let store = SqliteStore::open(&path)?;
+    /// store.write(|c| c.execute_batch("CREATE TABLE bookings (id INTEGER PRIMARY KEY, seat TEXT)")).await?;
+    /// let id = store
+    ///     .write(|c| {
+    ///         c.execute("INSERT INTO bookings (seat) VALUES (?1)", ["12A"])?;
+    ///         Ok(c.last_insert_rowid())
+    ///     })
+    ///     .await?;
+    /// // Committed: any connection sees it.
+    /// let seat: String = rusqlite::Connection::open(&path)?
+    ///     .query_row("SELECT seat FROM bookings WHERE id = ?1", [id], |row| row.get(0))?;
+    /// assert_eq!(seat, "12A");
+    /// // A failed statement undoes its own write only.
+    /// assert!(store.write(|c| c.execute("INSERT INTO nowhere VALUES (1)", [])).await.is_err());
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let mut file = path.clone().into_os_string();
+    /// #     file.push(suffix);
+    /// #     let _ = std::fs::remove_file(file);
+    /// # }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn write<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+        R: Send + 'static,
+    {
+        self.writes.write(move |c| Ok(f(c)?)).await
+    }
+
     /// The same store with other connection settings: idle connections are closed, and the
     /// next operation opens one with the new settings.
     fn reconfigure(mut self, change: impl FnOnce(&mut Settings)) -> Self {
         let mut settings = self.pool.settings;
         change(&mut settings);
         self.pool = Arc::new(self.pool.with_settings(settings));
-        self.shared = Arc::default();
+        self.writes = self.writes.with_wait(wait(&self.pool));
         self
     }
 
-    /// Runs `op` on a pooled connection, off the async executor (see [`Pool::run`]).
-    async fn run<T, F>(&self, op: F) -> Result<T, StoreError>
+    /// Runs the read `op` on a reader connection, off the async executor (see [`Pool::run`]).
+    async fn read<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection, &dyn Clock) -> Result<T, Fail> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, Fail> + Send + 'static,
+    {
+        self.pool.run(move |conn| op(conn)).await
+    }
+
+    /// Runs the write `op` in the file's write queue, with the store's clock; answered once its
+    /// group committed (see [`crate::queue`]).
+    async fn write_store<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &dyn Clock) -> Result<T, Fail> + Send + 'static,
     {
         let clock = Arc::clone(&self.clock);
-        self.pool.run(move |conn| op(conn, &*clock)).await
+        self.writes.write(move |conn| op(conn, &*clock)).await
+    }
+}
+
+/// How a store on `pool`'s settings writes: its busy timeout, its `synchronous`.
+fn wait(pool: &Pool) -> Wait {
+    Wait {
+        busy: pool.busy_timeout(),
+        full: pool.settings.synchronous_full,
     }
 }
 
 impl IdempotencyStore for SqliteStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        let request = OwnedRequest::from(request);
-        self.run(move |conn, clock| claim_in(conn, clock, &request))
+        let request = Arc::new(OwnedRequest::from(request));
+        let read = Arc::clone(&request);
+        if let Some(outcome) = self.read(move |conn| claim_settled(conn, &read)).await? {
+            return Ok(outcome);
+        }
+        self.write_store(move |conn, clock| claim_in(conn, clock, &request))
             .await
     }
 
@@ -481,7 +557,7 @@ impl IdempotencyStore for SqliteStore {
         let Ok(token) = i64::try_from(claim.token) else {
             return Err(StoreError::Fenced);
         };
-        self.run(move |conn, _| {
+        self.write_store(move |conn, _| {
             settle(
                 conn,
                 COMPLETE,
@@ -499,8 +575,10 @@ impl IdempotencyStore for SqliteStore {
         let Ok(token) = i64::try_from(claim.token) else {
             return Err(StoreError::Fenced);
         };
-        self.run(move |conn, _| settle(conn, RELEASE, params![key, token], &key, token, "released"))
-            .await
+        self.write_store(move |conn, _| {
+            settle(conn, RELEASE, params![key, token], &key, token, "released")
+        })
+        .await
     }
 
     async fn mark_failed(&self, claim: &Claim, failure: &str) -> Result<(), StoreError> {
@@ -508,7 +586,7 @@ impl IdempotencyStore for SqliteStore {
         let Ok(token) = i64::try_from(claim.token) else {
             return Err(StoreError::Fenced);
         };
-        self.run(move |conn, _| {
+        self.write_store(move |conn, _| {
             settle(
                 conn,
                 MARK_FAILED,
@@ -568,12 +646,16 @@ impl IdempotencyStore for SqliteStore {
         let Ok(token) = i64::try_from(claim.token) else {
             return Err(StoreError::Fenced);
         };
-        self.run(move |conn, clock| {
-            // A claim its transaction holds needs no lease; a write would only wait for that
-            // transaction's lock. The read does not wait (WAL).
-            if held_by_transaction(conn, &key, token)? {
-                return Ok(());
-            }
+        // A claim its transaction holds needs no lease; a write would only wait for that
+        // transaction's lock. The read does not wait (WAL).
+        let read = key.clone();
+        if self
+            .read(move |conn| held_by_transaction(conn, &read, token))
+            .await?
+        {
+            return Ok(());
+        }
+        self.write_store(move |conn, clock| {
             let lease_until = format_utc(later(clock.now(), lease));
             guarded(conn, RENEW, params![lease_until, key, token])
         })
@@ -599,12 +681,12 @@ impl IdempotencyStore for SqliteStore {
             return false;
         };
         let key = claim.key;
-        let pool = Arc::clone(&self.pool);
-        // A task of its own: the wait for a connection must not hold a blocking thread either.
+        let writes = self.writes.clone();
+        // A task of its own: the wait for the queue must not hold a blocking thread either.
         runtime.spawn(async move {
-            let path = pool.path.clone();
-            let released = pool
-                .run(move |conn| guarded(conn, RELEASE, params![key, token]).map(|()| key))
+            let path = writes.path().to_path_buf();
+            let released = writes
+                .write(move |conn| guarded(conn, RELEASE, params![key, token]).map(|()| key))
                 .await;
             match released {
                 Ok(key) => tracing::debug!(target: "retry_core::idempotency", path = %path.display(), %key, token, "released an abandoned claim"),
@@ -619,9 +701,21 @@ impl IdempotencyStore for SqliteStore {
         true
     }
 
+    /// Deletes by age only, in batches of [`PURGE_BATCH`] rows, each a write of the file's
+    /// queue: claims on the request path are served between batches, never behind one huge
+    /// delete. Every matching row is deleted; the batch size only decides how many writes that
+    /// takes.
     async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {
-        self.run(move |conn, clock| purge_in(conn, clock, age))
-            .await
+        let mut purged = 0u64;
+        loop {
+            let deleted = self
+                .write_store(move |conn, clock| purge_batch(conn, clock, age))
+                .await?;
+            purged += deleted as u64;
+            if deleted < PURGE_BATCH {
+                return Ok(purged);
+            }
+        }
     }
 
     fn limits(&self) -> Limits {
@@ -642,26 +736,18 @@ impl FromSqliteError for StoreError {
             sql::Error::Worker { source, .. } => {
                 format!("SQLite worker task failed: {source}").into()
             }
+            sql::Error::Shared(e) => Box::new(e),
         })
     }
 }
 
-/// Deletes by age only, in batches of [`PURGE_BATCH`] rows, each its own transaction.
-fn purge_in(conn: &mut Connection, clock: &dyn Clock, age: Duration) -> Result<u64, Fail> {
+/// One batch of [`PURGE_BATCH`] rows older than `age` (and past their own retention).
+fn purge_batch(conn: &Connection, clock: &dyn Clock, age: Duration) -> Result<usize, Fail> {
     let now = clock.now();
     let cutoff = format_utc(now.checked_sub(age).unwrap_or(UNIX_EPOCH));
     let now = format_utc(now);
     let batch = i64::try_from(PURGE_BATCH).unwrap_or(i64::MAX);
-    let mut purged = 0u64;
-    loop {
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let deleted = tx
-            .prepare_cached(PURGE)?
-            .execute(params![cutoff, now, batch])?;
-        tx.commit()?;
-        purged += deleted as u64;
-        if deleted < PURGE_BATCH {
-            return Ok(purged);
-        }
-    }
+    Ok(conn
+        .prepare_cached(PURGE)?
+        .execute(params![cutoff, now, batch])?)
 }

@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// A [`ClaimRequest`] that can move to the blocking pool.
+/// A [`ClaimRequest`] that can move to the blocking pool and the write queue.
 pub(super) struct OwnedRequest {
     pub(super) key: String,
     biz_key: String,
@@ -77,41 +77,35 @@ pub(super) fn corrupt(key: &str, what: impl fmt::Display) -> Fail {
     )))
 }
 
-/// The claim: insert under the primary key, or decide about the row that is there, in one
-/// `BEGIN IMMEDIATE` transaction. Mirrors `MemoryStore::claim_now` line by line.
-///
-/// A key that is done (or kept failed) is final: a duplicate is answered from a plain read
-/// first, which in WAL mode neither takes nor waits for the write lock (a write transaction
-/// for every duplicate made replay half as fast as a primary-key `SELECT`; see BENCHMARKS.md).
-/// A key that read no row is claimed by the `INSERT` alone, in autocommit. Any other key (or
-/// one inserted by another connection since the read) goes on to the `INSERT` in the
-/// transaction, so two concurrent first calls still cannot both win.
+/// The claim's first step, a plain read on a reader connection: a key that is done (or kept
+/// failed) is final, so a duplicate is answered from it, which in WAL mode neither takes nor
+/// waits for the write lock (a write for every duplicate made replay half as fast as a
+/// primary-key `SELECT`; see BENCHMARKS.md). `None`: the claim goes on to [`claim_in`].
+pub(super) fn claim_settled(
+    conn: &Connection,
+    request: &OwnedRequest,
+) -> Result<Option<ClaimOutcome>, Fail> {
+    match read_row(conn, &request.key)? {
+        Some(row) => settled(&row, request),
+        None => Ok(None),
+    }
+}
+
+/// The claim as a write of the file's queue: insert under the primary key, or decide about the
+/// row that is there (which may have appeared since [`claim_settled`] read), in the group's
+/// transaction, so two concurrent first calls cannot both win. Mirrors
+/// `MemoryStore::claim_now`; the clock is read under the write lock, so a call that waited
+/// decides at the time it decides.
 pub(super) fn claim_in(
-    conn: &mut Connection,
+    conn: &Connection,
     clock: &dyn Clock,
     request: &OwnedRequest,
 ) -> Result<ClaimOutcome, Fail> {
-    match read_row(conn, &request.key)? {
-        Some(row) => {
-            if let Some(outcome) = settled(&row, request)? {
-                return Ok(outcome);
-            }
-        }
-        None => {
-            if insert_claim(conn, request, clock.now())? == 1 {
-                return Ok(ClaimOutcome::Claimed(Claim::first(&request.key)));
-            }
-        }
-    }
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = clock.now();
-    let outcome = if insert_claim(&tx, request, now)? == 1 {
-        ClaimOutcome::Claimed(Claim::first(&request.key))
-    } else {
-        decide(&tx, request, &now, &format_utc(now))?
-    };
-    tx.commit()?;
-    Ok(outcome)
+    if insert_claim(conn, request, now)? == 1 {
+        return Ok(ClaimOutcome::Claimed(Claim::first(&request.key)));
+    }
+    decide(conn, request, &now, &format_utc(now))
 }
 
 /// Runs [`INSERT_CLAIM`] for `request` at `now`: `1` when it inserted the claim, `0` when the
@@ -316,14 +310,13 @@ pub(super) fn decide(
     }
 }
 
-/// One statement guarded by the claim's token, in autocommit: no row touched means the claim
+/// One statement guarded by the claim's token: no row touched means the claim
 /// was taken over (or finished): [`StoreError::Fenced`].
 pub(super) fn guarded(
-    conn: &mut Connection,
+    conn: &Connection,
     sql: &str,
     params: impl rusqlite::Params,
 ) -> Result<(), Fail> {
-    // One statement: atomic in autocommit, with the write lock taken at its start.
     let changed = conn.prepare_cached(sql)?.execute(params)?;
     if changed == 0 {
         Err(Fail::Store(StoreError::Fenced))
@@ -342,7 +335,7 @@ pub(super) fn guarded(
 /// being purged or, once released, claimed again with a larger token, and either is a
 /// [`StoreError::Fenced`] for this claim at the moment of the read.
 pub(super) fn settle(
-    conn: &mut Connection,
+    conn: &Connection,
     sql: &str,
     params: impl rusqlite::Params,
     key: &str,

@@ -1,115 +1,98 @@
 //! Transactional mode: [`SqliteTransaction`], and the store's side of it (`begin`, the claim in
-//! the handler's transaction, `commit_done`, `rollback`).
+//! the handler's transaction, `commit_done`, `rollback`), as transactions lent out of the
+//! file's write queue ([`crate::queue::Session`]).
 
-use super::group::{Commit, Shared, TransactionEnded, TxConnection};
 use super::*;
+use crate::queue::{Opened, Session};
 
 impl SqliteStore {
-    /// Runs `work` on a pooled connection that is to hold the write lock: this store's writer
-    /// permit is taken first ([`Pool::reserve_writer`]), and `work` runs where the lock's
-    /// holder should ([`holding_lock`]).
-    async fn writing<T: Send + 'static>(
+    /// A transaction lent out of the file's write queue, opened once `start` says so (see
+    /// [`Writes::session`]).
+    async fn lend<T: Send + 'static, R: Send + 'static>(
         &self,
-        work: impl FnOnce(Arc<Pool>, TxConnection) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        let pool = Arc::clone(&self.pool);
-        let shared = Arc::clone(&self.shared);
-        let reservation = pool
-            .reserve_writer()
-            .await
-            .map_err(StoreError::from_sqlite)?;
-        holding_lock(&self.pool.path, move || {
-            // A shared transaction of claims waits for the write lock: it commits first.
-            shared.commit_parked();
-            let pooled = pool
-                .checkout(reservation)
-                .map_err(StoreError::from_sqlite)?;
-            work(pool, TxConnection::plain(pooled))
+        prelude: Option<crate::queue::Prelude<StoreError>>,
+        start: crate::queue::Start<T, R, StoreError>,
+    ) -> Result<Result<(T, SqliteTransaction), R>, StoreError> {
+        Ok(match self.writes.session(prelude, start).await? {
+            Opened::Lent(value, session) => Ok((
+                value,
+                SqliteTransaction {
+                    session: Some(session),
+                    writes: self.writes.clone(),
+                },
+            )),
+            Opened::Refused(refused) => Err(refused),
         })
-        .await
     }
 
-    /// `BEGIN IMMEDIATE` on a pooled connection (see [`writing`](Self::writing)); with `hold` (a claim's
-    /// key and token) the transaction holds that claim (see `begin_for`).
+    /// A transaction of the handler that holds no claim, or (`hold`: a claim's key and token)
+    /// holds that claim (see `begin_for`).
     async fn begin_holding(
         &self,
         hold: Option<(String, i64)>,
     ) -> Result<SqliteTransaction, StoreError> {
-        self.writing(move |pool, conn| {
-            conn.connection()
-                .and_then(|c| {
-                    if let Some((key, token)) = &hold {
-                        let marked = c.prepare_cached(HOLD)?.execute(params![key, token])?;
-                        if marked == 0 {
-                            return Err(Fail::Store(StoreError::Fenced));
-                        }
+        let (prelude, start): (Option<crate::queue::Prelude<StoreError>>, _) = match hold {
+            None => (None, None),
+            Some((key, token)) => {
+                let mark = key.clone();
+                let prelude: crate::queue::Prelude<StoreError> = Box::new(move |c: &Connection| {
+                    let marked = c.prepare_cached(HOLD)?.execute(params![mark, token])?;
+                    if marked == 0 {
+                        return Err(Fail::Store(StoreError::Fenced));
                     }
-                    c.execute_batch("BEGIN IMMEDIATE")?;
-                    match &hold {
-                        // Taken over between the mark and the lock: dropping `conn` rolls
-                        // back, and nothing was written yet.
-                        Some((key, token)) if !held_by_transaction(c, key, *token)? => {
-                            Err(Fail::Store(StoreError::Fenced))
-                        }
-                        _ => Ok(()),
-                    }
-                })
-                .map_err(|e| pool.fail(e))?;
-            Ok(SqliteTransaction {
-                conn: Some(conn),
-                pool,
-            })
-        })
-        .await
-    }
-}
-
-/// The claim inside the handler's transaction (`claim_in_transaction`), on `conn` (a member of
-/// a shared transaction, see [`group`](super::group)): a key that is over is answered from a
-/// plain read (no lock, no transaction of its own); any other key gets its savepoint (after
-/// `BEGIN IMMEDIATE` when the transaction is new) and then exactly `claim_in`'s
-/// insert-or-decide, whose writes stay in it. `Ok(Err(outcome))`: the key is not ours, and
-/// nothing of this claim is left in the transaction.
-fn claim_in_transaction_on(
-    conn: &mut TxConnection,
-    clock: &dyn Clock,
-    request: &OwnedRequest,
-) -> Result<Result<Claim, ClaimOutcome>, Fail> {
-    if let Some(row) = read_row(conn.connection()?, &request.key)?
-        && let Some(outcome) = settled(&row, request)?
-    {
-        return Ok(Err(outcome));
-    }
-    // Waits for the write lock (another process's writer) at most the busy timeout; the
-    // decision below is taken under it, with the time read after it was granted.
-    conn.open_savepoint()?;
-    let c = conn.connection()?;
-    let now = clock.now();
-    let outcome = if insert_claim(c, request, now)? == 1 {
-        ClaimOutcome::Claimed(Claim::first(&request.key))
-    } else {
-        decide(c, request, &now, &format_utc(now))?
-    };
-    match outcome {
-        ClaimOutcome::Claimed(claim) => Ok(Ok(claim)),
-        // Nothing of this claim is kept.
-        refused => {
-            conn.roll_back_savepoint();
-            Ok(Err(refused))
+                    Ok(())
+                });
+                (Some(prelude), Some((key, token)))
+            }
+        };
+        let start: crate::queue::Start<(), (), StoreError> =
+            Box::new(move |c: &Connection| match &start {
+                // Taken over between the mark's commit and this transaction: nothing was
+                // written yet.
+                Some((key, token)) if !held_by_transaction(c, key, *token)? => {
+                    Err(Fail::Store(StoreError::Fenced))
+                }
+                _ => Ok(Ok(())),
+            });
+        match self.lend(prelude, start).await? {
+            Ok(((), transaction)) => Ok(transaction),
+            Err(()) => Err(StoreError::Fenced),
         }
     }
 }
 
-/// The handler's transaction in transactional mode: one pooled connection of a [`SqliteStore`]
-/// inside `BEGIN IMMEDIATE`. The handler's own SQL runs on it through [`run`](Self::run), and
+/// The claim inside the handler's transaction (`claim_in_transaction`), as the start of a
+/// transaction lent out of the queue: a key that is over is answered from a read; any other key
+/// gets exactly `claim_in`'s insert-or-decide, whose writes stay in the transaction.
+/// `Ok(Err(outcome))`: the key is not ours, and nothing of this claim is kept.
+fn claim_in_transaction_on(
+    c: &Connection,
+    clock: &dyn Clock,
+    request: &OwnedRequest,
+) -> Result<Result<Claim, ClaimOutcome>, Fail> {
+    if let Some(row) = read_row(c, &request.key)?
+        && let Some(outcome) = settled(&row, request)?
+    {
+        return Ok(Err(outcome));
+    }
+    Ok(match claim_in(c, clock, request)? {
+        ClaimOutcome::Claimed(claim) => Ok(claim),
+        refused => Err(refused),
+    })
+}
+
+/// The handler's transaction in transactional mode: a transaction lent out of the file's write
+/// queue (see [`SqliteStore::write`]), holding the file's writer until it ends. The handler's
+/// own SQL runs in it through [`run`](Self::run), and
 /// [`commit_done`](TransactionalStore::commit_done) writes the response and `done` in it and
 /// commits, so the handler's writes and the stored response commit together or not at all.
 ///
 /// - **The write lock is taken by `begin`, up front**, so neither the handler's writes nor the
 ///   final `done` update can fail with `SQLITE_BUSY` half-way. The lock is held until commit or
 ///   rollback, for the whole body: **keep handlers short**. Every other writer of the file
-///   (claims of other keys, completions, other handlers, other processes) waits meanwhile, up to
-///   the [busy timeout](SqliteStore::with_busy_timeout), and then fails with
+///   (claims of other keys, completions, other handlers, other processes) waits meanwhile, the
+///   writers of this process in the file's queue, each up to its
+///   [busy timeout](SqliteStore::with_busy_timeout), and then fails with
 ///   [`StoreError::Unavailable`] ("database file ... is locked"). Readers are not blocked (WAL).
 /// - So **do not call the store's other operations from inside the body** (`claim`,
 ///   `complete`, a nested `begin`): they need the same lock and fail after the busy timeout.
@@ -120,20 +103,16 @@ fn claim_in_transaction_on(
 ///   *before* this `begin`; `commit_done` then finds another token, rolls everything back and
 ///   returns [`StoreError::Fenced`].
 /// - **Dropped without `commit_done` or `rollback`** (a crash of the handler, a dropped future,
-///   a panic), it rolls back synchronously in `Drop`, on the dropping thread: a `ROLLBACK` of a
-///   WAL transaction discards its pages and releases the lock, with no disk write and no wait.
-///   If that `ROLLBACK` fails, the connection is closed instead (SQLite rolls back on close): a
-///   connection with an open transaction never goes back to the pool. A dropped transaction
+///   a panic), it is rolled back by the queue's thread before the file's next write: its
+///   savepoint goes, with no disk write. A dropped transaction
 ///   does not release a claim committed before it; that is the claim's holder's business (the
 ///   `#[idempotent]` flow [abandons](IdempotencyStore::abandon) it, which releases it in the
 ///   background since nothing of the body's writes happened; otherwise its lease frees it). A
 ///   claim taken in the transaction itself
 ///   ([`claim_in_transaction`](TransactionalStore::claim_in_transaction)) goes with the
-///   rollback: the key is free at once. Such a transaction may be shared with concurrent
-///   claims (group commit): then only its savepoint is rolled back, and the others' writes
-///   commit without it.
-/// - It holds one of the store's [connections](SqliteStore::with_max_connections) until it
-///   ends.
+///   rollback: the key is free at once. The transaction is a savepoint of one the queue shares
+///   with the writes waiting beside it (group commit): only its own writes are rolled back,
+///   and the others' commit without it; committed, its `COMMIT` (its `fsync`) is theirs too.
 ///
 /// The closure given to [`run`](Self::run) gets a `&rusqlite::Connection`. Closures rarely need
 /// to name rusqlite's types (`|c| c.execute(...)` infers them); to use `rusqlite::params!` or
@@ -183,29 +162,30 @@ fn claim_in_transaction_on(
 #[must_use = "a transaction rolls back when dropped: finish it with `commit_done` or `rollback`"]
 pub struct SqliteTransaction {
     /// `None` once the transaction can no longer commit: a `run` was cancelled or panicked (the
-    /// connection was rolled back where it was), or the handler's SQL ended the transaction.
-    conn: Option<TxConnection>,
-    pool: Arc<Pool>,
+    /// thread rolled it back), or the handler's SQL ended the transaction.
+    session: Option<Session>,
+    /// The file's queue it was lent out of.
+    writes: Writes,
 }
 
 impl fmt::Debug for SqliteTransaction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqliteTransaction")
-            .field("path", &self.pool.path)
-            .field("open", &self.conn.is_some())
+            .field("path", &self.writes.path())
+            .field("open", &self.session.as_ref().is_some_and(Session::is_open))
             .finish()
     }
 }
 
 impl SqliteTransaction {
-    /// Runs the handler's SQL in this transaction, on a blocking thread when a Tokio runtime is
-    /// present (in place otherwise, like every operation of the store), and returns what `f`
-    /// returns. Call it as often as needed; everything commits with the response in
+    /// Runs the handler's SQL in this transaction, on the file's writer thread (the caller
+    /// awaits it; outside a Tokio runtime its thread waits, like every operation of the store),
+    /// and returns what `f` returns. Call it as often as needed; everything commits with the response in
     /// [`commit_done`](TransactionalStore::commit_done), or not at all.
     ///
     /// `f` must not end the transaction (no `COMMIT`, `ROLLBACK` or `END` of its own;
-    /// `SAVEPOINT` / `RELEASE` / `ROLLBACK TO` of its own savepoints are fine). In a
-    /// transaction shared with concurrent claims, ending it fails every request in it. An error returned by `f` leaves the
+    /// `SAVEPOINT` / `RELEASE` / `ROLLBACK TO` of its own savepoints are fine). The transaction
+    /// is shared with the writes queued beside it: ending it fails every one of them. An error returned by `f` leaves the
     /// transaction open: SQLite undoes only the failed statement, so the handler may go on or
     /// give up (roll back). To tell the handler's own failures apart from the store's, return
     /// them inside `R` (`Ok(Err(my_error))`).
@@ -262,73 +242,65 @@ impl SqliteTransaction {
         F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
         R: Send + 'static,
     {
-        let conn = self.take()?;
-        // The connection travels with the work and comes back with its result; if this future
-        // is dropped meanwhile, it is dropped (rolled back) on the blocking thread instead.
-        let work = move || {
-            let result = run_in(&conn, f);
-            (conn, result)
+        // Moved into this future: if it is dropped meanwhile, the transaction is dropped with
+        // it, and the thread rolls it back once `f` returned.
+        let mut session = self.take()?;
+        let Ok((result, open)) = session.run(f).await else {
+            return Err(self.ended(None));
         };
-        let (conn, result) = match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => match runtime.spawn_blocking(work).await {
-                Ok(done) => done,
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Err(e) => {
-                    return Err(StoreError::Unavailable(
-                        format!("SQLite worker task failed: {e}").into(),
-                    ));
-                }
-            },
-            Err(_) => work(),
-        };
-        if conn.is_open() {
-            self.conn = Some(conn);
+        if !open {
+            // Its writes may have committed (a COMMIT of its own) or been rolled back by
+            // SQLite: either way `done` can no longer commit with them.
+            return Err(self.ended(result.err()));
         }
-        result.map_err(|e| self.pool.fail(e))
+        self.session = Some(session);
+        result.map_err(|e| {
+            StoreError::from_sqlite(sql::error(self.writes.path(), self.writes.wait.busy, e))
+        })
     }
 
-    /// The connection, for one operation; the transaction is unusable until it is put back.
-    fn take(&mut self) -> Result<TxConnection, StoreError> {
-        self.conn.take().ok_or_else(|| {
-            StoreError::Unavailable(Box::new(TransactionEnded {
-                path: self.pool.path.clone(),
-                source: None,
-            }))
-        })
+    /// The transaction, for one operation; unusable until it is put back.
+    fn take(&mut self) -> Result<Session, StoreError> {
+        self.session
+            .take()
+            .filter(Session::is_open)
+            .ok_or_else(|| self.ended(None))
+    }
+
+    /// The transaction is no longer open (after `source`, the handler's error, if any).
+    fn ended(&self, source: Option<rusqlite::Error>) -> StoreError {
+        StoreError::Unavailable(Box::new(TransactionEnded {
+            path: self.writes.path().to_path_buf(),
+            source,
+        }))
     }
 }
 
-/// `f` on the transaction's connection; an error if the transaction ended inside it.
-fn run_in<R>(
-    conn: &TxConnection,
-    f: impl FnOnce(&Connection) -> rusqlite::Result<R>,
-) -> Result<R, Fail> {
-    let c = conn.connection()?;
-    let result = f(c);
-    if c.is_autocommit() {
-        // Its writes may have committed (a COMMIT of its own) or been rolled back by SQLite:
-        // either way `done` can no longer commit with them.
-        return Err(Fail::Store(StoreError::Unavailable(Box::new(
-            TransactionEnded {
-                path: conn.pool()?.path.clone(),
-                source: result.err(),
-            },
-        ))));
-    }
-    Ok(result?)
+/// The handler's transaction is no longer open.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the transaction on database file {} is no longer open (a cancelled or panicked `run` rolled it back, or the handler's SQL ended it)",
+    .path.display()
+)]
+struct TransactionEnded {
+    path: PathBuf,
+    /// The handler's error after which SQLite rolled the transaction back, if any.
+    source: Option<rusqlite::Error>,
 }
 
 impl TransactionalStore for SqliteStore {
     type Transaction = SqliteTransaction;
 
-    /// Takes a connection from the pool and runs `BEGIN IMMEDIATE` on it, on a blocking thread
-    /// (in place outside a Tokio runtime). The write lock is taken now and held until the
-    /// transaction ends: see [`SqliteTransaction`] for what that means for handlers and for
-    /// other writers.
+    /// A transaction lent out of the file's write queue, once the writes queued before it are
+    /// done: the write lock is held from now until the transaction ends. See
+    /// [`SqliteTransaction`] for what that means for handlers and for other writers. The
+    /// application's own transaction on the store's file is begun here too, so that it queues
+    /// with the store's writes instead of fighting them for the lock (or, for a single write,
+    /// [`SqliteStore::write`]).
     ///
     /// # Errors
-    /// [`StoreError::Unavailable`] when no connection frees up within the busy timeout, or the
-    /// lock stays held by another writer for the busy timeout ("database file ... is locked").
+    /// [`StoreError::Unavailable`] when the queue, or another process, holds the write lock for
+    /// the busy timeout ("database file ... is locked").
     ///
     /// ```
     /// use retry_core::idempotency::TransactionalStore;
@@ -359,16 +331,18 @@ impl TransactionalStore for SqliteStore {
         self.begin_holding(None).await
     }
 
-    /// Marks the claim's row as held by a transaction (in autocommit, guarded by its token),
-    /// then runs `BEGIN IMMEDIATE` on the same connection and checks the mark under the write
-    /// lock; [`StoreError::Fenced`] when the claim was taken over before either.
+    /// Marks the claim's row as held by a transaction (a write of the file's queue, guarded by
+    /// its token, committed before the transaction opens, so the mark outlives a crash of this
+    /// process), then opens the transaction first in the queue's next group and checks the
+    /// mark under the write lock; [`StoreError::Fenced`] when the claim was taken over before
+    /// either.
     ///
     /// A claim that takes the write lock finds no transaction open (SQLite has one writer), so a
     /// marked row it finds has lost its transaction and is taken over. Between the mark's commit
-    /// and the `BEGIN IMMEDIATE` (two statements in a row on one thread) another writer may get
-    /// the lock first: a duplicate arriving in exactly that instant takes the key over, and this
-    /// call is refused with `Fenced` before writing anything. The effect still happens once;
-    /// the first caller gets an error and its resend gets the duplicate's answer.
+    /// and the transaction's `BEGIN IMMEDIATE` another process may get the lock first: a
+    /// duplicate arriving there in exactly that instant takes the key over, and this call is
+    /// refused with `Fenced` before writing anything. The effect still happens once; the first
+    /// caller gets an error and its resend gets the duplicate's answer.
     async fn begin_for(&self, claim: &Claim) -> Result<SqliteTransaction, StoreError> {
         let Ok(token) = i64::try_from(claim.token) else {
             return Err(StoreError::Fenced);
@@ -376,7 +350,7 @@ impl TransactionalStore for SqliteStore {
         self.begin_holding(Some((claim.key.clone(), token))).await
     }
 
-    /// `BEGIN IMMEDIATE` on a pooled connection, then the claim's `INSERT` (or the decision
+    /// A transaction lent out of the file's write queue, and the claim's `INSERT` (or the decision
     /// about the key's row: a released key claimed again, a lease that ran out or a
     /// transaction of the old [`begin_for`](TransactionalStore::begin_for) path that ended
     /// without its commit taken over, by the rules of [`claim`](IdempotencyStore::claim)) in
@@ -386,8 +360,8 @@ impl TransactionalStore for SqliteStore {
     /// transaction leaves the key as it was: free at once.
     ///
     /// Concurrent claims share that `COMMIT` (group commit): a request that finishes while
-    /// others wait for the store's writer permit leaves the transaction open for them, and each
-    /// works in a savepoint of its own, so a failure or a drop undoes only its own claim and
+    /// others wait in the file's queue leaves the transaction open for them, and each works in
+    /// a savepoint of its own, so a failure or a drop undoes only its own claim and
     /// writes. Every request is answered after the shared `COMMIT`; if it fails, all of them get
     /// [`StoreError::Unavailable`] and their keys are free, since nothing of them was kept. The
     /// price is latency: a request's answer also waits for the handlers of the requests that
@@ -395,12 +369,10 @@ impl TransactionalStore for SqliteStore {
     /// larger than the concurrency), which is one more reason to keep the SQL run in the
     /// transaction short.
     ///
-    /// A key that is done (or kept failed) is answered from a plain read first, which in WAL
-    /// mode neither takes nor waits for the write lock. A duplicate of a key whose transaction
-    /// is open waits for the writer permit (at most the busy timeout, then
-    /// [`StoreError::Unavailable`]) and then finds the `done` row: a replay, never a second
-    /// run, answered once that row is committed. Runs on a blocking thread (in place outside a
-    /// Tokio runtime).
+    /// A duplicate of a key whose transaction is open waits in the queue (at most the busy
+    /// timeout, then [`StoreError::Unavailable`]) and then finds the `done` row: a replay,
+    /// never a second run, answered once that row is committed. Runs on the file's writer
+    /// thread (the caller's thread waits for it outside a Tokio runtime).
     ///
     /// ```
     /// use retry_core::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, TransactionClaim, TransactionalStore};
@@ -440,35 +412,17 @@ impl TransactionalStore for SqliteStore {
     ) -> Result<TransactionClaim<SqliteTransaction>, StoreError> {
         let request = OwnedRequest::from(request);
         let clock = Arc::clone(&self.clock);
-        let pool = Arc::clone(&self.pool);
-        let seat = Shared::seat(&self.shared, &pool).await?;
-        let (claimed, commit) = holding_lock(&self.pool.path, move || {
-            let mut conn = seat.connection(&pool)?;
-            // On an error `conn` is dropped, which rolls back what this claim began.
-            let claimed =
-                claim_in_transaction_on(&mut conn, &*clock, &request).map_err(|e| pool.fail(e))?;
-            Ok(match claimed {
-                Ok(claim) => {
-                    let transaction = SqliteTransaction {
-                        conn: Some(conn),
-                        pool,
-                    };
-                    let claimed = ClaimedTransaction {
-                        claim,
-                        transaction,
-                        in_transaction: true,
-                    };
-                    (TransactionClaim::Claimed(claimed), None)
-                }
-                // What was read may be the shared transaction's: answered once it committed.
-                Err(refused) => (TransactionClaim::Refused(refused), conn.leave(true)),
-            })
+        let start: crate::queue::Start<Claim, ClaimOutcome, StoreError> =
+            Box::new(move |c: &Connection| claim_in_transaction_on(c, &*clock, &request));
+        Ok(match self.lend(None, start).await? {
+            Ok((claim, transaction)) => TransactionClaim::Claimed(ClaimedTransaction {
+                claim,
+                transaction,
+                in_transaction: true,
+            }),
+            // Answered once what it read is committed: it may be the group's.
+            Err(refused) => TransactionClaim::Refused(refused),
         })
-        .await?;
-        if let Some(commit) = commit {
-            commit.committed(&self.pool.path).await?;
-        }
-        Ok(claimed)
     }
 
     /// In `transaction`: `UPDATE inbox_log SET status = 'done', response = ?` for the claim's
@@ -477,8 +431,8 @@ impl TransactionalStore for SqliteStore {
     /// `COMMIT` it shares with concurrent ones: see
     /// [`claim_in_transaction`](TransactionalStore::claim_in_transaction); this call returns
     /// once it is made). No row (the claim was taken over, or already finished): `ROLLBACK`
-    /// and [`StoreError::Fenced`]. Runs on a blocking thread (in place outside a Tokio
-    /// runtime); if this future is dropped, the commit still finishes there.
+    /// and [`StoreError::Fenced`]. Runs on the file's writer thread; if this future is dropped,
+    /// the commit still finishes there.
     ///
     /// # Errors
     /// [`StoreError::Fenced`] as above; [`StoreError::Unavailable`] if the transaction belongs
@@ -539,45 +493,39 @@ impl TransactionalStore for SqliteStore {
         claim: &Claim,
         response: &str,
     ) -> Result<(), StoreError> {
-        if !Arc::ptr_eq(&transaction.pool, &self.pool) && transaction.pool.path != self.pool.path {
+        if !transaction.writes.same_file(&self.writes) {
             return Err(StoreError::Unavailable(
                 format!(
                     "a transaction on database file {} cannot complete a claim kept in {}",
-                    transaction.pool.path.display(),
-                    self.pool.path.display()
+                    transaction.writes.path().display(),
+                    self.writes.path().display()
                 )
                 .into(),
             ));
         }
-        let conn = transaction.take()?;
+        let session = transaction.take()?;
         let Ok(token) = i64::try_from(claim.token) else {
-            // No row can hold this token; dropping `conn` rolls back.
+            // No row can hold this token; dropping the session rolls back.
             return Err(StoreError::Fenced);
         };
         let (key, response) = (claim.key.clone(), response.to_owned());
-        let pool = Arc::clone(&self.pool);
-        let (conn, committed) = holding_lock(&self.pool.path, move || {
-            let mut conn = conn;
-            let committed = commit_in(&mut conn, &response, &key, token).map_err(|e| pool.fail(e));
-            Ok::<_, StoreError>((conn, committed))
-        })
-        .await?;
-        // Given back here, on the runtime's thread, with the store's writer permit: the next
-        // writer is woken from a worker (it runs next there), not from a blocking thread.
-        drop(conn);
-        match committed? {
-            Some(shared) => shared.committed(&self.pool.path).await,
-            None => Ok(()),
-        }
+        session
+            .end(&self.writes, move |c: &Connection| {
+                let changed = c
+                    .prepare_cached(COMPLETE)?
+                    .execute(params![response, key, token])?;
+                if changed == 0 {
+                    // Taken over (or finished) meanwhile: the handler's writes are rolled back.
+                    return Err(Fail::Store(StoreError::Fenced));
+                }
+                Ok(())
+            })
+            .await
     }
 
-    /// `ROLLBACK`, in place: it is as cheap as the rollback on drop (see
-    /// [`SqliteTransaction`]). A transaction that already ended (see
-    /// [`SqliteTransaction::run`]) has nothing left to roll back: `Ok`.
-    ///
-    /// # Errors
-    /// [`StoreError::Unavailable`] if SQLite refuses the `ROLLBACK`; the connection is then
-    /// closed, which rolls back as well.
+    /// Rolls the transaction back, as its drop does (see [`SqliteTransaction`]): the queue's
+    /// thread undoes its savepoint before the file's next write. A transaction that already
+    /// ended (see [`SqliteTransaction::run`]) has nothing left to roll back. Always `Ok`.
     ///
     /// ```
     /// use retry_core::idempotency::TransactionalStore;
@@ -604,20 +552,8 @@ impl TransactionalStore for SqliteStore {
     /// # }
     /// ```
     async fn rollback(&self, mut transaction: SqliteTransaction) -> Result<(), StoreError> {
-        let Some(conn) = transaction.conn.take() else {
-            return Ok(());
-        };
-        if conn.is_member() {
-            // What its drop does: its savepoint is rolled back, and the other members' writes
-            // commit without it, by a task (no `fsync` here).
-            drop(conn);
-            return Ok(());
-        }
-        let c = conn.connection().map_err(|e| transaction.pool.fail(e))?;
-        if conn.is_open() {
-            c.execute_batch("ROLLBACK")
-                .map_err(|e| StoreError::from_sqlite(transaction.pool.error(e)))?;
-        }
+        // Dropped, its savepoint is rolled back by the queue's thread, before the next write.
+        drop(transaction.session.take());
         Ok(())
     }
 
@@ -647,29 +583,4 @@ impl TransactionalStore for SqliteStore {
     fn transaction_holds_claim(&self) -> bool {
         true
     }
-}
-
-/// The `done` update and the commit of the handler's transaction: its own `COMMIT`, or for a
-/// member of a shared transaction its savepoint released and its part in the group's commit
-/// (`Some`: wait for it).
-fn commit_in(
-    conn: &mut TxConnection,
-    response: &str,
-    key: &str,
-    token: i64,
-) -> Result<Option<Commit>, Fail> {
-    let c = conn.connection()?;
-    let changed = c
-        .prepare_cached(COMPLETE)?
-        .execute(params![response, key, token])?;
-    if changed == 0 {
-        // Taken over (or finished) meanwhile: dropping `conn` rolls the handler's writes back.
-        return Err(Fail::Store(StoreError::Fenced));
-    }
-    if conn.is_member() {
-        conn.release_savepoint()?;
-        return Ok(conn.leave(true));
-    }
-    c.execute_batch("COMMIT")?;
-    Ok(None)
 }
