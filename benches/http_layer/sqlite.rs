@@ -1,5 +1,7 @@
-//! The five sides on SQLite: one file per side; the handler's own connection is one writer
-//! behind a mutex (as SQLite allows), the store a `SqliteStore` on the same file.
+//! The five sides on SQLite: one file per side. Without the layer (alone, floor) the handler's
+//! own connection is one writer behind a mutex (as SQLite allows); with it, the store is a
+//! `SqliteStore` on the same file, and the handler books through the file's write queue: in the
+//! layer's transaction, or with `SqliteStore::write` (as docs/ tell a service to).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -81,6 +83,22 @@ async fn dedup_by_hand(
     .expect("the blocking task")
 }
 
+/// The non-transactional layer's handler: its booking is a write of the file's queue, shared
+/// with the store's claims and completions (a `SqliteStore` opened on the same file).
+async fn book_through_the_queue(
+    State(db): State<Arc<SqliteStore>>,
+    body: String,
+) -> (StatusCode, String) {
+    let id = db
+        .write(move |c| {
+            c.prepare_cached(INSERT)?.execute([body])?;
+            Ok(c.last_insert_rowid())
+        })
+        .await
+        .expect("the booking");
+    (StatusCode::CREATED, payment(id))
+}
+
 async fn book_in_transaction(
     Extension(tx): Extension<RequestTransaction<SqliteStore>>,
     body: String,
@@ -124,11 +142,12 @@ pub(super) async fn serve_sqlite(side: Side, dir: &Path, full: bool) -> String {
             .route("/payments", post(dedup_by_hand))
             .with_state(own()),
         Side::Plain => {
+            drop(own()); // the table, created beside the store's
             let layer = IdempotencyLayer::unauthenticated(store());
             Router::new()
-                .route("/payments", post(book_on_own_connection))
+                .route("/payments", post(book_through_the_queue))
                 .layer(layer)
-                .with_state(own())
+                .with_state(Arc::new(store()))
         }
         Side::Transactional | Side::OneCommit => {
             let layer = IdempotencyLayer::unauthenticated(store()).transactional();
