@@ -128,7 +128,7 @@ pub(crate) enum Error {
     },
     /// The transaction of the file's write queue that this write shared with others failed
     /// (see [`crate::queue`]).
-    Shared(crate::queue::SharedFailed),
+    Shared(SharedFailed),
 }
 
 /// A store's own error type: how an [`Error`] of the plumbing reads as one.
@@ -619,5 +619,63 @@ impl OpenFailed {
     /// SQLite's own error.
     pub(crate) fn into_source(self) -> rusqlite::Error {
         self.source
+    }
+}
+
+/// Where a transaction of the file's write queue failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum What {
+    Begin,
+    Commit,
+    Ended,
+}
+
+/// A write's group did not commit.
+#[derive(Debug)]
+pub(crate) struct SharedFailed {
+    path: PathBuf,
+    what: What,
+    cause: Option<Arc<rusqlite::Error>>,
+}
+
+impl std::fmt::Display for SharedFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let path = self.path.display();
+        match self.what {
+            What::Begin => write!(
+                f,
+                "cannot begin a write transaction on database file {path}"
+            ),
+            What::Commit => write!(
+                f,
+                "the transaction on database file {path} that this write shared with concurrent ones did not commit; nothing of it was kept"
+            ),
+            What::Ended => write!(
+                f,
+                "the transaction on database file {path} that this write shared with concurrent ones did not commit: it ended before its COMMIT (a handler's SQL ended it, or SQLite rolled it back), so this write may not have been kept"
+            ),
+        }
+    }
+}
+
+impl SharedFailed {
+    pub(crate) fn new(path: &Path, what: What, cause: Option<Arc<rusqlite::Error>>) -> Self {
+        SharedFailed {
+            path: path.to_path_buf(),
+            what,
+            cause,
+        }
+    }
+
+    /// SQLite's error, if the group failed on one.
+    pub(crate) fn cause(&self) -> Option<Arc<rusqlite::Error>> {
+        self.cause.clone()
+    }
+}
+
+/// By hand: the source is SQLite's error itself, not the `Arc` around it, so it downcasts.
+impl std::error::Error for SharedFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause.as_deref().map(|e| e as _)
     }
 }

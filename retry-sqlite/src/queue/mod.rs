@@ -40,35 +40,24 @@
 //! - Queues are kept by file (its canonical path) in a process-wide registry, weakly: the thread
 //!   ends once every store of the file was dropped and the writes already sent are done.
 
+mod job;
 mod session;
 mod writer;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
-use std::time::Duration;
 
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use crate::sql::{self, Fail, Failure, FromSqliteError};
 
+pub(crate) use job::Wait;
 pub(crate) use session::{Opened, Prelude, Session, Start};
 
-/// At most this many writes per transaction: bounds what one transaction adds to the WAL and
-/// how long the first of them waits for its answer.
-const MAX_GROUP: usize = 4096;
-
-/// How one store's writes wait and commit.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Wait {
-    /// The longest wait for the queue, and for another process's lock ([`sql::clamp_busy`]).
-    pub(crate) busy: Duration,
-    /// The write's group commits with `synchronous=FULL`.
-    pub(crate) full: bool,
-}
+use job::{Failed, Job, Ran, Ticket};
 
 /// The write queue of one file: where a store's writes are sent.
 pub(crate) struct Queue {
@@ -227,134 +216,6 @@ impl Writes {
              the write may or may not have been committed",
             self.path.display()
         ))
-    }
-}
-
-/// Whether a write was started by the thread or given up by its caller: whichever comes first.
-#[derive(Clone, Default)]
-struct Ticket(Arc<AtomicU8>);
-
-const QUEUED: u8 = 0;
-const TAKEN: u8 = 1;
-const ABANDONED: u8 = 2;
-
-impl Ticket {
-    /// The thread starts the write; `false` if its caller gave up.
-    fn take(&self) -> bool {
-        self.0
-            .compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    /// The caller gives up; `false` if the thread started the write first.
-    fn abandon(&self) -> bool {
-        self.0
-            .compare_exchange(QUEUED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-}
-
-/// One entry of the queue, as the thread sees it.
-trait Job: Send {
-    /// The thread starts it; `false` if its caller gave up (it is then dropped unrun).
-    fn take(&self) -> bool;
-
-    fn wait(&self) -> Wait;
-
-    /// Runs it inside its savepoint of the group's transaction.
-    fn run(self: Box<Self>, conn: &Connection) -> Ran;
-
-    /// It cannot run: its group's transaction could not begin.
-    fn fail(self: Box<Self>, failed: &Failed);
-}
-
-/// What a write left for the end of its group.
-struct Ran {
-    /// Its savepoint is released into the group (otherwise rolled back).
-    keep: bool,
-    /// Called once the group ended: `None` when it committed.
-    answer: Option<Answer>,
-    /// A write to start first in the next group, once this one committed (a transaction that
-    /// must begin after its claim's mark is on disk: `begin_for`).
-    then: Option<Box<dyn Job>>,
-}
-
-type Answer = Box<dyn FnOnce(Option<&Failed>) + Send>;
-
-/// Why a group's writes were not kept, shared by all of them.
-#[derive(Debug, Clone)]
-pub(crate) struct Failed {
-    what: What,
-    cause: Option<Arc<rusqlite::Error>>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum What {
-    Begin,
-    Commit,
-    Ended,
-}
-
-impl Failed {
-    /// The group's failure as the plumbing's error for one write of `path`: SQLite's "locked"
-    /// (another process held the file for the busy timeout) reads as every locked error does.
-    fn error(&self, path: &Path, busy: Duration) -> sql::Error {
-        if let Some(rusqlite::Error::SqliteFailure(code, message)) = self.cause.as_deref()
-            && matches!(
-                code.code,
-                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
-            )
-        {
-            let copy = rusqlite::Error::SqliteFailure(*code, message.clone());
-            return sql::error(path, busy, copy);
-        }
-        sql::Error::Shared(SharedFailed {
-            path: path.to_path_buf(),
-            what: self.what,
-            cause: self.cause.clone(),
-        })
-    }
-}
-
-/// A write's group did not commit.
-#[derive(Debug)]
-pub(crate) struct SharedFailed {
-    path: PathBuf,
-    what: What,
-    cause: Option<Arc<rusqlite::Error>>,
-}
-
-impl std::fmt::Display for SharedFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let path = self.path.display();
-        match self.what {
-            What::Begin => write!(
-                f,
-                "cannot begin a write transaction on database file {path}"
-            ),
-            What::Commit => write!(
-                f,
-                "the transaction on database file {path} that this write shared with concurrent ones did not commit; nothing of it was kept"
-            ),
-            What::Ended => write!(
-                f,
-                "the transaction on database file {path} that this write shared with concurrent ones ended before its commit (a handler's SQL ended it, or SQLite rolled it back); this write may not have been kept"
-            ),
-        }
-    }
-}
-
-impl SharedFailed {
-    /// SQLite's error, if the group failed on one.
-    pub(crate) fn cause(&self) -> Option<Arc<rusqlite::Error>> {
-        self.cause.clone()
-    }
-}
-
-/// By hand: the source is SQLite's error itself, not the `Arc` around it, so it downcasts.
-impl std::error::Error for SharedFailed {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.cause.as_deref().map(|e| e as _)
     }
 }
 

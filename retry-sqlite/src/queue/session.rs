@@ -17,7 +17,8 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use super::{Failed, Job, Ran, Ticket, Wait, Writes};
+use super::Writes;
+use super::job::{Answer, Failed, Job, Ran, Ticket, Wait};
 use crate::sql::{self, Fail, Failure, FromSqliteError};
 
 /// How a lent transaction starts: lent with `T`, or refused with `R` (nothing of it kept).
@@ -47,7 +48,7 @@ enum Call {
 
 struct Ending {
     keep: bool,
-    answer: Option<super::Answer>,
+    answer: Option<Answer>,
 }
 
 /// What a statement run in the session returned, and whether the transaction is still open.
@@ -190,7 +191,7 @@ fn answer_later<T, R, E>(
     reply: oneshot::Sender<Result<Opened<T, R>, E>>,
     writes: Writes,
     result: Result<Opened<T, R>, E>,
-) -> Option<super::Answer>
+) -> Option<Answer>
 where
     T: Send + 'static,
     R: Send + 'static,

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-use super::{Failed, Job, MAX_GROUP, Ran, Wait, What};
+use super::job::{Answer, Failed, Job, MAX_GROUP, Ran, Wait};
 use crate::sql;
+use crate::sql::What;
 
 const SAVEPOINT: &str = "SAVEPOINT retry_sqlite_write";
 const RELEASE: &str = "RELEASE retry_sqlite_write";
@@ -60,7 +61,7 @@ struct Settings {
 /// The writes of the running transaction, waiting for its end.
 #[derive(Default)]
 struct Group {
-    answers: Vec<super::Answer>,
+    answers: Vec<Answer>,
     then: Vec<Box<dyn Job>>,
 }
 
