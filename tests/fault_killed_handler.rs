@@ -9,6 +9,12 @@
 //! `RETRY_CORE_FAULT_KILLED_CHILD=<file or schema>`): it handles deposits 1 to 3, then deposit 4
 //! up to its write, says `INSIDE 4` and waits there for the kill.
 //!
+//! The same kill, for `IdempotencyLayer` without `.transactional()` on SQLite (its claim, the
+//! handler's booking through `SqliteStore::write` and the response are writes of the file's
+//! queue, committed one after the other): killed between the claim and the booking, or between
+//! the booking and the response, the process leaves the claim in progress and the booking only
+//! if it was written; the resend is told the call is in progress, and nothing runs twice.
+//!
 //! Related, not repeated here: `tests/transactional.rs` drops the handler's future between the
 //! write and the commit inside one process, and `tests/sqlite_store.rs` / `tests/pg_store.rs`
 //! kill a process holding a bare claim.
@@ -227,6 +233,172 @@ mod sqlite {
                 "no inbox row lost"
             );
         }
+    }
+}
+
+// ---- SQLite, IdempotencyLayer without `.transactional()` ----
+
+/// The layer's plain mode on the file's write queue: the claim, the handler's own booking
+/// (`SqliteStore::write`) and the stored response are three writes of the queue, each committed
+/// before the next step. Killed between the claim and the handler's write, or between that write
+/// and the response, the process leaves exactly what committed: the claim in progress (so the
+/// resend is told so and runs nothing), and the booking only if it was written.
+#[cfg(all(feature = "sqlite", feature = "tower"))]
+mod sqlite_layer {
+    use super::*;
+
+    use std::sync::Arc;
+
+    use axum::Router;
+    use axum::body::Body;
+    use axum::extract::State;
+    use axum::http::{Request, StatusCode};
+    use axum::routing::post;
+    use retry_core::tower::IdempotencyLayer;
+    use retry_sqlite::SqliteStore;
+    use tower_service::Service as _;
+
+    use super::tempdir::TempDir;
+
+    /// Where the child's handler of [`KILLED`] waits for the kill.
+    const BEFORE_THE_WRITE: &str = "before-write";
+    const AFTER_THE_WRITE: &str = "after-write";
+
+    /// The service: books the request's number through the store's queue; for [`KILLED`] it
+    /// says `INSIDE` at `die` and waits there.
+    fn app(store: Arc<SqliteStore>, die: Option<&'static str>) -> Router {
+        async fn book(
+            State((db, die)): State<(Arc<SqliteStore>, Option<&'static str>)>,
+            body: String,
+        ) -> (StatusCode, String) {
+            let number: u64 = body.parse().unwrap();
+            let killed = number == KILLED;
+            if killed && die == Some(BEFORE_THE_WRITE) {
+                inside(number);
+                std::future::pending::<()>().await;
+            }
+            db.write(move |c| {
+                c.execute("INSERT INTO bookings (number) VALUES (?1)", [number as i64])
+            })
+            .await
+            .unwrap();
+            if killed && die == Some(AFTER_THE_WRITE) {
+                inside(number);
+                std::future::pending::<()>().await;
+            }
+            (StatusCode::CREATED, format!("booked {number}"))
+        }
+        Router::new()
+            .route("/bookings", post(book))
+            .layer(
+                IdempotencyLayer::unauthenticated(Arc::clone(&store))
+                    .lease(Duration::from_secs(60)),
+            )
+            .with_state((store, die))
+    }
+
+    async fn send(app: &mut Router, number: u64) -> (StatusCode, String) {
+        let request = Request::post("/bookings")
+            .header("idempotency-key", format!("\"b-{number}\""))
+            .body(Body::from(number.to_string()))
+            .unwrap();
+        let response = app.call(request).await.unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    fn bookings(db: &std::path::Path) -> Vec<i64> {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        let mut statement = conn
+            .prepare("SELECT number FROM bookings ORDER BY 1")
+            .unwrap();
+        statement
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    fn statuses(db: &std::path::Path) -> Vec<String> {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        let mut statement = conn
+            .prepare("SELECT status FROM inbox_log ORDER BY created_at")
+            .unwrap();
+        statement
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    /// The child: books 1 to 3, then dies inside the handler of [`KILLED`] at `die`.
+    async fn child(db: &str, die: &'static str) -> ! {
+        let mut app = app(Arc::new(SqliteStore::open(db).unwrap()), Some(die));
+        for number in FINISHED {
+            assert_eq!(send(&mut app, number).await.0, StatusCode::CREATED);
+        }
+        send(&mut app, KILLED).await;
+        unreachable!("the parent kills this process inside the handler");
+    }
+
+    /// Kills the child at `die`; checks what it left, then that nothing runs twice.
+    async fn killed_at(test: &str, die: &'static str, booked: &[i64]) {
+        let dir = TempDir::new("fault-killed-layer");
+        let db = dir.file("bookings.sqlite3");
+        let store = Arc::new(SqliteStore::open(&db).unwrap());
+        store
+            .write(|c| c.execute_batch("CREATE TABLE bookings (number INTEGER NOT NULL)"))
+            .await
+            .unwrap();
+        kill_inside_handler(test, db.to_str().unwrap());
+
+        // Durable before the kill: the claim before the handler ran, the booking once written.
+        assert_eq!(bookings(&db), booked, "killed {die}");
+        assert_eq!(
+            statuses(&db),
+            ["done", "done", "done", "in_progress"],
+            "killed {die}"
+        );
+
+        // The resend is told the call is in progress (its lease holds): nothing runs again.
+        let mut app = app(store, None);
+        let (status, _) = send(&mut app, KILLED).await;
+        assert_eq!(status, StatusCode::CONFLICT, "killed {die}");
+        for number in FINISHED {
+            let (status, body) = send(&mut app, number).await;
+            assert_eq!(
+                (status, body),
+                (StatusCode::CREATED, format!("booked {number}"))
+            );
+        }
+        assert_eq!(
+            bookings(&db),
+            booked,
+            "replays and the resend booked nothing"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_layer_killed_between_the_claim_and_the_handlers_write_keeps_the_claim() {
+        const TEST: &str =
+            "sqlite_layer::a_layer_killed_between_the_claim_and_the_handlers_write_keeps_the_claim";
+        if let Ok(db) = std::env::var(CHILD_ENV) {
+            child(&db, BEFORE_THE_WRITE).await;
+        }
+        killed_at(TEST, BEFORE_THE_WRITE, &[1, 2, 3]).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_layer_killed_between_the_handlers_write_and_the_response_keeps_both() {
+        const TEST: &str =
+            "sqlite_layer::a_layer_killed_between_the_handlers_write_and_the_response_keeps_both";
+        if let Ok(db) = std::env::var(CHILD_ENV) {
+            child(&db, AFTER_THE_WRITE).await;
+        }
+        killed_at(TEST, AFTER_THE_WRITE, &[1, 2, 3, 4]).await;
     }
 }
 
