@@ -213,8 +213,10 @@ impl SqliteDeadLetters {
 
     /// How long an operation waits for a lock held by another connection or process before it
     /// fails with [`DlqError::Io`] ("database file ... is locked by another process (busy for
-    /// 5s)"); also bounds the wait for a free reader connection. Default 5 s; longer than about
-    /// 24 days counts as 24 days. Zero fails at once when the file is locked.
+    /// 5s)"); also bounds the wait in the file's write queue, behind this process's other
+    /// writes, and for a free reader connection. Default 5 s; longer than about 24 days counts
+    /// as 24 days. Zero fails at once when another process holds the file, and after a
+    /// millisecond in the queue.
     ///
     /// ```
     /// use retry_sqlite::SqliteDeadLetters;

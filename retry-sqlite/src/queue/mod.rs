@@ -42,12 +42,15 @@
 
 mod job;
 mod session;
+#[cfg(test)]
+mod tests;
 mod writer;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::time::Duration;
 
 use rusqlite::Connection;
 use tokio::sync::oneshot;
@@ -58,6 +61,9 @@ pub(crate) use job::Wait;
 pub(crate) use session::{Opened, Prelude, Session, Start};
 
 use job::{Failed, Job, Ran, Ticket};
+
+/// The shortest wait for the queue, whatever the busy timeout (see [`Writes::answer`]).
+const MIN_QUEUE_WAIT: Duration = Duration::from_millis(1);
 
 /// The write queue of one file: where a store's writes are sent.
 pub(crate) struct Queue {
@@ -188,7 +194,10 @@ impl Writes {
                 .blocking_recv()
                 .unwrap_or_else(|_| Err(E::from_sqlite(self.gone())));
         }
-        match tokio::time::timeout(self.wait.busy, &mut answer).await {
+        // A zero busy timeout still lets a write be picked up by an idle queue: the thread
+        // needs a moment to get to it even when nothing else is queued.
+        let wait = self.wait.busy.max(MIN_QUEUE_WAIT);
+        match tokio::time::timeout(wait, &mut answer).await {
             Ok(result) => result.unwrap_or_else(|_| Err(E::from_sqlite(self.gone()))),
             Err(_) if ticket.abandon() => Err(E::from_sqlite(self.queue_busy())),
             Err(_) => answer
