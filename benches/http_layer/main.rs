@@ -8,8 +8,10 @@
 //!   (`INSERT INTO seen .. ON CONFLICT DO NOTHING`; a key already there answers its stored
 //!   response), books, stores the response and commits: one commit per request, what a careful
 //!   service author writes without this library (DESIGN.md, "HTTP servers and clients");
-//! - **layer, non-transactional**: `IdempotencyLayer` on the store; the handler books on its own
-//!   connection, the layer claims before and stores the response after;
+//! - **layer, non-transactional**: `IdempotencyLayer` on the store; the layer claims before and
+//!   stores the response after, and the handler books through `SqliteStore::write` (on SQLite:
+//!   the file's write queue, shared with the store's writes) or on its own pooled connection
+//!   (PostgreSQL);
 //! - **layer, transactional**: `IdempotencyLayer::transactional()`; the handler books in the
 //!   layer's transaction (`RequestTransaction`), committed with the response; the claim commits
 //!   on its own before the handler runs;
@@ -17,8 +19,9 @@
 //!   claim is written in the handler's transaction too, so each request commits once, as the
 //!   floor does.
 //!
-//! SQLite: one file per side; the handler's own connection is one writer behind a mutex (as
-//! SQLite allows), the store is a `SqliteStore` on the same file. PostgreSQL (`DATABASE_URL`):
+//! SQLite: one file per side; without the layer the handler's own connection is one writer
+//! behind a mutex (as SQLite allows); with it the store is a `SqliteStore` on the same file and
+//! the handler writes through the file's write queue (its transaction, or `SqliteStore::write`). PostgreSQL (`DATABASE_URL`):
 //! one schema per side (`retry_core_bench_http_<pid>_<side>`, dropped at the end), a `PgStore`
 //! and, for the handler's own work, a deadpool-postgres pool of the same size and settings as the
 //! store's (as benches/pg_store.rs does), statements prepared once per connection; the server's

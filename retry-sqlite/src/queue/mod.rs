@@ -39,6 +39,9 @@
 //!   does; the thread itself never needs a runtime.
 //! - Queues are kept by file (its canonical path) in a process-wide registry, weakly: the thread
 //!   ends once every store of the file was dropped and the writes already sent are done.
+//! - Opening a store (the file's WAL mode, its tables) is the one write outside the queue: it
+//!   runs once, before the store exists, and `PRAGMA journal_mode` cannot run inside the
+//!   queue's transactions.
 
 mod job;
 mod session;
