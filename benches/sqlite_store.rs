@@ -179,7 +179,7 @@ fn main() {
         .build()
         .expect("a Tokio runtime");
     let raw = RawPool::open(&dir.0.join("raw.sqlite3"));
-    // Both sides on `synchronous=NORMAL` (the store's default is FULL since issue 16): the bench
+    // Both sides on `synchronous=NORMAL` (the store's default is FULL): the bench
     // compares the store's work with the same SQL's, not two durability levels, and keeps the
     // recorded figures comparable.
     let store = Arc::new(

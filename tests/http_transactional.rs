@@ -1,4 +1,4 @@
-//! `IdempotencyLayer` in transactional mode (issue 22): the handler's booking, the `done` row
+//! `IdempotencyLayer` in transactional mode: the handler's booking, the `done` row
 //! and the stored response commit together, or not at all.
 //!
 //! - `examples/payments_server.rs` as a process, on SQLite and (feature `postgres`) on
