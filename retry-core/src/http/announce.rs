@@ -5,11 +5,16 @@
 use std::fmt;
 use std::num::NonZeroU32;
 
-use ::http::{HeaderMap, HeaderValue};
+use ::http::{HeaderMap, HeaderName, HeaderValue};
 use ::sfv::visitor::ParameterVisitor;
 use ::sfv::{BareItemFromInput, GenericBareItem, KeyRef};
 
-use super::{CALLER_RETRIES, CALLER_RETRIES_VALUE};
+/// The header marking a request whose caller retries it.
+pub const CALLER_RETRIES: HeaderName = HeaderName::from_static("caller-retries");
+
+/// The bare marker: the structured-field boolean "true", without the attempt's numbers (see
+/// [`Announcement`] for the value the library's clients send).
+pub const CALLER_RETRIES_VALUE: HeaderValue = HeaderValue::from_static("?1");
 
 /// What a `Caller-Retries` field says: the caller retries this request, and, when it said so,
 /// which attempt this is and how many it may make.

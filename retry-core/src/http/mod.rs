@@ -24,16 +24,9 @@
 
 use std::future::Future;
 
-use ::http::{HeaderMap, HeaderName, HeaderValue};
+use ::http::HeaderMap;
 
 use crate::scope::{self, InScope};
-
-/// The header marking a request whose caller retries it.
-pub const CALLER_RETRIES: HeaderName = HeaderName::from_static("caller-retries");
-
-/// The bare marker: the structured-field boolean "true", without the attempt's numbers (see
-/// [`Announcement`] for the value the library's clients send).
-pub const CALLER_RETRIES_VALUE: HeaderValue = HeaderValue::from_static("?1");
 
 /// Adds `Caller-Retries` to an outgoing request's headers when it is made inside a retry
 /// scope, with the attempt and the retrying layer's `max` when they are known
@@ -131,7 +124,7 @@ mod key;
 mod outcome;
 mod retry_after;
 
-pub use announce::Announcement;
+pub use announce::{Announcement, CALLER_RETRIES, CALLER_RETRIES_VALUE};
 pub use classify::{IDEMPOTENCY_KEY, classify_status};
 // For the reqwest integration (and the dead-letter client on it).
 #[cfg_attr(not(feature = "reqwest"), allow(unused_imports))]

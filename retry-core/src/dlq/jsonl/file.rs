@@ -255,6 +255,10 @@ impl Drop for Locked {
     }
 }
 
+/// The longest line the sink writes or the reader reads, newline excluded: 4 MiB. See
+/// [`JsonlSink::MAX_LINE`](super::JsonlSink::MAX_LINE).
+pub(super) const MAX_LINE: usize = 4 << 20;
+
 /// `value` as one JSON line, newline included. `serde_json`'s compact form escapes newlines in
 /// strings, so the line holds exactly one `\n`, at its end.
 pub(super) fn to_line(value: &impl Serialize) -> Result<Vec<u8>, DlqError> {

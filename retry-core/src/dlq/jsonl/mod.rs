@@ -17,12 +17,9 @@ use std::path::{Path, PathBuf};
 use super::{DeadLetter, DeadLetterSink, DlqError};
 
 pub use damaged::{TornLine, UnreadableLine};
+use file::MAX_LINE;
 pub use read::{JsonlLine, JsonlReader};
 use writer::{Core, Writer};
-
-/// The longest line the sink writes or the reader reads, newline excluded: 4 MiB. See
-/// [`JsonlSink::MAX_LINE`].
-const MAX_LINE: usize = 4 << 20;
 
 /// A [`DeadLetterSink`] that appends each letter to one owner-only JSON Lines file: for a
 /// service that wants no database. It only parks: to list, acknowledge or redrive the letters,

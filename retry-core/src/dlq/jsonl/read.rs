@@ -9,9 +9,8 @@ use std::time::SystemTime;
 
 use serde::Deserialize;
 
-use super::MAX_LINE;
 use super::damaged::{TornLine, UnreadableLine};
-use super::file::{self, io_error};
+use super::file::{self, MAX_LINE, io_error};
 use crate::dlq::{DeadLetter, DlqError, Resolution};
 
 /// One line of a dead-letter file, as [`JsonlReader`] reads it.

@@ -14,9 +14,8 @@ use std::thread::JoinHandle;
 
 use tokio::sync::oneshot;
 
-use super::MAX_LINE;
 use super::damaged::TornLine;
-use super::file::{self, FileId, Locked, io_error, same_error};
+use super::file::{self, FileId, Locked, MAX_LINE, io_error, same_error};
 use crate::dlq::DlqError;
 
 /// At most this many lines make one group: bounds the memory and the latency of one commit
