@@ -703,7 +703,7 @@ impl IdempotencyStore for SqliteStore {
         true
     }
 
-    /// Deletes by age only, in batches of [`PURGE_BATCH`] rows, each a write of the file's
+    /// Deletes by age only, in batches of 5,000 rows, each a write of the file's
     /// queue: claims on the request path are served between batches, never behind one huge
     /// delete. Every matching row is deleted; the batch size only decides how many writes that
     /// takes.
