@@ -29,6 +29,8 @@ pub struct QueueStats {
     pub count: u64,
     /// The oldest letter's `first_failed_at` (the queue's head), if any.
     pub oldest_first_failed_at: Option<SystemTime>,
+    /// The oldest letter's `msg_id` (the queue's head), if any.
+    pub oldest_msg_id: Option<String>,
 }
 
 /// How a redrive runs: how many letters, how fast, by whom, and whether it only says what it
@@ -136,9 +138,11 @@ impl BrokerDeadLetters {
         );
         let head = self.peek_on(&channel, 1).await?;
         let _ = channel.close(200, "done".into()).await;
+        let head = head.into_iter().next();
         Ok(QueueStats {
             count,
-            oldest_first_failed_at: head.first().map(|l| l.letter.first_failed_at),
+            oldest_first_failed_at: head.as_ref().map(|l| l.letter.first_failed_at),
+            oldest_msg_id: head.map(|l| l.letter.msg_id),
         })
     }
 
