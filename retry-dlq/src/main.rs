@@ -1,11 +1,13 @@
-//! `retry-dlq`: look into a dead-letter store of retry-core (a SQLite file, or PostgreSQL) and
-//! redrive it. Counts and ages for alerting (`stats --check`), a line per letter (`list`), one
+//! `retry-dlq`: look into a dead-letter store of retry-core (a SQLite file, PostgreSQL, or a
+//! RabbitMQ dead-letter queue of retry-amqp) and redrive it. Counts and ages for alerting (`stats --check`), a line per letter (`list`), one
 //! letter (`show`), everything as JSON Lines (`export`), acknowledging by hand (`ack`), a redrive
 //! to an idempotent HTTP receiver (`redrive`), the record of past redrives (`audit`), and moving
 //! the letters of a `JsonlSink` file into a store (`import`). Only `ack`, `redrive` and `import`
 //! write to a store. Every command reads the store a page at a time, or asks it to count, and
 //! `import` reads its file a line at a time: none holds every letter at once.
 
+#[cfg(feature = "amqp")]
+mod amqp;
 mod duration;
 mod import;
 mod redrive;
@@ -34,16 +36,31 @@ const EXIT_ERROR: u8 = 2;
 
 const STORE_HELP: &str = "\
 The store:
-  One of --sqlite PATH, --pg URL; without either, the environment: RETRY_DLQ_SQLITE, else
-  DATABASE_URL as --pg. An option always wins over the environment. --pg needs the `postgres`
-  build feature; prefer DATABASE_URL to --pg when the URL holds a password (command lines are
-  visible to other users). TLS as in libpq: sslmode=require encrypts (the certificate checked
-  only against sslrootcert=FILE when given), sslmode=verify-full also checks the server's
-  certificate and name against sslrootcert=FILE, or the system's trust store without one;
-  verify-ca checks the chain to sslrootcert=FILE. The file of --sqlite must exist: a mistyped
-  path is an error, never an empty store.
+  One of --sqlite PATH, --pg URL, --queue NAME (a broker's dead-letter queue); without any, the
+  environment: RETRY_DLQ_SQLITE, else DATABASE_URL as --pg. An option always wins over the
+  environment. --pg needs the `postgres` build feature; prefer DATABASE_URL to --pg when the
+  URL holds a password (command lines are visible to other users). TLS as in libpq:
+  sslmode=require encrypts (the certificate checked only against sslrootcert=FILE when given),
+  sslmode=verify-full also checks the server's certificate and name against sslrootcert=FILE,
+  or the system's trust store without one; verify-ca checks the chain to sslrootcert=FILE.
+  The file of --sqlite must exist: a mistyped path is an error, never an empty store.
   A JSONL file (JsonlSink's) is a sink, not a store: move its letters into one with
-  `retry-dlq import FILE --into dlq.sqlite`, then use --sqlite dlq.sqlite.";
+  `retry-dlq import FILE --into dlq.sqlite`, then use --sqlite dlq.sqlite.
+
+A broker's dead-letter queue (retry-amqp; cargo feature `amqp`):
+  --queue NAME names the dead-letter queue (Topology's `<queue>.dlq`) on the broker at --amqp
+  URL, else AMQP_URL (prefer AMQP_URL when the URL holds a password). Every command reads the
+  letters with basic.get and gives them back unacknowledged: nothing leaves the queue but what
+  `redrive` republished and the broker confirmed. stats counts the ready letters and reads the
+  oldest from the head of the queue; list, show, export and stats --top read the queue's letters
+  (up to --limit, else all those ready when the command started) and give them back. redrive
+  republishes each letter's original (body and properties, its message id) to the exchange and
+  routing key it was first published to, oldest first, at most --limit at --rate per second,
+  with --who and --dry-run; the consumer's idempotency keys answer a letter already handled.
+  The broker keeps no record of a run: redrive writes the run and one audit row per letter
+  (before the send, completed after) to the SQLite file --audit-sqlite PATH (created if missing;
+  env RETRY_DLQ_AUDIT_SQLITE), which `audit` reads. ack is refused: a letter leaves the queue
+  by a redrive (or by the broker's own tools), and nothing records a resolution there.";
 
 const EXIT_HELP: &str = "\
 Exit status:
@@ -63,9 +80,9 @@ Durations (--max-age, --older-than, --retention, --timeout):
 #[command(
     name = "retry-dlq",
     version,
-    about = "Inspect and redrive a dead-letter store of retry-core (SQLite or PostgreSQL): stats for alerting, list, show, export, ack, redrive, audit; import a JSONL file into one",
-    long_about = "Inspect and redrive a dead-letter store of retry-core, a SQLite file or \
-                  PostgreSQL: stats for alerting, list, show, export, ack, redrive, audit; and \
+    about = "Inspect and redrive a dead-letter store of retry-core (SQLite, PostgreSQL, or a RabbitMQ dead-letter queue): stats for alerting, list, show, export, ack, redrive, audit; import a JSONL file into one",
+    long_about = "Inspect and redrive a dead-letter store of retry-core, a SQLite file, \
+                  PostgreSQL, or a broker's dead-letter queue of retry-amqp: stats for alerting, list, show, export, ack, redrive, audit; and \
                   import, which moves the letters of a JsonlSink file into a store.\n\nOnly \
                   `ack`, `redrive` and `import` write to a store: `ack` resolves letters by hand; \
                   `redrive` resolves the letters it sent, puts back the ones that failed again, \
@@ -96,6 +113,15 @@ struct StoreArgs {
     /// A PostgreSQL URL; needs the `postgres` feature [env: DATABASE_URL]
     #[arg(long, global = true, value_name = "URL")]
     pg: Option<String>,
+    /// A broker's dead-letter queue, e.g. orders.dlq; needs the `amqp` feature
+    #[arg(long, global = true, value_name = "NAME")]
+    queue: Option<String>,
+    /// The broker of --queue, amqp://USER:PASS@HOST:PORT/VHOST [env: AMQP_URL]
+    #[arg(long, global = true, value_name = "URL")]
+    amqp: Option<String>,
+    /// With --queue: the SQLite file of redrive runs and audit rows [env: RETRY_DLQ_AUDIT_SQLITE]
+    #[arg(long, global = true, value_name = "PATH")]
+    audit_sqlite: Option<PathBuf>,
 }
 
 // `redrive`'s options are most of the size; the command line is parsed once.
@@ -112,6 +138,7 @@ Exit status:
                    not RFC 3339 included)
 
 For cron or a monitoring check, e.g.:  retry-dlq --sqlite /var/lib/app/dlq.sqlite stats --check --max-age 1h
+On a broker (AMQP_URL in the environment):  retry-dlq --queue orders.dlq stats --check --max-age 1h
 
 {DURATION_HELP}"))]
     Stats {
@@ -226,6 +253,15 @@ without its user, password and query, and of a failed answer only its status and
 The service may go on parking into the store during a run. A progress bar shows on stderr for
 runs of 20 letters or more.
 
+On a broker's dead-letter queue (--queue NAME) there is no --to: each letter's original (body
+byte for byte, properties, message id; the x-retry-* headers removed) is published with
+publisher confirms to the exchange and routing key it was first published to, oldest first, at
+most --limit at --rate per second, and leaves the dead-letter queue only once the broker
+confirmed it; the run stops at the first letter the broker does not take. It takes --who,
+--limit, --rate and --dry-run, and needs --audit-sqlite PATH for its record. Since the queue's
+consumer is idempotent (retry-amqp), a letter whose effect happened after all is answered from
+its key, and one that fails again is parked again.
+
 Exit status: 0 every chosen letter redriven (or --dry-run listed them); 1 a letter failed again
 or was skipped, or the run stopped early; 2 usage error or store error.
 
@@ -241,6 +277,8 @@ With --run ID: at, msg_id, outcome, finished_at, one line per letter the run hel
 it took them. Each row is written before the letter is sent and completed after: a row with
 NO OUTCOME is a letter whose run ended during the send (killed, crashed): it may or may not
 have reached the receiver, and stays pending for a later run (its receiver deduplicates).
+
+A broker's dead-letter queue (--queue) keeps its runs in the file of --audit-sqlite PATH.
 
 Exit status: 0 listed (also when empty); 1 --run names no recorded rows; 2 usage error or
 store error.")]
@@ -328,6 +366,15 @@ impl From<io::Error> for Failure {
 enum Selection {
     Sqlite(PathBuf),
     Pg(String),
+    Amqp(Broker),
+}
+
+/// A broker's dead-letter queue, and where its redrives are recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Broker {
+    pub(crate) url: String,
+    pub(crate) queue: String,
+    pub(crate) audit: Option<PathBuf>,
 }
 
 impl StoreArgs {
@@ -338,8 +385,45 @@ impl StoreArgs {
         if let Some(path) = &self.jsonl {
             return Err(not_a_store("--jsonl", path));
         }
-        if self.sqlite.is_some() && self.pg.is_some() {
-            return Err("--sqlite and --pg exclude each other: give exactly one store".to_owned());
+        let nonempty = |name: &str| env(name).filter(|v| !v.is_empty());
+        let given: Vec<&str> = [
+            ("--sqlite", self.sqlite.is_some()),
+            ("--pg", self.pg.is_some()),
+            ("--queue", self.queue.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(option, given)| given.then_some(option))
+        .collect();
+        if let [a, b, ..] = given[..] {
+            return Err(format!(
+                "{a} and {b} exclude each other: give exactly one store"
+            ));
+        }
+        if let Some(queue) = &self.queue {
+            let url = self.amqp.clone().or_else(|| nonempty("AMQP_URL")).ok_or(
+                "--queue needs the broker: pass --amqp URL or set AMQP_URL \
+                 (amqp://USER:PASS@HOST:PORT/VHOST)",
+            )?;
+            let audit = self
+                .audit_sqlite
+                .clone()
+                .or_else(|| nonempty("RETRY_DLQ_AUDIT_SQLITE").map(PathBuf::from));
+            return Ok(Selection::Amqp(Broker {
+                url,
+                queue: queue.clone(),
+                audit,
+            }));
+        }
+        if self.amqp.is_some() || self.audit_sqlite.is_some() {
+            let option = if self.amqp.is_some() {
+                "--amqp"
+            } else {
+                "--audit-sqlite"
+            };
+            return Err(format!(
+                "{option} is for a broker's dead-letter queue: name it with --queue NAME \
+                 (e.g. --queue orders.dlq)"
+            ));
         }
         if let Some(path) = &self.sqlite {
             return Ok(Selection::Sqlite(path.clone()));
@@ -347,7 +431,6 @@ impl StoreArgs {
         if let Some(url) = &self.pg {
             return Ok(Selection::Pg(url.clone()));
         }
-        let nonempty = |name: &str| env(name).filter(|v| !v.is_empty());
         if let Some(path) = nonempty("RETRY_DLQ_JSONL") {
             return Err(not_a_store("RETRY_DLQ_JSONL", Path::new(&path)));
         }
@@ -356,9 +439,11 @@ impl StoreArgs {
         }
         match nonempty("DATABASE_URL") {
             Some(url) => Ok(Selection::Pg(url)),
-            None => Err("no store given: pass --sqlite PATH or --pg URL \
+            None => Err(
+                "no store given: pass --sqlite PATH, --pg URL or --queue NAME \
                          (or set RETRY_DLQ_SQLITE or DATABASE_URL)"
-                .to_owned()),
+                    .to_owned(),
+            ),
         }
     }
 }
@@ -422,6 +507,10 @@ async fn open(selection: &Selection) -> Result<Store, Failure> {
                 .await
                 .map_err(Failure::Store)?,
         )),
+        // Run before a store is opened (see `main_inner`).
+        Selection::Amqp(_) => Err(Failure::Usage(
+            "a broker's dead-letter queue is not opened as a store".to_owned(),
+        )),
         #[cfg(not(feature = "postgres"))]
         Selection::Pg(_) => Err(Failure::Usage(
             "this retry-dlq was built without PostgreSQL support (cargo feature `postgres`); \
@@ -460,6 +549,33 @@ async fn pages<S: DeadLetterStore>(
     }
 }
 
+/// Writes the `stats` report `text` of `stats`, with the verdict of `--check` (and its
+/// `--max-age`) when asked; the exit status.
+pub(crate) fn write_stats(
+    mut text: String,
+    stats: &Stats,
+    check: bool,
+    max_age: Option<Duration>,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let status = if check {
+        let (status, line) = match report::check(stats, max_age) {
+            Verdict::Ok(why) => (EXIT_OK, format!("check: OK: {why}\n")),
+            Verdict::Alert(why) => (EXIT_FLAGGED, format!("check: ALERT: {why}\n")),
+        };
+        text.push_str(&line);
+        status
+    } else {
+        EXIT_OK
+    };
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        // `stats --check | head -1` must still alert.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(status),
+        Err(e) => Err(Failure::Output(e)),
+        Ok(()) => Ok(status),
+    }
+}
+
 /// Runs `command` on `store`, writing results to `out`; the exit status when it got that far.
 async fn run<S: DeadLetterStore + Sync>(
     store: &S,
@@ -488,23 +604,8 @@ async fn run<S: DeadLetterStore + Sync>(
                 .await?;
                 stats = stats.with_reasons(reasons);
             }
-            let mut text = stats.render(top.unwrap_or(0));
-            let status = if *check {
-                let (status, line) = match report::check(&stats, *max_age) {
-                    Verdict::Ok(why) => (EXIT_OK, format!("check: OK: {why}\n")),
-                    Verdict::Alert(why) => (EXIT_FLAGGED, format!("check: ALERT: {why}\n")),
-                };
-                text.push_str(&line);
-                status
-            } else {
-                EXIT_OK
-            };
-            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                // `stats --check | head -1` must still alert.
-                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(status),
-                Err(e) => Err(Failure::Output(e)),
-                Ok(()) => Ok(status),
-            }
+            let text = stats.render(top.unwrap_or(0));
+            write_stats(text, &stats, *check, *max_age, out)
         }
         Command::List {
             class,
@@ -599,6 +700,25 @@ fn now_to_the_millisecond() -> SystemTime {
     }
 }
 
+/// Runs `command` on a broker's dead-letter queue (`amqp.rs`).
+#[cfg(feature = "amqp")]
+async fn run_broker(
+    broker: &Broker,
+    command: &Command,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    amqp::run(broker, command, out).await
+}
+
+#[cfg(not(feature = "amqp"))]
+async fn run_broker(_: &Broker, _: &Command, _: &mut impl Write) -> Result<u8, Failure> {
+    Err(Failure::Usage(
+        "this retry-dlq was built without RabbitMQ support (cargo feature `amqp`); \
+         build it with --features amqp to read a broker's dead-letter queue"
+            .to_owned(),
+    ))
+}
+
 async fn main_inner(cli: &Cli) -> Result<u8, Failure> {
     if let Command::Import { file, into } = &cli.command {
         let stdout = io::stdout();
@@ -611,13 +731,16 @@ async fn main_inner(cli: &Cli) -> Result<u8, Failure> {
         .store
         .select(|name| std::env::var(name).ok())
         .map_err(Failure::Usage)?;
-    let store = open(&selection).await?;
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
-    let status = match &store {
-        Store::Sqlite(s) => run(s, &cli.command, &mut out).await?,
-        #[cfg(feature = "postgres")]
-        Store::Pg(s) => run(s, &cli.command, &mut out).await?,
+    let status = if let Selection::Amqp(broker) = &selection {
+        run_broker(broker, &cli.command, &mut out).await?
+    } else {
+        match &open(&selection).await? {
+            Store::Sqlite(s) => run(s, &cli.command, &mut out).await?,
+            #[cfg(feature = "postgres")]
+            Store::Pg(s) => run(s, &cli.command, &mut out).await?,
+        }
     };
     match out.flush() {
         // The reader went away after the command decided its status: keep the status.
@@ -690,6 +813,67 @@ mod tests {
                 .exit_code(),
             2
         );
+    }
+
+    #[test]
+    fn a_queue_names_a_brokers_dead_letter_queue_and_amqp_url_only_its_broker() {
+        let env = |name: &str| match name {
+            "AMQP_URL" => Some("amqp://env".to_owned()),
+            "DATABASE_URL" => Some("postgres://db".to_owned()),
+            _ => None,
+        };
+        let broker = |url: &str, audit: Option<&str>| {
+            Selection::Amqp(Broker {
+                url: url.to_owned(),
+                queue: "orders.dlq".to_owned(),
+                audit: audit.map(PathBuf::from),
+            })
+        };
+        let cli = args(&["--queue", "orders.dlq", "stats"]).unwrap();
+        assert_eq!(cli.store.select(env), Ok(broker("amqp://env", None)));
+        let cli = args(&["stats", "--queue", "orders.dlq", "--amqp", "amqp://opt"]).unwrap();
+        assert_eq!(cli.store.select(env), Ok(broker("amqp://opt", None)));
+        let cli = args(&[
+            "--queue",
+            "orders.dlq",
+            "--audit-sqlite",
+            "r.sqlite",
+            "audit",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.store.select(env),
+            Ok(broker("amqp://env", Some("r.sqlite")))
+        );
+        // AMQP_URL alone names no queue: the other stores' rules hold.
+        let cli = args(&["stats"]).unwrap();
+        assert_eq!(
+            cli.store.select(env),
+            Ok(Selection::Pg("postgres://db".into()))
+        );
+        for (line, error) in [
+            (
+                &["--queue", "q", "--sqlite", "a", "stats"][..],
+                "--sqlite and --queue exclude",
+            ),
+            (
+                &["--amqp", "amqp://x", "stats"],
+                "--amqp is for a broker's dead-letter queue",
+            ),
+            (
+                &["--audit-sqlite", "r", "stats"],
+                "--audit-sqlite is for a broker's",
+            ),
+        ] {
+            let got = args(line).unwrap().store.select(env).unwrap_err();
+            assert!(got.contains(error), "{line:?}: {got}");
+        }
+        let got = args(&["--queue", "q", "stats"])
+            .unwrap()
+            .store
+            .select(|_| None)
+            .unwrap_err();
+        assert!(got.contains("pass --amqp URL or set AMQP_URL"), "{got}");
     }
 
     #[test]

@@ -29,9 +29,10 @@ const PROGRESS_FROM: usize = 20;
 #[derive(Debug, clap::Args)]
 pub(crate) struct RedriveArgs {
     /// The receiver: each letter's original is POSTed here as JSON. https://, or http:// to a
-    /// loopback address (127.0.0.0/8, ::1, localhost) unless --insecure.
+    /// loopback address (127.0.0.0/8, ::1, localhost) unless --insecure. Required, except on a
+    /// broker's dead-letter queue (--queue), whose letters go back where they were published.
     #[arg(long, value_name = "URL")]
-    to: String,
+    to: Option<String>,
     /// Allow http:// to a host that is not loopback: the letters and credentials then cross
     /// the network in clear text.
     #[arg(long)]
@@ -65,9 +66,9 @@ pub(crate) struct RedriveArgs {
     /// At most R sends per second: `5/s` or `5`.
     #[arg(long, value_name = "R/s", default_value = "5/s", value_parser = parse_rate)]
     rate: u32,
-    /// Stop the run once N letters failed again (the receiver is not well yet).
-    #[arg(long, value_name = "N", default_value_t = retry_core::dlq::redrive::DEFAULT_STOP_AFTER_FAILURES)]
-    stop_after: u32,
+    /// Stop the run once N letters failed again (the receiver is not well yet) [default: 3]
+    #[arg(long, value_name = "N")]
+    stop_after: Option<u32>,
     /// A header for every request, `NAME: VALUE` (repeatable). Visible to other users in `ps`:
     /// for credentials use --header-env or --header-file.
     #[arg(long, value_name = "NAME: VALUE")]
@@ -81,12 +82,67 @@ pub(crate) struct RedriveArgs {
     /// are skipped); keep it readable by its owner only.
     #[arg(long, value_name = "PATH")]
     header_file: Vec<PathBuf>,
-    /// How long one send may take before it counts as failed (e.g. 500ms, 10s).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::duration::parse_duration)]
-    timeout: Duration,
+    /// How long one send may take before it counts as failed (e.g. 500ms, 10s) [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_duration)]
+    timeout: Option<Duration>,
     /// List what would be chosen, and send nothing (nothing is recorded either).
     #[arg(long)]
     dry_run: bool,
+}
+
+/// How long one send may take unless `--timeout` says otherwise.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a redrive of a broker's dead-letter queue takes from the command line.
+#[cfg_attr(
+    not(feature = "amqp"),
+    allow(dead_code, reason = "read by the `amqp` module")
+)]
+pub(crate) struct BrokerRedrive<'a> {
+    pub(crate) who: &'a str,
+    pub(crate) limit: usize,
+    pub(crate) rate: u32,
+    pub(crate) dry_run: bool,
+}
+
+impl RedriveArgs {
+    /// The options a redrive of a broker's dead-letter queue takes, or the usage error naming
+    /// the first option given that only an HTTP redrive of a store has.
+    #[cfg_attr(
+        not(feature = "amqp"),
+        allow(dead_code, reason = "read by the `amqp` module")
+    )]
+    pub(crate) fn broker(&self) -> Result<BrokerRedrive<'_>, String> {
+        let http_only = [
+            ("--to", self.to.is_some()),
+            ("--insecure", self.insecure),
+            ("--class", self.class.is_some()),
+            ("--source", self.source.is_some()),
+            ("--reason", self.reason.is_some()),
+            ("--older-than", self.older_than.is_some()),
+            ("--retention", self.retention.is_some()),
+            ("--scope", self.scope.is_some()),
+            ("--stop-after", self.stop_after.is_some()),
+            ("--header", !self.header.is_empty()),
+            ("--header-env", !self.header_env.is_empty()),
+            ("--header-file", !self.header_file.is_empty()),
+            ("--timeout", self.timeout.is_some()),
+        ];
+        if let Some((option, _)) = http_only.iter().find(|(_, given)| *given) {
+            return Err(format!(
+                "{option} is not an option of a broker's dead-letter queue: its letters are \
+                 republished to the exchange and routing key they were first published to, \
+                 oldest first, and the run stops at the first one the broker does not take; \
+                 redrive there takes --who, --limit, --rate and --dry-run"
+            ));
+        }
+        Ok(BrokerRedrive {
+            who: &self.who,
+            limit: self.limit,
+            rate: self.rate,
+            dry_run: self.dry_run,
+        })
+    }
 }
 
 /// `5/s` or `5`: sends per second, at least 1.
@@ -247,7 +303,12 @@ pub(crate) async fn redrive<S: DeadLetterStore + Sync>(
     args: &RedriveArgs,
     out: &mut impl Write,
 ) -> Result<u8, Failure> {
-    let url = receiver(&args.to, args.insecure).map_err(Failure::Usage)?;
+    let Some(to) = &args.to else {
+        return Err(Failure::Usage(
+            "redrive needs --to URL: the receiver each letter's original is POSTed to".to_owned(),
+        ));
+    };
+    let url = receiver(to, args.insecure).map_err(Failure::Usage)?;
     if url.password().is_some() || !url.username().is_empty() {
         eprintln!(
             "retry-dlq: warning: the --to URL's user and password are visible to other users (ps, \
@@ -276,7 +337,10 @@ pub(crate) async fn redrive<S: DeadLetterStore + Sync>(
         .filter(filter)
         .limit(args.limit)
         .rate(args.rate)
-        .stop_after_failures(args.stop_after)
+        .stop_after_failures(
+            args.stop_after
+                .unwrap_or(retry_core::dlq::redrive::DEFAULT_STOP_AFTER_FAILURES),
+        )
         .target(target.clone());
     if let Some(retention) = args.retention {
         redrive = redrive.retention(retention);
@@ -298,7 +362,7 @@ pub(crate) async fn redrive<S: DeadLetterStore + Sync>(
         )?;
         return Ok(EXIT_OK);
     }
-    let client = client(&url, args.timeout)
+    let client = client(&url, args.timeout.unwrap_or(DEFAULT_TIMEOUT))
         .map_err(|e| Failure::Usage(format!("cannot make an HTTP client: {e}")))?;
     let bar = progress(plan.len());
     drop(plan);

@@ -40,6 +40,22 @@ pub struct Oldest {
     pub in_future: bool,
 }
 
+impl Oldest {
+    /// The letter `msg_id`, first failed at `first_failed_at`, seen at `now`.
+    pub fn at(msg_id: &str, first_failed_at: SystemTime, now: SystemTime) -> Oldest {
+        let (age, in_future) = match now.duration_since(first_failed_at) {
+            Ok(age) => (age, false),
+            Err(_) => (Duration::ZERO, true),
+        };
+        Oldest {
+            msg_id: msg_id.to_owned(),
+            first_failed_at,
+            age,
+            in_future,
+        }
+    }
+}
+
 /// Pending letters counted by reason, a page at a time.
 #[derive(Debug, Default)]
 pub struct Reasons(HashMap<String, u64>);
@@ -60,18 +76,7 @@ impl Stats {
         oldest: Option<&DeadLetter>,
         now: SystemTime,
     ) -> Stats {
-        let oldest = oldest.map(|letter| {
-            let (age, in_future) = match now.duration_since(letter.first_failed_at) {
-                Ok(age) => (age, false),
-                Err(_) => (Duration::ZERO, true),
-            };
-            Oldest {
-                msg_id: letter.msg_id.clone(),
-                first_failed_at: letter.first_failed_at,
-                age,
-                in_future,
-            }
-        });
+        let oldest = oldest.map(|letter| Oldest::at(&letter.msg_id, letter.first_failed_at, now));
         Stats {
             total: counts.pending,
             by_class: [
@@ -95,8 +100,21 @@ impl Stats {
 
     /// The report `stats` prints, at most `top` reasons.
     pub fn render(&self, top: usize) -> String {
-        let mut out = String::new();
+        let mut out = self.render_pending();
+        if self.total == 0 && self.resolved == 0 {
+            return out;
+        }
+        out.push_str(&self.render_classes());
         // Writing to a String cannot fail.
+        let _ = writeln!(out, "leased by a redrive run: {}", self.leased);
+        let _ = writeln!(out, "resolved, kept until purged: {}", self.resolved);
+        out.push_str(&self.render_reasons(top));
+        out
+    }
+
+    /// The first lines of the report: how many are pending, and the oldest first failure.
+    pub fn render_pending(&self) -> String {
+        let mut out = String::new();
         let _ = writeln!(out, "pending: {}", self.total);
         match &self.oldest {
             Some(oldest) => {
@@ -116,15 +134,22 @@ impl Stats {
                 let _ = writeln!(out, "oldest first failure: -");
             }
         }
-        if self.total == 0 && self.resolved == 0 {
-            return out;
-        }
-        let _ = writeln!(out, "by class:");
+        out
+    }
+
+    /// The letters by class.
+    pub fn render_classes(&self) -> String {
+        let mut out = String::from("by class:\n");
         for (class, n) in &self.by_class {
             let _ = writeln!(out, "  {n:>7}  {class}");
         }
-        let _ = writeln!(out, "leased by a redrive run: {}", self.leased);
-        let _ = writeln!(out, "resolved, kept until purged: {}", self.resolved);
+        out
+    }
+
+    /// At most `top` reasons, most frequent first, and how many letters the others hold; empty
+    /// when the reasons were not counted.
+    pub fn render_reasons(&self, top: usize) -> String {
+        let mut out = String::new();
         let Some(reasons) = &self.reasons else {
             return out;
         };

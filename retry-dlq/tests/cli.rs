@@ -2275,3 +2275,23 @@ fn redrive_keeps_no_url_credentials_and_no_receiver_body() {
         "the userinfo is sent as Basic authentication: {authorizations:?}"
     );
 }
+
+#[cfg(not(feature = "amqp"))]
+#[test]
+fn a_brokers_queue_needs_the_amqp_feature() {
+    let output = retry_dlq()
+        .args([
+            "--queue",
+            "orders.dlq",
+            "--amqp",
+            "amqp://127.0.0.1:9/%2f",
+            "stats",
+        ])
+        .serial_output();
+    assert_status(&output, 2);
+    assert!(
+        stderr(&output).contains("built without RabbitMQ support (cargo feature `amqp`)"),
+        "{}",
+        stderr(&output)
+    );
+}
