@@ -771,3 +771,121 @@ async fn a_fenced_commit_done_commits_none_of_the_handlers_writes() {
     drop(client);
     schema.drop_all().await;
 }
+
+/// A call that knows its response (a queue consumer's handler answers nothing) claims with
+/// `claim_answered_in_transaction`: the new key's row is written `done` with the claim, once,
+/// and `commit_done` with that response writes it no more. Nothing else changes: a duplicate is
+/// in progress while the transaction is open, a rollback frees the key, another response at the
+/// commit is the one stored, and a claim that is not the transaction's commits nothing.
+#[tokio::test]
+async fn an_answered_claim_writes_its_row_once_and_keeps_every_rule() {
+    let (schema, store, client) = setup("in_tx_answered", 1).await;
+    record_writers(&client).await;
+    let hour = Duration::from_secs(3_600);
+    let inbox_writes = async || -> i64 {
+        client
+            .query_one("SELECT count(*) FROM writers WHERE what = 'inbox_log'", &[])
+            .await
+            .unwrap()
+            .get(0)
+    };
+
+    let call = claimed_in(
+        store
+            .claim_answered_in_transaction(&request("ans", hour), "null")
+            .await,
+    );
+    assert!(call.in_transaction);
+    write_effect(&call.transaction, 1).await;
+    assert!(matches!(
+        store.claim_in_transaction(&request("ans", hour)).await,
+        Ok(TransactionClaim::Refused(ClaimOutcome::InProgress))
+    ));
+    store
+        .commit_done(call.transaction, &call.claim, "null")
+        .await
+        .unwrap();
+    assert_eq!(
+        inbox_writes().await,
+        1,
+        "the row written once: the claim, done"
+    );
+    assert_eq!(writer_transactions(&client).await, 1, "one commit");
+    assert_eq!(
+        store.claim(&request("ans", hour)).await.unwrap(),
+        ClaimOutcome::Done("null".into())
+    );
+    assert_eq!(effects(&client).await, 1);
+
+    // Rolled back: nothing of it, and the key is free (a first claim again).
+    let call = claimed_in(
+        store
+            .claim_answered_in_transaction(&request("back", hour), "null")
+            .await,
+    );
+    write_effect(&call.transaction, 2).await;
+    store.rollback(call.transaction).await.unwrap();
+    let again = claimed_in(store.claim_in_transaction(&request("back", hour)).await);
+    assert_eq!(again.claim.token, 1);
+    store.rollback(again.transaction).await.unwrap();
+    assert_eq!(effects(&client).await, 1);
+
+    // Another response at the commit is the one stored.
+    let call = claimed_in(
+        store
+            .claim_answered_in_transaction(&request("other", hour), "null")
+            .await,
+    );
+    store
+        .commit_done(call.transaction, &call.claim, "7")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(&request("other", hour)).await.unwrap(),
+        ClaimOutcome::Done("7".into())
+    );
+
+    // A claim that is not the transaction's: fenced, and nothing committed.
+    let call = claimed_in(
+        store
+            .claim_answered_in_transaction(&request("fenced", hour), "null")
+            .await,
+    );
+    write_effect(&call.transaction, 3).await;
+    let stale = Claim {
+        key: call.claim.key.clone(),
+        token: call.claim.token + 1,
+    };
+    assert!(matches!(
+        store.commit_done(call.transaction, &stale, "null").await,
+        Err(StoreError::Fenced)
+    ));
+    assert_eq!(effects(&client).await, 1, "the write was committed");
+    let free = claimed_in(store.claim_in_transaction(&request("fenced", hour)).await);
+    assert_eq!(free.claim.token, 1, "nothing of the call was committed");
+    store.rollback(free.transaction).await.unwrap();
+
+    // A key that has a row already is claimed in progress, as `claim_in_transaction` does.
+    let leased = claimed(
+        store
+            .claim(&request("leased", Duration::from_millis(1)))
+            .await,
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let call = claimed_in(
+        store
+            .claim_answered_in_transaction(&request("leased", hour), "null")
+            .await,
+    );
+    assert!(call.claim.token > leased.token, "taken over");
+    store
+        .commit_done(call.transaction, &call.claim, "null")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(&request("leased", hour)).await.unwrap(),
+        ClaimOutcome::Done("null".into())
+    );
+    drop(client);
+    schema.drop_all().await;
+}

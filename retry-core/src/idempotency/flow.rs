@@ -320,8 +320,59 @@ pub async fn begin_transactional<'s, S: TransactionalStore + ?Sized>(
     store: &'s S,
     call: &Settings,
 ) -> Result<BegunTransaction<'s, S>, IdempotencyError> {
+    begin_transactional_in(store, call, None).await
+}
+
+/// [`begin_transactional`] for a call that knows its response before it runs (a queue
+/// consumer's handler answers nothing: `"null"`), through
+/// [`TransactionalStore::claim_answered_in_transaction`]: a store may write the key `done`
+/// with the claim, so that [`finish_transactional`] with that response only commits. Nothing
+/// else changes: a call that fails, is dropped or dies rolls back, and the key is free.
+///
+/// ```
+/// use retry_core::idempotency::{
+///     begin_transactional_answered, finish_transactional, BegunTransaction, IdempotencyError,
+///     Settings, TransactionalStore,
+/// };
+///
+/// /// Books `key` at most once; its success answers nothing.
+/// async fn book<S: TransactionalStore>(store: &S, key: &str) -> Result<(), IdempotencyError> {
+///     let call = Settings::new(key, "book");
+///     match begin_transactional_answered(store, &call, "null").await? {
+///         BegunTransaction::Stored(_) => Ok(()), // booked before
+///         BegunTransaction::Claimed(held, transaction) => {
+///             // ... the booking, through `transaction` ...
+///             finish_transactional(held, transaction, &call, Ok(())).await
+///         }
+///     }
+/// }
+/// ```
+pub async fn begin_transactional_answered<'s, S: TransactionalStore + ?Sized>(
+    store: &'s S,
+    call: &Settings,
+    response: &str,
+) -> Result<BegunTransaction<'s, S>, IdempotencyError> {
+    begin_transactional_in(store, call, Some(response)).await
+}
+
+async fn begin_transactional_in<'s, S: TransactionalStore + ?Sized>(
+    store: &'s S,
+    call: &Settings,
+    response: Option<&str>,
+) -> Result<BegunTransaction<'s, S>, IdempotencyError> {
     let request = claim_request(store, call)?;
-    match bounded(store, "claim", store.claim_in_transaction(&request)).await {
+    let claimed = match response {
+        Some(response) => {
+            bounded(
+                store,
+                "claim",
+                store.claim_answered_in_transaction(&request, response),
+            )
+            .await
+        }
+        None => bounded(store, "claim", store.claim_in_transaction(&request)).await,
+    };
+    match claimed {
         Ok(TransactionClaim::Claimed(claimed)) => {
             let mut held = HeldClaim::new(
                 store,

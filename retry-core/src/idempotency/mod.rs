@@ -56,7 +56,7 @@ use std::time::Duration;
 pub use error::{IdempotencyError, StoreError};
 pub use flow::{
     Begun, BegunTransaction, Idempotent, Once, Retries, Settings, begin_call, begin_transactional,
-    finish_transactional,
+    begin_transactional_answered, finish_transactional,
 };
 pub use held::{HeldClaim, current, current_key};
 pub(crate) use key::digest;
@@ -515,6 +515,26 @@ pub trait TransactionalStore: IdempotencyStore {
         }
     }
 
+    /// [`claim_in_transaction`](Self::claim_in_transaction) for a call that knows its response
+    /// before it runs (a queue consumer's handler, whose success answers nothing): the store
+    /// may write the key `done` with `response` at once, with the claim, inside the
+    /// transaction, so that [`commit_done`](Self::commit_done) with that same response only
+    /// commits: one write of the key's row instead of two. Nobody else can tell: a claim taken
+    /// in the transaction exists only there until it commits (a duplicate is told the call is
+    /// in progress), and a rollback, a dropped transaction or a killed process removes the row,
+    /// done or not. `commit_done` with another response still stores that one.
+    ///
+    /// `PgStore` writes a new key this way; the default (and any other key) is
+    /// `claim_in_transaction`.
+    fn claim_answered_in_transaction(
+        &self,
+        request: &ClaimRequest<'_>,
+        response: &str,
+    ) -> impl Future<Output = Result<TransactionClaim<Self::Transaction>, StoreError>> + Send {
+        let _ = response;
+        self.claim_in_transaction(request)
+    }
+
     /// Writes `response` and `done` for `claim` in `transaction` and commits it, if the claim's
     /// token still holds; otherwise rolls back and returns [`StoreError::Fenced`].
     fn commit_done(
@@ -652,6 +672,13 @@ impl<S: TransactionalStore + ?Sized> TransactionalStore for &S {
     ) -> impl Future<Output = Result<TransactionClaim<Self::Transaction>, StoreError>> + Send {
         (**self).claim_in_transaction(request)
     }
+    fn claim_answered_in_transaction(
+        &self,
+        request: &ClaimRequest<'_>,
+        response: &str,
+    ) -> impl Future<Output = Result<TransactionClaim<Self::Transaction>, StoreError>> + Send {
+        (**self).claim_answered_in_transaction(request, response)
+    }
     fn commit_done(
         &self,
         transaction: Self::Transaction,
@@ -687,6 +714,13 @@ impl<S: TransactionalStore + ?Sized> TransactionalStore for std::sync::Arc<S> {
         request: &ClaimRequest<'_>,
     ) -> impl Future<Output = Result<TransactionClaim<Self::Transaction>, StoreError>> + Send {
         (**self).claim_in_transaction(request)
+    }
+    fn claim_answered_in_transaction(
+        &self,
+        request: &ClaimRequest<'_>,
+        response: &str,
+    ) -> impl Future<Output = Result<TransactionClaim<Self::Transaction>, StoreError>> + Send {
+        (**self).claim_answered_in_transaction(request, response)
     }
     fn commit_done(
         &self,

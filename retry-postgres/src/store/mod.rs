@@ -61,6 +61,12 @@
 //!   A transaction that ends any other way than a successful `COMMIT` or `ROLLBACK` through the
 //!   store (dropped, cancelled, failed) never goes back to the pool: its connection is detached
 //!   and closed, and the server rolls back.
+//! - A call that knows its response before it runs (`claim_answered_in_transaction`: a queue
+//!   consumer's handler answers nothing) has a new key's row inserted `done` with that
+//!   response, in the transaction; its commit then writes nothing more (a check by primary key
+//!   that the row is the claim's and the transaction the one begun goes out with the `COMMIT`).
+//!   The row is the transaction's until it commits, so nobody can tell it from a claim in
+//!   progress, and a rollback removes it.
 
 // `key_lock!()`: the advisory lock number of the claim whose key is `$1`, held by the
 // connection of the transaction that holds the claim (`begin_for`). Hashed with a seed of our

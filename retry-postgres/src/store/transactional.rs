@@ -36,11 +36,22 @@ const BEGIN_CLAIM: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 // finished: `count(*)` of the updated rows is 0, division_by_zero). Neither branch is a
 // constant, so the planner cannot raise it while preparing. `$1` response, `$2` key, `$3`
 // token, `$4` the transaction's id.
-const COMMIT_DONE: &str = "WITH u AS (UPDATE inbox_log SET status = 'done', response = $1 \
-     WHERE msg_id = $2 AND token = $3 AND status = 'in_progress' AND txid_current() = $4 \
-     RETURNING 1) \
-     SELECT CASE WHEN txid_current() = $4 THEN 1 / (SELECT count(*)::int FROM u) \
-     ELSE ('not the transaction begun for the handler: ' || txid_current())::int END";
+macro_rules! commit_done {
+    ($status:literal) => {
+        concat!(
+            "WITH u AS (UPDATE inbox_log SET status = 'done', response = $1 \
+             WHERE msg_id = $2 AND token = $3 AND status = ",
+            $status,
+            " AND txid_current() = $4 RETURNING 1) \
+             SELECT CASE WHEN txid_current() = $4 THEN 1 / (SELECT count(*)::int FROM u) \
+             ELSE ('not the transaction begun for the handler: ' || txid_current())::int END"
+        )
+    };
+}
+const COMMIT_DONE: &str = commit_done!("'in_progress'");
+// `COMMIT_DONE` of a claim whose row this transaction wrote `done` with another response
+// (`claim_answered_in_transaction`): the row is `done` already, under the claim's token.
+const COMMIT_ANSWERED_OTHERWISE: &str = commit_done!("'done'");
 // `begin_for`: the connection takes the key's advisory lock (session level: it outlives the
 // `BEGIN`s and `COMMIT`s, and the server drops it with the connection), then marks the claim's
 // row as held by a transaction, in autocommit (so the mark is there for everyone even if this
@@ -49,6 +60,15 @@ const COMMIT_DONE: &str = "WITH u AS (UPDATE inbox_log SET status = 'done', resp
 // `claim::decide`). The lock is given back once the transaction ended, before the connection
 // goes back to the pool. `$1` key, `$2` token.
 const LOCK_KEY: &str = concat!("SELECT pg_advisory_lock(", key_lock!(), ")");
+// `commit_done` of a claim whose row was written `done` with the same response
+// (`claim_answered_in_transaction`): nothing to write, but like `COMMIT_DONE` it goes out with
+// the `COMMIT` and fails on purpose, with the same two SQLSTATEs, when the handler's SQL ended
+// the transaction `BEGIN` opened, or when the row is not `done` under the claim's token (a claim
+// that is not this transaction's), so that `COMMIT` commits nothing else. A read of the row by
+// its primary key, no write. `$1` key, `$2` token, `$3` the transaction's id.
+const COMMIT_ANSWERED: &str = "SELECT CASE WHEN txid_current() = $3 THEN 1 / (SELECT count(*)::int \
+     FROM inbox_log WHERE msg_id = $1 AND token = $2 AND status = 'done') \
+     ELSE ('not the transaction begun for the handler: ' || txid_current())::int END";
 const UNLOCK_KEY: &str = concat!("SELECT pg_advisory_unlock(", key_lock!(), ")");
 const HOLD: &str = "UPDATE inbox_log SET in_transaction = true \
      WHERE msg_id = $1 AND token = $2 AND status = 'in_progress'";
@@ -146,6 +166,9 @@ pub struct PgTransaction {
     /// The transaction's id (`txid_current()`): read with `BEGIN`, or by the claim statement of
     /// `claim_in_transaction`, the first one in the transaction.
     txid: i64,
+    /// The response the claim's row was written `done` with, in this transaction
+    /// (`claim_answered_in_transaction`, a new key): `commit_done` with it only commits.
+    answered: Option<String>,
     server: Arc<str>,
 }
 
@@ -259,6 +282,7 @@ impl PgStore {
             conn: Some(conn),
             holds,
             txid: 0,
+            answered: None,
             server: Arc::clone(&self.db.server),
         }
     }
@@ -402,34 +426,21 @@ impl TransactionalStore for PgStore {
         &self,
         request: &ClaimRequest<'_>,
     ) -> Result<TransactionClaim<PgTransaction>, StoreError> {
-        let conn = self.db.get().await.map_err(StoreError::Unavailable)?;
-        let mut tx = self.wrap(conn, None);
-        let clock = self.clock.as_deref();
-        // `BEGIN` and the claim go out together, one round trip: tokio-postgres sends requests
-        // in the order they are first polled (`both` polls `BEGIN` first), and the server runs
-        // them in that order, so the claim runs inside the transaction. On an error `tx` is
-        // dropped: its connection closes and the server rolls back. (Were `BEGIN` to fail and
-        // the claim not, the claim would have committed on its own: in progress until its
-        // lease ends, never run twice.)
-        let (begun, claimed) = both(
-            tx.client().batch_execute(BEGIN_CLAIM),
-            claim::claim_in_transaction(tx.pooled(), clock, request),
-        )
-        .await;
-        begun.map_err(|e| self.error(e))?;
-        let (outcome, txid) = claimed.map_err(|e| self.db.fail(e, StoreError::Unavailable))?;
-        tx.txid = txid;
-        match outcome {
-            ClaimOutcome::Claimed(claim) => Ok(TransactionClaim::Claimed(ClaimedTransaction {
-                claim,
-                transaction: tx,
-                in_transaction: true,
-            })),
-            refused => {
-                self.rollback(tx).await?;
-                Ok(TransactionClaim::Refused(refused))
-            }
-        }
+        self.claim_in(request, None).await
+    }
+
+    /// [`claim_in_transaction`](TransactionalStore::claim_in_transaction), a new key's row
+    /// written `done` with `response` in the same statement (token, lease and retention as a
+    /// claim's): [`commit_done`](TransactionalStore::commit_done) with that response then only
+    /// checks the transaction is the one begun and commits, in the same round trip; with
+    /// another response it writes that one as usual. Any other key (a row there already) is
+    /// claimed in progress, as `claim_in_transaction` claims it.
+    async fn claim_answered_in_transaction(
+        &self,
+        request: &ClaimRequest<'_>,
+        response: &str,
+    ) -> Result<TransactionClaim<PgTransaction>, StoreError> {
+        self.claim_in(request, Some(response)).await
     }
 
     /// In `transaction`: `UPDATE inbox_log SET status = 'done', response = $1` for the claim's
@@ -444,6 +455,11 @@ impl TransactionalStore for PgStore {
     /// rolls back, unless the `COMMIT` had already reached it. An error from the `COMMIT`
     /// itself (the connection lost at that moment) leaves the outcome unknown: the next claim
     /// of the key tells (`Done`, or `InProgress` until the lease runs out).
+    ///
+    /// A claim whose row was written `done` with this same response
+    /// ([`claim_answered_in_transaction`](TransactionalStore::claim_answered_in_transaction))
+    /// has nothing left to write: only the check that the transaction is still the one begun
+    /// for the handler goes out with the `COMMIT`.
     ///
     /// # Errors
     /// [`StoreError::Fenced`] as above; [`StoreError::Unavailable`] if the transaction belongs to
@@ -507,10 +523,18 @@ impl TransactionalStore for PgStore {
         }
         let token = i64::try_from(claim.token).unwrap_or(i64::MAX);
         let client = tx.pooled();
+        // The row written `done` with this response when it was claimed: only the check that
+        // this is still the transaction begun for the handler.
+        let answered = tx.answered.as_deref() == Some(response);
         // Prepared first, on its own: a `Parse` still on its way must not let the `COMMIT`
         // go out before the update.
+        let sql = match &tx.answered {
+            Some(_) if answered => COMMIT_ANSWERED,
+            Some(_) => COMMIT_ANSWERED_OTHERWISE,
+            None => COMMIT_DONE,
+        };
         let statement = client
-            .prepare_cached(COMMIT_DONE)
+            .prepare_cached(sql)
             .await
             .map_err(|e| self.error(e))?;
         // The first poll sends the update (tokio-postgres queues a request when it is first
@@ -522,7 +546,8 @@ impl TransactionalStore for PgStore {
         // `Err`: the update's error, and the `COMMIT`'s answer if one was sent.
         let sent = {
             let params: [&(dyn ToSql + Sync); 4] = [&response, &claim.key, &token, &tx.txid];
-            let mut update = pin!(client.execute(&statement, &params));
+            let params = if answered { &params[1..] } else { &params[..] };
+            let mut update = pin!(client.execute(&statement, params));
             match poll_once(update.as_mut()).await {
                 None => match both(update, client.batch_execute("COMMIT")).await {
                     (Ok(_), committed) => Ok(committed),
@@ -632,4 +657,44 @@ async fn poll_once<F: Future + Unpin>(mut future: F) -> Option<F::Output> {
         Poll::Pending => Poll::Ready(None),
     })
     .await
+}
+
+impl PgStore {
+    /// `claim_in_transaction`, and with `answered` a new key written `done` with it.
+    async fn claim_in(
+        &self,
+        request: &ClaimRequest<'_>,
+        answered: Option<&str>,
+    ) -> Result<TransactionClaim<PgTransaction>, StoreError> {
+        let conn = self.db.get().await.map_err(StoreError::Unavailable)?;
+        let mut tx = self.wrap(conn, None);
+        let clock = self.clock.as_deref();
+        // `BEGIN` and the claim go out together, one round trip: tokio-postgres sends requests
+        // in the order they are first polled (`both` polls `BEGIN` first), and the server runs
+        // them in that order, so the claim runs inside the transaction. On an error `tx` is
+        // dropped: its connection closes and the server rolls back. (Were `BEGIN` to fail and
+        // the claim not, the claim would have committed on its own: in progress until its
+        // lease ends, never run twice.)
+        let (begun, claimed) = both(
+            tx.client().batch_execute(BEGIN_CLAIM),
+            claim::claim_in_transaction(tx.pooled(), clock, request, answered),
+        )
+        .await;
+        begun.map_err(|e| self.error(e))?;
+        let (outcome, txid, written) =
+            claimed.map_err(|e| self.db.fail(e, StoreError::Unavailable))?;
+        tx.txid = txid;
+        tx.answered = answered.filter(|_| written).map(str::to_owned);
+        match outcome {
+            ClaimOutcome::Claimed(claim) => Ok(TransactionClaim::Claimed(ClaimedTransaction {
+                claim,
+                transaction: tx,
+                in_transaction: true,
+            })),
+            refused => {
+                self.rollback(tx).await?;
+                Ok(TransactionClaim::Refused(refused))
+            }
+        }
+    }
 }

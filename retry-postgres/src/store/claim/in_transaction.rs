@@ -41,9 +41,22 @@ const TRY_INSERT: &str = concat!(
     ") ON CONFLICT (msg_id) DO NOTHING RETURNING txid_current()"
 );
 
+/// [`TRY_INSERT`] for a call that knows its response (`claim_answered_in_transaction`): the
+/// new key's row is written `done` with the response `$7` at once, in the transaction, so the
+/// commit need not write it again. Nobody sees the difference: the row is the transaction's
+/// until it commits, and goes with its rollback.
+const TRY_INSERT_DONE: &str = concat!(
+    claim_row!(@as "'done', $7"; now_table!("4")),
+    " WHERE pg_try_advisory_xact_lock(",
+    key_lock!(),
+    ") ON CONFLICT (msg_id) DO NOTHING RETURNING txid_current()"
+);
+
 /// The claim inside the handler's transaction, open on `client` (`BEGIN` already run): the
-/// claim, or what the key holds (the caller then rolls back), and the transaction's id. A new
-/// key takes one statement ([`TRY_INSERT`]), any other two.
+/// claim, or what the key holds (the caller then rolls back), the transaction's id, and
+/// whether the key's row was written `done` with `answered` (a new key, when the call knows
+/// its response). A new key takes one statement ([`TRY_INSERT`] or [`TRY_INSERT_DONE`]), any
+/// other two, and is left in progress for the commit to finish.
 ///
 /// - The lock not granted: a live transaction holds the key right now (another call's claim
 ///   in its transaction, or a transaction of the old `begin_for` path, whose connection holds
@@ -57,13 +70,27 @@ pub(in crate::store) async fn claim_in_transaction(
     client: &impl GenericClient,
     clock: Option<&dyn Clock>,
     request: &ClaimRequest<'_>,
-) -> Result<(ClaimOutcome, i64), Fail> {
+    answered: Option<&str>,
+) -> Result<(ClaimOutcome, i64, bool), Fail> {
     let params = InsertParams::new(clock, request);
-    let first = client.prepare_cached(TRY_INSERT).await?;
-    if let Some(row) = client.query_opt(&first, &params.list()).await? {
+    let first = match answered {
+        Some(response) => {
+            let statement = client.prepare_cached(TRY_INSERT_DONE).await?;
+            let [a, b, c, d, e, f] = params.list();
+            client
+                .query_opt(&statement, &[a, b, c, d, e, f, &response])
+                .await?
+        }
+        None => {
+            let statement = client.prepare_cached(TRY_INSERT).await?;
+            client.query_opt(&statement, &params.list()).await?
+        }
+    };
+    if let Some(row) = first {
         return Ok((
             ClaimOutcome::Claimed(Claim::first(request.key)),
             row.try_get(0)?,
+            answered.is_some(),
         ));
     }
     let statement = client.prepare_cached(LOCK_AND_INSERT).await?;
@@ -72,6 +99,7 @@ pub(in crate::store) async fn claim_in_transaction(
     Ok((
         decide_in_transaction(client, clock, request, &row).await?,
         txid,
+        false,
     ))
 }
 

@@ -89,20 +89,26 @@ macro_rules! later {
 
 // `claim_row!("source")`: the claim's insert, token 1, its row made from `t.ts` (the time it
 // decides at) of the rest of the `FROM` clause, `source`. `$1` key, `$2` biz_key, `$3`
-// fingerprint, `$5` lease, `$6` retention. [`INSERT_CLAIM`] and the two statements of
-// `in_transaction` insert the same row.
+// fingerprint, `$5` lease, `$6` retention. [`INSERT_CLAIM`] and the statements of
+// `in_transaction` insert the same row; `claim_row!(@as "'done', $7"; "source")` the same row
+// with another status and response.
 macro_rules! claim_row {
-    ($($from:tt)+) => {
+    (@as $state:literal; $($from:tt)+) => {
         concat!(
             "INSERT INTO inbox_log \
              (msg_id, biz_key, status, response, created_at, fingerprint, token, lease_until, expires_at) \
-             SELECT $1, $2, 'in_progress', NULL, t.ts, $3, 1, ",
+             SELECT $1, $2, ",
+            $state,
+            ", t.ts, $3, 1, ",
             later!("t.ts", "5"),
             ", ",
             later!("t.ts", "6"),
             " FROM ",
             $($from)+
         )
+    };
+    ($($from:tt)+) => {
+        claim_row!(@as "'in_progress', NULL"; $($from)+)
     };
 }
 
