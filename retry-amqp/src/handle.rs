@@ -1,7 +1,7 @@
 //! One delivery: its key claimed, the handler run under the policy, the outcome stored, or a
 //! letter parked on give-up. Every decision is retry-core's: the retry state machine
 //! (`Policy::retry`), the letter (`run_with_dlq`), the claim and its settling
-//! (`idempotency::begin_call` / `begin_transactional`).
+//! (`idempotency::begin_call` / `begin_transactional_answered`).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -16,7 +16,7 @@ use lapin::Channel;
 use retry_core::dlq::{DlqFailed, FailureClass};
 use retry_core::idempotency::{
     Begun, BegunTransaction, HeldClaim, IdempotencyError, IdempotencyStore, OnErr, Settings,
-    TransactionalStore, begin_call, begin_transactional, encode_namespaced_key,
+    TransactionalStore, begin_call, begin_transactional_answered, encode_namespaced_key,
     finish_transactional,
 };
 use retry_core::{Classify, Decision, Policy};
@@ -27,6 +27,9 @@ use crate::metrics::Counters;
 
 /// A boxed, sendable future: what a transactional handler returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a handled delivery's key stores: the handler's `Ok(())`, as JSON.
+const UNIT_RESPONSE: &str = "null";
 
 /// The name of the consumer's retries in retry-core's events and metrics (`function`).
 pub const RETRY_NAME: &str = "retry_amqp::consume";
@@ -223,7 +226,7 @@ where
             if let Some(claim) = held.into_inner() {
                 match &result {
                     Ok(_) => {
-                        if let Err(e) = claim.complete("null").await {
+                        if let Err(e) = claim.complete(UNIT_RESPONSE).await {
                             tracing::error!(target: "retry_amqp", queue = %self.keys.queue, msg_id, error = %retry_core::error_chain(&e), "handled, but the key could not be marked done: a redelivery after the lease would run the handler again");
                         }
                     }
@@ -282,7 +285,9 @@ where
                     let Some((_, call)) = settings_ref else {
                         return Err(DeliveryError::<E>::NoKey);
                     };
-                    match begin_transactional(store, call).await {
+                    // The handler answers nothing, so the key's row can be written `done`
+                    // with the claim, in the transaction (one write of it, not two).
+                    match begin_transactional_answered(store, call, UNIT_RESPONSE).await {
                         Ok(BegunTransaction::Stored(_)) => Ok(Done::Replayed),
                         Ok(BegunTransaction::Claimed(held, mut transaction)) => {
                             let outcome = held
