@@ -865,6 +865,35 @@ async fn an_answered_claim_writes_its_row_once_and_keeps_every_rule() {
     assert_eq!(free.claim.token, 1, "nothing of the call was committed");
     store.rollback(free.transaction).await.unwrap();
 
+    // A handler that ends the transaction itself: the commit says so. Its own commit stands,
+    // and with it the key's row, done, with its writes: never run twice.
+    let call = claimed_in(
+        store
+            .claim_answered_in_transaction(&request("ended", hour), "null")
+            .await,
+    );
+    write_effect(&call.transaction, 4).await;
+    call.transaction
+        .client()
+        .batch_execute("COMMIT; BEGIN")
+        .await
+        .unwrap();
+    let error = store
+        .commit_done(call.transaction, &call.claim, "null")
+        .await
+        .unwrap_err();
+    assert!(
+        retry_core::error_chain(&error)
+            .to_string()
+            .contains("ended the transaction"),
+        "{error}"
+    );
+    assert_eq!(effects(&client).await, 2);
+    assert_eq!(
+        store.claim(&request("ended", hour)).await.unwrap(),
+        ClaimOutcome::Done("null".into())
+    );
+
     // A key that has a row already is claimed in progress, as `claim_in_transaction` does.
     let leased = claimed(
         store

@@ -63,8 +63,8 @@
 //!   and closed, and the server rolls back.
 //! - A call that knows its response before it runs (`claim_answered_in_transaction`: a queue
 //!   consumer's handler answers nothing) has a new key's row inserted `done` with that
-//!   response, in the transaction; its commit then writes nothing more (a check by primary key
-//!   that the row is the claim's and the transaction the one begun goes out with the `COMMIT`).
+//!   response, in the transaction; its commit then writes nothing more (only the check that
+//!   the transaction is the one begun goes out with the `COMMIT`).
 //!   The row is the transaction's until it commits, so nobody can tell it from a claim in
 //!   progress, and a rollback removes it.
 

@@ -60,14 +60,13 @@ const COMMIT_ANSWERED_OTHERWISE: &str = commit_done!("'done'");
 // `claim::decide`). The lock is given back once the transaction ended, before the connection
 // goes back to the pool. `$1` key, `$2` token.
 const LOCK_KEY: &str = concat!("SELECT pg_advisory_lock(", key_lock!(), ")");
-// `commit_done` of a claim whose row was written `done` with the same response
+// `commit_done` of the claim whose row this transaction wrote `done` with the same response
 // (`claim_answered_in_transaction`): nothing to write, but like `COMMIT_DONE` it goes out with
-// the `COMMIT` and fails on purpose, with the same two SQLSTATEs, when the handler's SQL ended
-// the transaction `BEGIN` opened, or when the row is not `done` under the claim's token (a claim
-// that is not this transaction's), so that `COMMIT` commits nothing else. A read of the row by
-// its primary key, no write. `$1` key, `$2` token, `$3` the transaction's id.
-const COMMIT_ANSWERED: &str = "SELECT CASE WHEN txid_current() = $3 THEN 1 / (SELECT count(*)::int \
-     FROM inbox_log WHERE msg_id = $1 AND token = $2 AND status = 'done') \
+// the `COMMIT` and fails on purpose (invalid_text_representation) when the handler's SQL ended
+// the transaction `BEGIN` opened, so that `COMMIT` commits nothing else. No table is read: the
+// row is the one this transaction inserted (its key and token 1 are checked before). `$1` the
+// transaction's id.
+const COMMIT_ANSWERED: &str = "SELECT CASE WHEN txid_current() = $1 THEN 1 \
      ELSE ('not the transaction begun for the handler: ' || txid_current())::int END";
 const UNLOCK_KEY: &str = concat!("SELECT pg_advisory_unlock(", key_lock!(), ")");
 const HOLD: &str = "UPDATE inbox_log SET in_transaction = true \
@@ -166,9 +165,10 @@ pub struct PgTransaction {
     /// The transaction's id (`txid_current()`): read with `BEGIN`, or by the claim statement of
     /// `claim_in_transaction`, the first one in the transaction.
     txid: i64,
-    /// The response the claim's row was written `done` with, in this transaction
-    /// (`claim_answered_in_transaction`, a new key): `commit_done` with it only commits.
-    answered: Option<String>,
+    /// The key this transaction inserted `done`, and the response it was written with
+    /// (`claim_answered_in_transaction`, a new key): `commit_done` of that claim with that
+    /// response only commits.
+    answered: Option<(String, String)>,
     server: Arc<str>,
 }
 
@@ -525,7 +525,9 @@ impl TransactionalStore for PgStore {
         let client = tx.pooled();
         // The row written `done` with this response when it was claimed: only the check that
         // this is still the transaction begun for the handler.
-        let answered = tx.answered.as_deref() == Some(response);
+        let answered = tx.answered.as_ref().is_some_and(|(key, written)| {
+            *key == claim.key && claim.token == 1 && written == response
+        });
         // Prepared first, on its own: a `Parse` still on its way must not let the `COMMIT`
         // go out before the update.
         let sql = match &tx.answered {
@@ -546,7 +548,7 @@ impl TransactionalStore for PgStore {
         // `Err`: the update's error, and the `COMMIT`'s answer if one was sent.
         let sent = {
             let params: [&(dyn ToSql + Sync); 4] = [&response, &claim.key, &token, &tx.txid];
-            let params = if answered { &params[1..] } else { &params[..] };
+            let params = if answered { &params[3..] } else { &params[..] };
             let mut update = pin!(client.execute(&statement, params));
             match poll_once(update.as_mut()).await {
                 None => match both(update, client.batch_execute("COMMIT")).await {
@@ -684,7 +686,9 @@ impl PgStore {
         let (outcome, txid, written) =
             claimed.map_err(|e| self.db.fail(e, StoreError::Unavailable))?;
         tx.txid = txid;
-        tx.answered = answered.filter(|_| written).map(str::to_owned);
+        tx.answered = answered
+            .filter(|_| written)
+            .map(|response| (request.key.to_owned(), response.to_owned()));
         match outcome {
             ClaimOutcome::Claimed(claim) => Ok(TransactionClaim::Claimed(ClaimedTransaction {
                 claim,
