@@ -60,7 +60,10 @@ A broker's dead-letter queue (retry-amqp; cargo feature `amqp`):
   The broker keeps no record of a run: redrive writes the run and one audit row per letter
   (before the send, completed after) to the SQLite file --audit-sqlite PATH (created if missing;
   env RETRY_DLQ_AUDIT_SQLITE), which `audit` reads. ack is refused: a letter leaves the queue
-  by a redrive (or by the broker's own tools), and nothing records a resolution there.";
+  by a redrive (or by the broker's own tools), and nothing records a resolution there.
+  RabbitMQ 4.0 to 4.2 count each letter given back as a delivery, and drop a quorum queue's
+  message past its delivery limit (20 by default): lift the dead-letter queue's limit there
+  (a policy with delivery-limit -1) before monitoring it.";
 
 const EXIT_HELP: &str = "\
 Exit status:
