@@ -60,6 +60,9 @@ pub mod names {
     /// Lease renewals that failed while a body ran; `reason` is `fenced` (the claim was taken
     /// over) or `unavailable` (the store did not answer).
     pub const RENEWAL_FAILURES: &str = "retry_core_idempotency_renewal_failures_total";
+    /// Steps of idempotent bodies run again in doubt: an earlier run of the key started them and
+    /// never journaled their end (a crash, a failed body resumed with `on_err = "resume"`).
+    pub const STEPS_IN_DOUBT: &str = "retry_core_idempotency_steps_in_doubt_total";
     /// Dead letters waiting.
     pub const DLQ_PENDING: &str = "retry_core_dlq_pending";
     /// Age in seconds of the oldest waiting dead letter's first failure.
@@ -96,6 +99,11 @@ pub(crate) fn duplicate_answered(function: &str) {
 #[cfg(feature = "idempotency")]
 pub(crate) fn fenced(function: &str) {
     ::metrics::counter!(names::FENCED, "function" => function.to_owned()).increment(1);
+}
+
+#[cfg(feature = "idempotency")]
+pub(crate) fn step_in_doubt(function: &str) {
+    ::metrics::counter!(names::STEPS_IN_DOUBT, "function" => function.to_owned()).increment(1);
 }
 
 #[cfg(feature = "idempotency")]

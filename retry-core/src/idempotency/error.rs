@@ -26,6 +26,18 @@ pub enum StoreError {
     /// A stored row cannot be read.
     #[error("idempotency store row is corrupt: {0}")]
     Corrupt(String),
+    /// The store does not offer what was asked of it: the default of an optional method of
+    /// [`IdempotencyStore`](super::IdempotencyStore), such as the step journal, that the store
+    /// did not implement. Names what is missing.
+    ///
+    /// ```
+    /// use retry_core::idempotency::StoreError;
+    ///
+    /// let error = StoreError::Unsupported("a step journal".into());
+    /// assert_eq!(error.to_string(), "the idempotency store does not keep a step journal");
+    /// ```
+    #[error("the idempotency store does not keep {0}")]
+    Unsupported(String),
 }
 
 /// Why an idempotent call did not run its body (or could not finish it). `E: From<Self>` lets
@@ -73,10 +85,69 @@ pub enum IdempotencyError {
     /// The response could not be serialised, or a stored one deserialised.
     #[error("idempotent response (de)serialisation failed: {0}")]
     Serde(String),
+    /// A step of the body ([`step`](super::step)) cannot be run as it was asked: see
+    /// [`StepError`]. Never a silent second run of the step.
+    #[error(transparent)]
+    Step(#[from] StepError),
     /// The store failed; the body did not run. Shows as the store's error itself (its message
     /// and its source), not as a layer of its own.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Why a step ([`step`](super::step)) refused to run or to answer: each is a mistake in the
+/// body or in what the journal holds, so a person looks, rather than the step running again.
+///
+/// ```
+/// use retry_core::idempotency::{IdempotencyError, StepError};
+///
+/// let error = IdempotencyError::from(StepError::LabelReused("charge".into()));
+/// assert_eq!(
+///     error.to_string(),
+///     "step `charge` ran twice in one run of the body; give each step its own label"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StepError {
+    /// `step` was called outside the body of an `#[idempotent]` function or an
+    /// `IdempotencyLayer` handler: there is no claim to journal it under.
+    #[error(
+        "`step` called outside an idempotent call: there is no claim to journal it under; call it from the body of an `#[idempotent]` function or an `IdempotencyLayer` handler"
+    )]
+    OutsideClaim,
+    /// The body called two steps with the same label in one run: the second would be answered
+    /// with the first one's output on a resend, so it is refused now.
+    #[error("step `{0}` ran twice in one run of the body; give each step its own label")]
+    LabelReused(String),
+    /// The journaled output of the step no longer deserialises into the step's type (the
+    /// code changed between the runs): the step's effect happened, so it is not run again.
+    #[error("the journaled output of step `{label}` does not deserialise: {error}")]
+    Undecodable {
+        /// The step's label.
+        label: String,
+        /// serde's error.
+        error: String,
+    },
+    /// The output of the step cannot be serialised, so it cannot be journaled (its effect
+    /// happened: the step answers this error, and a resend runs it again as in doubt).
+    #[error("the output of step `{label}` does not serialise: {error}")]
+    Unserializable {
+        /// The step's label.
+        label: String,
+        /// serde's error.
+        error: String,
+    },
+    /// The call's claim is held by its transaction (`#[idempotent(transaction = ..)]`, the
+    /// transactional `IdempotencyLayer`): the whole body already commits or rolls back as one,
+    /// so it has no steps to journal.
+    #[error(
+        "steps need a claim of its own: this call's body runs in one transaction, which already commits or rolls back as a whole"
+    )]
+    Transactional,
+    /// The body ended while the step was being journaled (the holder stopped serving it).
+    #[error("the call's claim was given up while step `{0}` was being journaled")]
+    Gone(String),
 }
 
 /// `": text"`, or nothing for an empty text: a kept failure without words adds no colon.

@@ -8,6 +8,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use super::operation_timeout::bounded;
+use super::recorder::{self, Recorder};
 use super::settle::{store_response, undo};
 use super::{Claim, IdempotencyStore, StoreError};
 use crate::metrics;
@@ -23,6 +24,16 @@ struct Current {
     /// `Settings::biz_key`: the client's `Idempotency-Key` under the layer, an `#[idempotent]`
     /// function's `biz_key`.
     given: Option<String>,
+    /// Where the body's steps are journaled; `None` for a claim its transaction holds.
+    recorder: Option<Recorder>,
+}
+
+/// The claim the body running in this task holds, and where its steps are journaled (see
+/// [`step`](super::step)): `None` outside an idempotent call.
+pub(super) fn current_steps() -> Option<(Claim, Option<Recorder>)> {
+    CURRENT
+        .try_with(|current| (current.claim.clone(), current.recorder.clone()))
+        .ok()
 }
 
 /// The claim of the `#[idempotent]` call whose body is running in this task, if any: its key
@@ -172,28 +183,43 @@ impl<'s, S: IdempotencyStore + ?Sized> HeldClaim<'s, S> {
         let Some(claim) = &self.claim else {
             return body.await;
         };
+        // A transactional body commits or rolls back as a whole: it has no steps to journal.
+        let (recorder, requests) = match self.transactional {
+            true => (None, None),
+            false => {
+                let (recorder, requests) = recorder::channel();
+                (Some(recorder), Some(requests))
+            }
+        };
         let current = Current {
             claim: claim.clone(),
             given: self.given.clone(),
+            recorder,
         };
         let mut body = pin!(CURRENT.scope(current, body));
         // Outside a Tokio runtime there is no timer to renew with.
-        if !self.renews || tokio::runtime::Handle::try_current().is_err() {
-            return body.await;
-        }
+        let mut renewing = self.renews && tokio::runtime::Handle::try_current().is_ok();
         let mut renewal = pin!(renew_while_running(
             self.store,
             claim,
             self.lease,
             &self.function
         ));
-        let mut renewing = true;
+        let mut serving = requests.is_some();
+        let mut steps = pin!(async {
+            if let Some(requests) = requests {
+                recorder::serve(self.store, claim, &self.function, requests).await;
+            }
+        });
         poll_fn(|cx| {
             if let Poll::Ready(output) = body.as_mut().poll(cx) {
                 return Poll::Ready(output);
             }
             if renewing && renewal.as_mut().poll(cx).is_ready() {
                 renewing = false;
+            }
+            if serving && steps.as_mut().poll(cx).is_ready() {
+                serving = false;
             }
             Poll::Pending
         })
@@ -218,7 +244,7 @@ impl<'s, S: IdempotencyStore + ?Sized> HeldClaim<'s, S> {
     /// releasing it here is then a no-op.
     pub async fn fail(mut self, on_err: super::OnErr, failure: &str) -> Result<(), StoreError> {
         match self.take() {
-            Some(_) if self.in_transaction && on_err == super::OnErr::Release => Ok(()),
+            Some(_) if self.in_transaction && on_err != super::OnErr::Keep => Ok(()),
             Some(claim) => undo(self.store, &claim, on_err, failure).await,
             None => Ok(()),
         }

@@ -4,7 +4,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use super::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, StoreError};
+use super::{
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, StepEntry, StepState, StepWrite,
+    StoreError,
+};
 use crate::loom_sync::{Mutex, MutexGuard};
 use crate::time::{Clock, SystemClock, later};
 
@@ -44,6 +47,9 @@ struct Row {
     token: u64,
     created_at: SystemTime,
     expires_at: SystemTime,
+    /// The step journal, in the order the steps first started: kept through releases and
+    /// takeovers, gone with the row.
+    steps: Vec<StepEntry>,
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +114,7 @@ impl MemoryStore {
                         token: 1,
                         created_at: now,
                         expires_at: later(now, request.retention),
+                        steps: Vec::new(),
                     },
                 );
                 return ClaimOutcome::Claimed(Claim::first(request.key));
@@ -124,6 +131,7 @@ impl MemoryStore {
                 token: row.token + 1,
                 created_at: now,
                 expires_at: later(now, request.retention),
+                steps: std::mem::take(&mut row.steps),
             };
             return ClaimOutcome::Claimed(Claim {
                 key: request.key.to_owned(),
@@ -252,6 +260,45 @@ impl IdempotencyStore for MemoryStore {
 
     fn abandon(&self, claim: Claim) -> bool {
         self.release_now(&claim).is_ok()
+    }
+
+    async fn read_steps(&self, claim: &Claim) -> Result<Vec<StepEntry>, StoreError> {
+        Ok(self
+            .rows()
+            .get(&claim.key)
+            .map(|row| row.steps.clone())
+            .unwrap_or_default())
+    }
+
+    async fn write_step(
+        &self,
+        claim: &Claim,
+        label: &str,
+        write: StepWrite<'_>,
+    ) -> Result<(), StoreError> {
+        let mut rows = self.rows();
+        let row = match rows.get_mut(&claim.key) {
+            Some(row)
+                if row.token == claim.token && matches!(row.status, Status::InProgress { .. }) =>
+            {
+                row
+            }
+            _ => return Err(StoreError::Fenced),
+        };
+        let state = match write {
+            StepWrite::Started => StepState::Started,
+            StepWrite::Finished(output) => StepState::Finished(output.to_owned()),
+        };
+        match row.steps.iter_mut().find(|entry| entry.label == label) {
+            None => row.steps.push(StepEntry {
+                label: label.to_owned(),
+                state,
+            }),
+            // A finished step stays finished.
+            Some(entry) if matches!(entry.state, StepState::Finished(_)) => {}
+            Some(entry) => entry.state = state,
+        }
+        Ok(())
     }
 
     async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {

@@ -44,21 +44,25 @@ pub mod conformance;
 mod error;
 pub(crate) mod flow;
 mod held;
+mod journal;
 mod key;
 mod memory;
 mod operation_timeout;
 mod purge;
+mod recorder;
 mod settle;
+mod step;
 
 use std::future::Future;
 use std::time::Duration;
 
-pub use error::{IdempotencyError, StoreError};
+pub use error::{IdempotencyError, StepError, StoreError};
 pub use flow::{
     Begun, BegunTransaction, Idempotent, Once, Retries, Settings, begin_call, begin_transactional,
     begin_transactional_answered, finish_transactional,
 };
 pub use held::{HeldClaim, current, current_key};
+pub use journal::{StepEntry, StepState, StepWrite};
 pub(crate) use key::digest;
 pub use key::{KeyPart, encode_key, encode_namespaced_key, encode_scoped_key};
 pub use memory::MemoryStore;
@@ -66,6 +70,7 @@ pub use memory::MemoryStore;
 pub(crate) use memory::OverMemory;
 pub use purge::spawn_purger;
 pub use settle::OnErr;
+pub use step::{Step, step, step_in_transaction};
 
 /// What a call asks of the store when it claims its key.
 #[derive(Debug, Clone, Copy)]
@@ -338,6 +343,82 @@ pub trait IdempotencyStore: Send + Sync {
         age: Duration,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
+    /// The step journal of `claim`'s key ([`step`]): every step a run of this key started or
+    /// finished, in any order, whichever run wrote it. Read once per run, at its first step.
+    ///
+    /// The journal lives with the key: it is kept when the key is released or taken over (a
+    /// later run must see every step that finished, whatever its token) and deleted with the
+    /// key's row by [`purge_older_than`](Self::purge_older_than).
+    ///
+    /// The default answers [`StoreError::Unsupported`]: a store without a journal runs bodies
+    /// without steps as before, and a body that calls [`step`] fails at its first step, before
+    /// the step runs. The built-in stores keep it (`MemoryStore` with the row, `SqliteStore` and
+    /// `PgStore` in a table `inbox_steps`); the conformance suite checks it.
+    ///
+    /// ```
+    /// use retry_core::idempotency::{
+    ///     ClaimOutcome, ClaimRequest, IdempotencyStore, MemoryStore, StepState, StepWrite,
+    /// };
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let store = MemoryStore::new();
+    /// let request = ClaimRequest {
+    ///     key: "order-7",
+    ///     biz_key: "order-7",
+    ///     fingerprint: None,
+    ///     lease: Duration::from_secs(30),
+    ///     retention: Duration::from_secs(86_400),
+    /// };
+    /// let ClaimOutcome::Claimed(claim) = store.claim(&request).await.unwrap() else { panic!() };
+    /// store.write_step(&claim, "charge", StepWrite::Started).await.unwrap();
+    /// store.write_step(&claim, "charge", StepWrite::Finished(""ch_1"")).await.unwrap();
+    /// let journal = store.read_steps(&claim).await.unwrap();
+    /// assert_eq!(journal[0].label, "charge");
+    /// assert_eq!(journal[0].state, StepState::Finished("\"ch_1\"".into()));
+    /// # }
+    /// ```
+    fn read_steps(
+        &self,
+        claim: &Claim,
+    ) -> impl Future<Output = Result<Vec<StepEntry>, StoreError>> + Send {
+        let _ = claim;
+        async { Err(StoreError::Unsupported("a step journal".to_owned())) }
+    }
+
+    /// Journals `write` for the step `label` of `claim`'s key, if the claim still holds the key
+    /// (its token, and the key in progress); otherwise [`StoreError::Fenced`] and nothing is
+    /// written, so a holder whose key was taken over can never record a step. Atomic on its
+    /// own; a retry of a write whose first try landed answers `Ok`. A `Started` over a
+    /// finished step leaves it finished.
+    ///
+    /// The default answers [`StoreError::Unsupported`] (see [`read_steps`](Self::read_steps)).
+    ///
+    /// ```
+    /// use retry_core::idempotency::{
+    ///     Claim, IdempotencyStore, MemoryStore, StepWrite, StoreError,
+    /// };
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let store = MemoryStore::new();
+    /// // A claim the store never gave: fenced.
+    /// let stranger = Claim { key: "order-7".into(), token: 1 };
+    /// let written = store.write_step(&stranger, "charge", StepWrite::Started).await;
+    /// assert!(matches!(written, Err(StoreError::Fenced)));
+    /// # }
+    /// ```
+    fn write_step(
+        &self,
+        claim: &Claim,
+        label: &str,
+        write: StepWrite<'_>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (claim, label, write);
+        async { Err(StoreError::Unsupported("a step journal".to_owned())) }
+    }
+
     /// Size limits for keys and responses.
     fn limits(&self) -> Limits {
         Limits::default()
@@ -544,6 +625,31 @@ pub trait TransactionalStore: IdempotencyStore {
         response: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Journals the step `label` of `claim` as finished with `output` in `transaction` and
+    /// commits it, if the claim still holds the key; otherwise rolls back and returns
+    /// [`StoreError::Fenced`]. The transaction is one [`begin`](Self::begin) gave to a
+    /// transactional step ([`step_in_transaction`]): the step's writes and its journal entry
+    /// commit together or not at all, so the step is never in doubt.
+    ///
+    /// The default rolls the transaction back and answers [`StoreError::Unsupported`].
+    ///
+    /// An example on a SQLite file: `retry_sqlite::SqliteStore`'s implementation.
+    fn commit_step(
+        &self,
+        transaction: Self::Transaction,
+        claim: &Claim,
+        label: &str,
+        output: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (claim, label, output);
+        async move {
+            self.rollback(transaction).await?;
+            Err(StoreError::Unsupported(
+                "a step journal in its transactions".to_owned(),
+            ))
+        }
+    }
+
     /// Rolls the handler's transaction back (its body failed).
     fn rollback(
         &self,
@@ -593,6 +699,20 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for &S {
     fn abandon(&self, claim: Claim) -> bool {
         (**self).abandon(claim)
     }
+    fn read_steps(
+        &self,
+        claim: &Claim,
+    ) -> impl Future<Output = Result<Vec<StepEntry>, StoreError>> + Send {
+        (**self).read_steps(claim)
+    }
+    fn write_step(
+        &self,
+        claim: &Claim,
+        label: &str,
+        write: StepWrite<'_>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).write_step(claim, label, write)
+    }
     fn purge_older_than(
         &self,
         age: Duration,
@@ -640,6 +760,20 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
     }
     fn abandon(&self, claim: Claim) -> bool {
         (**self).abandon(claim)
+    }
+    fn read_steps(
+        &self,
+        claim: &Claim,
+    ) -> impl Future<Output = Result<Vec<StepEntry>, StoreError>> + Send {
+        (**self).read_steps(claim)
+    }
+    fn write_step(
+        &self,
+        claim: &Claim,
+        label: &str,
+        write: StepWrite<'_>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).write_step(claim, label, write)
     }
     fn purge_older_than(
         &self,
@@ -696,6 +830,15 @@ impl<S: TransactionalStore + ?Sized> TransactionalStore for &S {
     fn transaction_holds_claim(&self) -> bool {
         (**self).transaction_holds_claim()
     }
+    fn commit_step(
+        &self,
+        transaction: Self::Transaction,
+        claim: &Claim,
+        label: &str,
+        output: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).commit_step(transaction, claim, label, output)
+    }
 }
 
 impl<S: TransactionalStore + ?Sized> TransactionalStore for std::sync::Arc<S> {
@@ -738,5 +881,14 @@ impl<S: TransactionalStore + ?Sized> TransactionalStore for std::sync::Arc<S> {
     }
     fn transaction_holds_claim(&self) -> bool {
         (**self).transaction_holds_claim()
+    }
+    fn commit_step(
+        &self,
+        transaction: Self::Transaction,
+        claim: &Claim,
+        label: &str,
+        output: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).commit_step(transaction, claim, label, output)
     }
 }

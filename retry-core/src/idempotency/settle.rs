@@ -87,6 +87,46 @@ pub enum OnErr {
     Keep,
     /// Free the key: the failure came before any effect, so a resend may run the body again.
     Release,
+    /// Free the key for a resend that drives the body to completion: the body's effects are
+    /// all in [steps](super::step), so the resend runs it again, returning every finished step's
+    /// journaled output instead of running it, and running a step that started but never
+    /// finished again in doubt, with the same derived key (Stripe's newer API: a retry finishes
+    /// half-done work). `on_err = "resume"`. The journal is kept with the key whatever happens;
+    /// only an effect made outside a step would run twice.
+    ///
+    /// ```
+    /// use retry_core::idempotency::{step, IdempotencyError, MemoryStore};
+    /// use retry_core::idempotent;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// #[derive(Debug)]
+    /// enum OrderError { MailDown, Idempotency(IdempotencyError) }
+    /// impl From<IdempotencyError> for OrderError {
+    ///     fn from(e: IdempotencyError) -> Self { OrderError::Idempotency(e) }
+    /// }
+    ///
+    /// static CHARGES: AtomicU32 = AtomicU32::new(0);
+    ///
+    /// #[idempotent(key = order, store = inbox, on_err = "resume")]
+    /// async fn fulfil(inbox: &MemoryStore, order: u64, mail_up: bool) -> Result<u32, OrderError> {
+    ///     let charge = step("charge", async |_| {
+    ///         Ok::<_, OrderError>(CHARGES.fetch_add(1, Ordering::SeqCst) + 1)
+    ///     })
+    ///     .await?;
+    ///     step("receipt", async |_| if mail_up { Ok(()) } else { Err(OrderError::MailDown) }).await?;
+    ///     Ok(charge)
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let inbox = MemoryStore::new();
+    /// assert!(matches!(fulfil(&inbox, 7, false).await, Err(OrderError::MailDown)));
+    /// // The resend skips the charge (journaled) and sends the receipt.
+    /// assert_eq!(fulfil(&inbox, 7, true).await.unwrap(), 1);
+    /// assert_eq!(CHARGES.load(Ordering::SeqCst), 1);
+    /// # }
+    /// ```
+    Resume,
 }
 
 /// Releases `claim` after a failed body, or marks it failed keeping `failure`, waiting at most
@@ -99,6 +139,6 @@ pub(super) async fn undo<S: IdempotencyStore + ?Sized>(
 ) -> Result<(), StoreError> {
     match on_err {
         OnErr::Keep => bounded(store, "mark_failed", store.mark_failed(claim, failure)).await,
-        OnErr::Release => bounded(store, "release", store.release(claim)).await,
+        OnErr::Release | OnErr::Resume => bounded(store, "release", store.release(claim)).await,
     }
 }

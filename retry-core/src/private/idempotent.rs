@@ -55,6 +55,12 @@ pub fn release_failures<E>(_: &E) -> OnErr {
     OnErr::Release
 }
 
+/// `on_err = "resume"`: every failure frees the key for a resend that skips finished steps.
+#[inline]
+pub fn resume_failures<E>(_: &E) -> OnErr {
+    OnErr::Resume
+}
+
 /// `on_err = path`, checked to be a `fn(&E) -> OnErr` where the user wrote it.
 #[inline]
 pub fn on_err<E>(decide: fn(&E) -> OnErr) -> fn(&E) -> OnErr {

@@ -57,7 +57,8 @@
 //! holder whose lease was taken over can neither complete, release, fail nor renew; a retried
 //! `complete`, `release` or `mark_failed` under the same token answers `Ok`; another fingerprint
 //! is [`ClaimOutcome::KeyReused`]; purging goes by age and retention only and never deletes a
-//! row whose lease is live. They do not check durability across restarts, behaviour under
+//! row whose lease is live; the step journal is written only under the claim that holds the
+//! key, read back whole by the next holder, and purged with the key. They do not check durability across restarts, behaviour under
 //! outages, or transactional mode ([`TransactionalStore`](super::TransactionalStore)): those
 //! depend on how the store keeps its rows, and belong to its own tests.
 
@@ -99,6 +100,10 @@ pub const CHECKS: &[&str] = &[
     "abandon_that_starts_a_release_frees_the_key",
     "limits_are_sane",
     "endless_lease_and_retention_hold",
+    "steps_are_journaled_and_read_back",
+    "stale_holder_cannot_write_a_step",
+    "takeover_sees_every_finished_step",
+    "purge_removes_the_journal",
 ];
 
 /// Runs every check in [`CHECKS`], each on a fresh, empty store from `new_store`, and panics if
@@ -175,6 +180,10 @@ where
         abandon_that_starts_a_release_frees_the_key,
         limits_are_sane,
         endless_lease_and_retention_hold,
+        steps_are_journaled_and_read_back,
+        stale_holder_cannot_write_a_step,
+        takeover_sees_every_finished_step,
+        purge_removes_the_journal,
     );
     debug_assert_eq!(
         results.iter().map(|r| r.name()).collect::<Vec<_>>(),
@@ -193,6 +202,7 @@ mod claims;
 mod leases;
 mod purge;
 mod settling;
+mod steps;
 mod support;
 
 pub use claims::{
@@ -212,4 +222,8 @@ pub use settling::{
     claims_the_store_never_gave_are_fenced, fenced_holder_can_do_nothing,
     retried_complete_answers_ok, retried_mark_failed_answers_ok, retried_release_answers_ok,
     settled_claim_keeps_its_outcome,
+};
+pub use steps::{
+    purge_removes_the_journal, stale_holder_cannot_write_a_step, steps_are_journaled_and_read_back,
+    takeover_sees_every_finished_step,
 };
