@@ -40,6 +40,8 @@ const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 enum OnErrArg {
     Keep(Span),
     Release(Span),
+    /// A resend runs the body again, skipping its finished steps.
+    Resume(Span),
     /// A `fn(&E) -> OnErr`.
     Path(Path),
 }
@@ -47,7 +49,7 @@ enum OnErrArg {
 impl OnErrArg {
     fn span(&self) -> Span {
         match self {
-            OnErrArg::Keep(span) | OnErrArg::Release(span) => *span,
+            OnErrArg::Keep(span) | OnErrArg::Release(span) | OnErrArg::Resume(span) => *span,
             OnErrArg::Path(path) => path.span(),
         }
     }
@@ -140,9 +142,10 @@ impl IdempotentArgs {
                     match lit.value().as_str() {
                         "release" => self.on_err = Some(OnErrArg::Release(lit.span())),
                         "keep" => self.on_err = Some(OnErrArg::Keep(lit.span())),
+                        "resume" => self.on_err = Some(OnErrArg::Resume(lit.span())),
                         other => errors.at(
                             lit.span(),
-                            format!("unknown `on_err` \"{other}\"; write \"keep\" (a failed call keeps its failure for resends: its effect may have happened), \"release\" (the body fails before any effect, so a resend may run it again) or the path of a `fn(&E) -> retry_core::idempotency::OnErr` that decides per error"),
+                            format!("unknown `on_err` \"{other}\"; write \"keep\" (a failed call keeps its failure for resends: its effect may have happened), \"release\" (the body fails before any effect, so a resend may run it again), \"resume\" (the body's effects are all in `step`s, so a resend runs it again and skips the finished ones) or the path of a `fn(&E) -> retry_core::idempotency::OnErr` that decides per error"),
                         ),
                     }
                 } else {
@@ -509,6 +512,7 @@ pub(crate) fn flow_expr(
     let on_err = match &args.on_err {
         None | Some(OnErrArg::Keep(_)) => quote!(#private::keep_failures),
         Some(OnErrArg::Release(_)) => quote!(#private::release_failures),
+        Some(OnErrArg::Resume(_)) => quote!(#private::resume_failures),
         Some(OnErrArg::Path(path)) => {
             let private = respan(private.clone(), path.span());
             quote_spanned!(path.span()=> #private::on_err(#path))
