@@ -54,13 +54,13 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::queue::{Wait, Writes};
 use crate::sql::{self as sql, DEFAULT_BUSY_TIMEOUT, FromSqliteError, Pool, Schema, Settings};
 use retry_core::idempotency::{
-    Claim, ClaimOutcome, ClaimRequest, ClaimedTransaction, IdempotencyStore, Limits, StoreError,
-    TransactionClaim, TransactionalStore,
+    Claim, ClaimOutcome, ClaimRequest, ClaimedTransaction, IdempotencyStore, Limits, StepEntry,
+    StepWrite, StoreError, TransactionClaim, TransactionalStore,
 };
 use retry_core::time::{Clock, SystemClock, format_utc, later, parse_utc};
 
 /// The version of the `inbox_log` layout this code writes, kept in `retry_core_schema`.
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 /// See [`SqliteStore::with_max_connections`].
 const DEFAULT_MAX_CONNECTIONS: usize = 4;
@@ -96,9 +96,12 @@ CREATE INDEX IF NOT EXISTS inbox_log_created_at ON inbox_log (created_at);
 ";
 
 /// Version 2: a claim can be held by the handler's transaction instead of its lease
-/// ([`TransactionalStore::begin_for`]).
-const UPGRADES: &[&str] =
-    &["ALTER TABLE inbox_log ADD COLUMN in_transaction INTEGER NOT NULL DEFAULT 0"];
+/// ([`TransactionalStore::begin_for`]). Version 3: the step journal, `inbox_steps`
+/// ([`IdempotencyStore::read_steps`]).
+const UPGRADES: &[&str] = &[
+    "ALTER TABLE inbox_log ADD COLUMN in_transaction INTEGER NOT NULL DEFAULT 0",
+    steps::STEPS_TABLE,
+];
 
 const SELECT_VERSION: &str = "SELECT version FROM retry_core_schema WHERE component = 'inbox_log'";
 const RECORD_VERSION: &str = "INSERT INTO retry_core_schema (component, version) VALUES ('inbox_log', ?1) \
@@ -115,6 +118,7 @@ const SCHEMA: Schema = Schema {
 };
 
 mod rows;
+mod steps;
 #[cfg(test)]
 mod tests;
 mod transaction;
@@ -703,15 +707,37 @@ impl IdempotencyStore for SqliteStore {
         true
     }
 
-    /// Deletes by age only, in batches of 5,000 rows, each a write of the file's
-    /// queue: claims on the request path are served between batches, never behind one huge
+    /// The journal's rows of the claim's key (`inbox_steps`), on a reader connection.
+    async fn read_steps(&self, claim: &Claim) -> Result<Vec<StepEntry>, StoreError> {
+        let key = claim.key.clone();
+        self.read(move |conn| steps::read_steps(conn, &key)).await
+    }
+
+    /// A write of the file's queue: the claim's hold on its key checked and the step written
+    /// in the same transaction.
+    async fn write_step(
+        &self,
+        claim: &Claim,
+        label: &str,
+        write: StepWrite<'_>,
+    ) -> Result<(), StoreError> {
+        let (key, token, label, output) = steps::owned_write(claim, label, write)?;
+        self.write_store(move |conn, _| {
+            steps::write_step(conn, &key, token, &label, output.as_deref())
+        })
+        .await
+    }
+
+    /// Deletes by age only (the keys' step journals with them), in batches of 5,000 rows, each
+    /// a write of the file's queue: claims on the request path are served between batches,
+    /// never behind one huge
     /// delete. Every matching row is deleted; the batch size only decides how many writes that
     /// takes.
     async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {
         let mut purged = 0u64;
         loop {
             let deleted = self
-                .write_store(move |conn, clock| purge_batch(conn, clock, age))
+                .write_store(move |conn, clock| steps::purge_batch(conn, clock, age))
                 .await?;
             purged += deleted as u64;
             if deleted < PURGE_BATCH {
@@ -741,15 +767,4 @@ impl FromSqliteError for StoreError {
             sql::Error::Shared(e) => Box::new(e),
         })
     }
-}
-
-/// One batch of [`PURGE_BATCH`] rows older than `age` (and past their own retention).
-fn purge_batch(conn: &Connection, clock: &dyn Clock, age: Duration) -> Result<usize, Fail> {
-    let now = clock.now();
-    let cutoff = format_utc(now.checked_sub(age).unwrap_or(UNIX_EPOCH));
-    let now = format_utc(now);
-    let batch = i64::try_from(PURGE_BATCH).unwrap_or(i64::MAX);
-    Ok(conn
-        .prepare_cached(PURGE)?
-        .execute(params![cutoff, now, batch])?)
 }

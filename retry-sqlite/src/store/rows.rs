@@ -62,11 +62,6 @@ pub(super) const HELD: &str = "SELECT in_transaction FROM inbox_log \
      WHERE msg_id = ?1 AND token = ?2 AND status = 'in_progress'";
 pub(super) const MARK_FAILED: &str = "UPDATE inbox_log SET status = 'failed', response = ?3 \
      WHERE msg_id = ?1 AND token = ?2 AND status = 'in_progress'";
-// A row whose lease is live has a holder at work: never purged under it, whatever its age
-// (`lease_until` and `?2` are both `format_utc` text, so `>` compares the times).
-pub(super) const PURGE: &str = "DELETE FROM inbox_log WHERE rowid IN \
-     (SELECT rowid FROM inbox_log WHERE created_at < ?1 AND expires_at <= ?2 \
-      AND NOT (status = 'in_progress' AND lease_until > ?2) LIMIT ?3)";
 // What a guarded write that changed no row finds: a retried call whose first try committed
 // finds the row in the state it writes under its own token.
 pub(super) const SELECT_SETTLED: &str = "SELECT status, token FROM inbox_log WHERE msg_id = ?1";

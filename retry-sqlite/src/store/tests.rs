@@ -156,23 +156,23 @@ fn opening_twice_migrates_once_and_a_newer_schema_is_refused() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [("inbox_log".to_owned(), 2)]);
+    assert_eq!(versions, [("inbox_log".to_owned(), 3)]);
     let user_version: i64 = raw
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .unwrap();
     assert_eq!(user_version, 0, "user_version is left to the application");
 
-    raw.execute("UPDATE retry_core_schema SET version = 3", [])
+    raw.execute("UPDATE retry_core_schema SET version = 4", [])
         .unwrap();
     let error = retry_core::error_chain(&SqliteStore::open(dir.db()).unwrap_err()).to_string();
     assert!(
-        error.contains("schema version 3, newer than the 2"),
+        error.contains("schema version 4, newer than the 3"),
         "{error}"
     );
 }
 
-/// A file written by the version-1 layout (no `in_transaction`) is upgraded when opened:
-/// its claims kept, their lease rules unchanged.
+/// A file written by the version-1 layout (no `in_transaction`, no `inbox_steps`) is upgraded
+/// when opened: its claims kept, their lease rules unchanged, the step journal there.
 #[tokio::test]
 async fn a_version_1_file_is_upgraded_and_keeps_its_claims() {
     let dir = TempDir::new("upgrade");
@@ -192,7 +192,7 @@ async fn a_version_1_file_is_upgraded_and_keeps_its_claims() {
     .unwrap();
     let store = SqliteStore::open(dir.db()).unwrap();
     let version: i64 = raw.query_row(SELECT_VERSION, [], |row| row.get(0)).unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
     assert_eq!(
         store.claim(&request("kept")).await.unwrap(),
         ClaimOutcome::InProgress
@@ -200,6 +200,11 @@ async fn a_version_1_file_is_upgraded_and_keeps_its_claims() {
     let ClaimOutcome::Claimed(claim) = store.claim(&request("new")).await.unwrap() else {
         panic!("a new key is claimed");
     };
+    store
+        .write_step(&claim, "charge", StepWrite::Finished("1"))
+        .await
+        .unwrap();
+    assert_eq!(store.read_steps(&claim).await.unwrap().len(), 1);
     let tx = store.begin_for(&claim).await.unwrap();
     store.commit_done(tx, &claim, "1").await.unwrap();
 }

@@ -523,6 +523,37 @@ impl TransactionalStore for SqliteStore {
             .await
     }
 
+    /// The step's journal entry, written in the step's transaction (begun with
+    /// [`begin`](TransactionalStore::begin)) after the claim's hold on its key is checked, and
+    /// committed with the step's writes; [`StoreError::Fenced`] (and a rollback) when the key
+    /// was taken over.
+    async fn commit_step(
+        &self,
+        mut transaction: SqliteTransaction,
+        claim: &Claim,
+        label: &str,
+        output: &str,
+    ) -> Result<(), StoreError> {
+        if !transaction.writes.same_file(&self.writes) {
+            return Err(StoreError::Unavailable(
+                format!(
+                    "a transaction on database file {} cannot journal a step of a claim kept in {}",
+                    transaction.writes.path().display(),
+                    self.writes.path().display()
+                )
+                .into(),
+            ));
+        }
+        let session = transaction.take()?;
+        let write = retry_core::idempotency::StepWrite::Finished(output);
+        let (key, token, label, output) = super::steps::owned_write(claim, label, write)?;
+        session
+            .end(&self.writes, move |c: &Connection| {
+                super::steps::write_step(c, &key, token, &label, output.as_deref())
+            })
+            .await
+    }
+
     /// Rolls the transaction back, as its drop does (see [`SqliteTransaction`]): the queue's
     /// thread undoes its savepoint before the file's next write. A transaction that already
     /// ended (see [`SqliteTransaction::run`]) has nothing left to roll back. Always `Ok`.
