@@ -21,7 +21,9 @@ use retry_core::dlq::row::{LetterRow, record_row};
 use retry_core::dlq::{
     AuditEntry, DeadLetter, DeadLetterStore, Failure, FailureClass, Page, RedriveRecord, Resolution,
 };
-use retry_core::idempotency::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore};
+use retry_core::idempotency::{
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, StepEntry, StepState, StepWrite,
+};
 use retry_core::time::{ManualClock, format_rfc3339, format_utc, parse_rfc3339, parse_utc};
 use retry_postgres::{PgDeadLetters, PgStore};
 use serde_json::json;
@@ -508,6 +510,7 @@ async fn snapshot(client: &Client) -> Vec<String> {
     }
     for table in [
         "inbox_log",
+        "inbox_steps",
         "dead_letters",
         "dead_letter_audit",
         "dead_letter_redrives",
@@ -577,7 +580,7 @@ async fn version_2_upgrades_to_typed_columns_and_every_letter_and_key_reads_back
         .collect();
     assert_eq!(
         versions,
-        [("dead_letters".to_owned(), 3), ("inbox_log".to_owned(), 3)]
+        [("dead_letters".to_owned(), 3), ("inbox_log".to_owned(), 4)]
     );
     let timestamptz = Some("timestamp with time zone".to_owned());
     let jsonb = Some("jsonb".to_owned());
@@ -595,6 +598,7 @@ async fn version_2_upgrades_to_typed_columns_and_every_letter_and_key_reads_back
         ("dead_letter_audit", "finished_at", &timestamptz),
         ("dead_letter_redrives", "started_at", &timestamptz),
         ("dead_letter_redrives", "record", &jsonb),
+        ("inbox_steps", "output", &text),
         ("inbox_log", "created_at", &timestamptz),
         ("inbox_log", "lease_until", &timestamptz),
         ("inbox_log", "expires_at", &timestamptz),
@@ -715,6 +719,22 @@ async fn version_2_upgrades_to_typed_columns_and_every_letter_and_key_reads_back
         claimed("k-expired", 4),
         "a lease that ran out is taken over"
     );
+    // The journal of version 4, on a key version 2 wrote.
+    let taken = Claim {
+        key: "k-expired".to_owned(),
+        token: 4,
+    };
+    inbox
+        .write_step(&taken, "charge", StepWrite::Finished("\"ch_1\""))
+        .await
+        .unwrap();
+    assert_eq!(
+        inbox.read_steps(&taken).await.unwrap(),
+        [StepEntry {
+            label: "charge".to_owned(),
+            state: StepState::Finished("\"ch_1\"".to_owned())
+        }]
+    );
     assert_eq!(
         inbox.claim(&request("k-released", None)).await.unwrap(),
         claimed("k-released", 3)
@@ -751,6 +771,85 @@ async fn opening_version_3_again_changes_nothing() {
     drop(PgStore::connect(&schema.url).await.unwrap());
     // Not a row written again (`xmin` included), not a column or an index changed.
     assert_eq!(snapshot(&client).await, upgraded);
+    schema.drop_all().await;
+}
+
+/// Version 3's step, verbatim, and its version.
+const INBOX_V3: &str = "
+ALTER TABLE inbox_log
+    ALTER COLUMN created_at TYPE timestamptz USING created_at::text::timestamptz,
+    ALTER COLUMN lease_until TYPE timestamptz USING lease_until::text::timestamptz,
+    ALTER COLUMN expires_at TYPE timestamptz USING expires_at::text::timestamptz;
+UPDATE retry_core_schema SET version = 3 WHERE component = 'inbox_log';
+";
+
+/// A database at version 3 gets the step journal (version 4) when opened, in one transaction:
+/// every key reads back as before, steps are journaled on its keys, and a purged key takes its
+/// journal with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_3_upgrades_to_the_step_journal() {
+    let schema = Schema::new("upgrade_steps", 0).await;
+    let client = connect(&schema).await;
+    write_inbox_v2(&client).await;
+    client.batch_execute(INBOX_V3).await.unwrap();
+    let before = client
+        .query("SELECT t::text FROM inbox_log t ORDER BY 1", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get::<_, String>(0))
+        .collect::<Vec<_>>();
+
+    let clock = Arc::new(ManualClock::new(at(NOW)));
+    let inbox = PgStore::connect(&schema.url)
+        .await
+        .unwrap()
+        .with_clock(clock.clone());
+    let version: i32 = client
+        .query_one(
+            "SELECT version FROM retry_core_schema WHERE component = 'inbox_log'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 4);
+    let after = client
+        .query("SELECT t::text FROM inbox_log t ORDER BY 1", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get::<_, String>(0))
+        .collect::<Vec<_>>();
+    assert_eq!(after, before, "the keys are untouched");
+    assert_eq!(
+        inbox.claim(&request("k-done", Some("fp-1"))).await.unwrap(),
+        ClaimOutcome::Done(RESPONSE.to_owned())
+    );
+
+    let ClaimOutcome::Claimed(claim) = inbox.claim(&request("k-released", None)).await.unwrap()
+    else {
+        panic!("a released key is claimed again")
+    };
+    inbox
+        .write_step(&claim, "ride", StepWrite::Started)
+        .await
+        .unwrap();
+    assert_eq!(inbox.read_steps(&claim).await.unwrap().len(), 1);
+    inbox.complete(&claim, "\"ok\"").await.unwrap();
+    // Past every row's retention: the purge deletes the keys, and the journal with them.
+    clock.advance(Duration::from_secs(400 * 86_400));
+    inbox
+        .purge_older_than(Duration::from_secs(1))
+        .await
+        .unwrap();
+    let steps: i64 = client
+        .query_one("SELECT count(*) FROM inbox_steps", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(steps, 0, "purged with its key");
+    drop(inbox);
     schema.drop_all().await;
 }
 

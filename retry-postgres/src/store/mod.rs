@@ -78,6 +78,7 @@ macro_rules! key_lock {
 }
 
 mod claim;
+mod steps;
 mod transactional;
 
 use std::fmt;
@@ -91,12 +92,12 @@ pub use transactional::PgTransaction;
 use crate::sql::{Db, Schema};
 use claim::{COMPLETE, MARK_FAILED, RELEASE};
 use retry_core::idempotency::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, StoreError,
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, Limits, StepEntry, StepWrite, StoreError,
 };
 use retry_core::time::Clock;
 
 /// The version of the `inbox_log` layout this code writes, kept in `retry_core_schema`.
-const SCHEMA_VERSION: i32 = 3;
+const SCHEMA_VERSION: i32 = 4;
 
 /// The table, created after the shared `retry_core_schema` (a schema table of our own rather
 /// than the application's migration tool's: the same one the SQLite store keeps).
@@ -134,12 +135,18 @@ CREATE INDEX IF NOT EXISTS inbox_log_created_at ON inbox_log (created_at);
 /// and give back its own spacing and key order. An HTTP response's bytes reach the store
 /// already encoded as JSON text by `IdempotencyLayer` (base64 for a body that is not UTF-8),
 /// so no column here is `bytea`.
+///
+/// Version 4: the step journal, `inbox_steps`
+/// ([`IdempotencyStore::read_steps`](retry_core::idempotency::IdempotencyStore::read_steps)),
+/// its rows deleted with their key's by the foreign key's cascade. `output` is `text` for the
+/// reason `response` is.
 const UPGRADES: &[&str] = &[
     "ALTER TABLE inbox_log ADD COLUMN IF NOT EXISTS in_transaction BOOLEAN NOT NULL DEFAULT false",
     "ALTER TABLE inbox_log
         ALTER COLUMN created_at TYPE timestamptz USING created_at::text::timestamptz,
         ALTER COLUMN lease_until TYPE timestamptz USING lease_until::text::timestamptz,
         ALTER COLUMN expires_at TYPE timestamptz USING expires_at::text::timestamptz",
+    steps::STEPS_TABLE,
 ];
 
 const TABLES_EXIST: &str = "SELECT to_regclass('retry_core_schema') IS NOT NULL, \
@@ -542,6 +549,23 @@ impl IdempotencyStore for PgStore {
         true
     }
 
+    /// The rows of `inbox_steps` of the claim's key: one plain `SELECT`.
+    async fn read_steps(&self, claim: &Claim) -> Result<Vec<StepEntry>, StoreError> {
+        steps::read_steps(&self.db, claim).await
+    }
+
+    /// One statement in autocommit: the claim's row locked `FOR SHARE` if its token still holds
+    /// the key, and the step written beside it.
+    async fn write_step(
+        &self,
+        claim: &Claim,
+        label: &str,
+        write: StepWrite<'_>,
+    ) -> Result<(), StoreError> {
+        steps::write_step(&self.db, claim, label, write).await
+    }
+
+    /// Deletes by age only; the keys' step journals go with them (`ON DELETE CASCADE`).
     async fn purge_older_than(&self, age: Duration) -> Result<u64, StoreError> {
         claim::purge(&self.db, self.clock(), age).await
     }

@@ -593,6 +593,60 @@ impl TransactionalStore for PgStore {
         Err(answer)
     }
 
+    /// The step's row written in the step's transaction (begun with
+    /// [`begin`](TransactionalStore::begin)) by the journal's fenced statement, then `COMMIT`:
+    /// the step's writes and its journal entry commit together. The claim's row is locked
+    /// `FOR SHARE` until the commit, so no takeover comes between. [`StoreError::Fenced`], and
+    /// a rollback, when the key was taken over.
+    async fn commit_step(
+        &self,
+        transaction: PgTransaction,
+        claim: &Claim,
+        label: &str,
+        output: &str,
+    ) -> Result<(), StoreError> {
+        let tx = transaction;
+        let same_pool = tx
+            .conn
+            .as_ref()
+            .and_then(Object::pool)
+            .is_some_and(|pool| std::ptr::eq(pool.manager(), self.db.pool.manager()));
+        if !same_pool {
+            return Err(StoreError::Unavailable(
+                format!(
+                    "the transaction given to commit_step was begun by another store (PostgreSQL at {}), not this one (PostgreSQL at {})",
+                    tx.server, self.db.server
+                )
+                .into(),
+            ));
+        }
+        let write = retry_core::idempotency::StepWrite::Finished(output);
+        let (Some(token), output) = super::steps::step_params(claim, write) else {
+            return Err(StoreError::Fenced);
+        };
+        let client = tx.pooled();
+        let params: [&(dyn ToSql + Sync); 4] = [&claim.key, &token, &label, &output];
+        let statement = client
+            .prepare_cached(super::steps::WRITE_STEP)
+            .await
+            .map_err(|e| self.error(e))?;
+        let held: i64 = client
+            .query_one(&statement, &params)
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(|e| self.error(e))?;
+        if held == 0 {
+            self.rollback(tx).await?;
+            return Err(StoreError::Fenced);
+        }
+        client
+            .batch_execute("COMMIT")
+            .await
+            .map_err(|e| self.error(e))?;
+        tx.give_back().await;
+        Ok(())
+    }
+
     /// Rolls the handler's transaction back and returns its connection to the pool.
     ///
     /// # Errors
