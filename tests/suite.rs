@@ -72,6 +72,7 @@ mod retryable;
 mod sql_bound_params;
 mod sqlite_idempotent;
 mod sqlite_transactional;
+mod steps;
 mod tonic;
 mod tower_retry;
 mod transactional;
