@@ -122,7 +122,15 @@ impl MemoryStore {
             Some(row) => row,
         };
         if let Status::Released = row.status {
-            // Nothing was kept for this key: claim it afresh, whatever its payload.
+            // A released key whose body journaled steps is resumed (`OnErr::Resume`): its
+            // finished steps belong to the first payload.
+            if !row.steps.is_empty()
+                && request.fingerprint.is_some()
+                && row.fingerprint.as_deref() != request.fingerprint
+            {
+                return ClaimOutcome::KeyReused;
+            }
+            // Nothing else was kept for this key: claim it afresh, whatever its payload.
             *row = Row {
                 status: Status::InProgress {
                     lease_until: later(now, request.lease),

@@ -232,7 +232,15 @@ pub(super) fn decide(
     };
     let token = row.token;
     if row.status == "released" {
-        // Nothing was kept for this key: claim it afresh, whatever its payload.
+        // A released key whose body journaled steps is resumed (`OnErr::Resume`): its
+        // finished steps belong to the first payload.
+        if request.fingerprint.is_some()
+            && row.fingerprint != request.fingerprint
+            && super::steps::has_steps(tx, key)?
+        {
+            return Ok(ClaimOutcome::KeyReused);
+        }
+        // Nothing else was kept for this key: claim it afresh, whatever its payload.
         let next = token
             .checked_add(1)
             .ok_or_else(|| corrupt(key, "token cannot grow any more"))?;

@@ -14,6 +14,7 @@ pub(super) const STEPS_TABLE: &str = "CREATE TABLE IF NOT EXISTS inbox_steps (
     PRIMARY KEY (msg_id, label)
 ) WITHOUT ROWID";
 
+const HAS_STEPS: &str = "SELECT EXISTS (SELECT 1 FROM inbox_steps WHERE msg_id = ?1)";
 const SELECT_STEPS: &str = "SELECT label, output FROM inbox_steps WHERE msg_id = ?1";
 /// Whether the claim still holds its key: its token, and the key in progress.
 const HOLDS: &str =
@@ -30,6 +31,13 @@ const PURGE_RETURNING: &str = "DELETE FROM inbox_log WHERE rowid IN \
      (SELECT rowid FROM inbox_log WHERE created_at < ?1 AND expires_at <= ?2 \
       AND NOT (status = 'in_progress' AND lease_until > ?2) LIMIT ?3) RETURNING msg_id";
 const PURGE_STEPS: &str = "DELETE FROM inbox_steps WHERE msg_id = ?1";
+
+/// Whether `key` has a journal.
+pub(super) fn has_steps(conn: &Connection, key: &str) -> Result<bool, Fail> {
+    Ok(conn
+        .prepare_cached(HAS_STEPS)?
+        .query_row([key], |row| row.get(0))?)
+}
 
 /// Every step journaled for `key`.
 pub(super) fn read_steps(conn: &Connection, key: &str) -> Result<Vec<StepEntry>, Fail> {

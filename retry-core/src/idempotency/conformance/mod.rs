@@ -104,6 +104,7 @@ pub const CHECKS: &[&str] = &[
     "stale_holder_cannot_write_a_step",
     "takeover_sees_every_finished_step",
     "purge_removes_the_journal",
+    "resumed_key_keeps_its_fingerprint",
 ];
 
 /// Runs every check in [`CHECKS`], each on a fresh, empty store from `new_store`, and panics if
@@ -184,6 +185,7 @@ where
         stale_holder_cannot_write_a_step,
         takeover_sees_every_finished_step,
         purge_removes_the_journal,
+        resumed_key_keeps_its_fingerprint,
     );
     debug_assert_eq!(
         results.iter().map(|r| r.name()).collect::<Vec<_>>(),
@@ -224,6 +226,6 @@ pub use settling::{
     settled_claim_keeps_its_outcome,
 };
 pub use steps::{
-    purge_removes_the_journal, stale_holder_cannot_write_a_step, steps_are_journaled_and_read_back,
-    takeover_sees_every_finished_step,
+    purge_removes_the_journal, resumed_key_keeps_its_fingerprint, stale_holder_cannot_write_a_step,
+    steps_are_journaled_and_read_back, takeover_sees_every_finished_step,
 };

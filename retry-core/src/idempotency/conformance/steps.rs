@@ -234,3 +234,45 @@ pub async fn purge_removes_the_journal<S: IdempotencyStore + ?Sized>(store: &S) 
         "purging a key must delete its journal"
     );
 }
+
+/// A released key with a journal (a body that failed with `on_err = "resume"`) is resumed with
+/// its finished steps, so it keeps its fingerprint: another payload under the key is
+/// [`ClaimOutcome::KeyReused`](crate::idempotency::ClaimOutcome::KeyReused), the same one
+/// claims it again. (A released key without a journal accepts a new fingerprint:
+/// `released_key_accepts_a_new_fingerprint`.)
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use retry_core::idempotency::{MemoryStore, conformance};
+/// conformance::resumed_key_keeps_its_fingerprint(&MemoryStore::new()).await;
+/// # }
+/// ```
+pub async fn resumed_key_keeps_its_fingerprint<S: IdempotencyStore + ?Sized>(store: &S) {
+    let key = "conformance/steps-resumed";
+    let with = |fingerprint| ClaimRequest {
+        fingerprint,
+        ..request(key, LONG)
+    };
+    let first = claimed(store, &with(Some("f-a")), "a new key").await;
+    ok(
+        store
+            .write_step(&first, "ride", StepWrite::Finished("1"))
+            .await,
+        "write_step",
+    );
+    ok(store.release(&first).await, "release");
+    match store.claim(&with(Some("f-b"))).await {
+        Ok(crate::idempotency::ClaimOutcome::KeyReused) => {}
+        other => panic!(
+            "claim of a released key with a journal, with another fingerprint: expected \
+             KeyReused, the store answered {other:?}"
+        ),
+    }
+    let again = claimed(store, &with(Some("f-a")), "a released key with a journal").await;
+    assert_eq!(
+        journal(store, &again, "read_steps").await,
+        [finished("ride", "1")],
+        "the resumed key must keep its journal"
+    );
+}

@@ -192,6 +192,8 @@ pub(super) const RELEASE: &str = "UPDATE inbox_log SET status = 'released' \
 /// `$1` key, `$2` token, `$3` the failure's text.
 pub(super) const MARK_FAILED: &str = "UPDATE inbox_log SET status = 'failed', response = $3 \
      WHERE msg_id = $1 AND token = $2 AND status = 'in_progress'";
+/// Whether a key has a step journal (`inbox_steps`): `$1` key.
+const HAS_STEPS: &str = "SELECT EXISTS (SELECT 1 FROM inbox_steps WHERE msg_id = $1)";
 /// What a settling update that changed nothing finds under the claim's own token.
 const STATUS_UNDER_TOKEN: &str = "SELECT status FROM inbox_log WHERE msg_id = $1 AND token = $2";
 // `$1` injected now, `$2` age, `$3` batch size. The cutoff is now − age, or the epoch for an
@@ -581,7 +583,19 @@ async fn decide(
     let lease = span_micros(request.lease);
     let retention = span_micros(request.retention);
     if row.status == "released" {
-        // Nothing was kept for this key: claim it afresh, whatever its payload.
+        // A released key whose body journaled steps is resumed (`OnErr::Resume`): its
+        // finished steps belong to the first payload.
+        if request.fingerprint.is_some() && row.fingerprint.as_deref() != request.fingerprint {
+            let has_steps = tx.prepare_cached(HAS_STEPS).await?;
+            if tx
+                .query_one(&has_steps, &[&key])
+                .await?
+                .try_get::<_, bool>(0)?
+            {
+                return Ok(ClaimOutcome::KeyReused);
+            }
+        }
+        // Nothing else was kept for this key: claim it afresh, whatever its payload.
         let next = token
             .checked_add(1)
             .ok_or_else(|| corrupt(key, "token cannot grow any more"))?;
