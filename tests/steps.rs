@@ -268,3 +268,43 @@ async fn the_step_key_is_the_claims_derived_key() {
         claim.derive("charge").as_str()
     );
 }
+
+/// Under `IdempotencyLayer` a handler's steps are journaled under the request's claim: the
+/// replay of a finished request runs nothing, and each step's key is the claim's derived key.
+#[cfg(feature = "tower")]
+#[tokio::test]
+async fn an_idempotency_layer_handler_runs_steps() {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use axum::routing::post;
+    use axum::{Extension, Router};
+    use retry_core::tower::IdempotencyLayer;
+    use std::sync::Arc;
+    use tower_service::Service as _;
+
+    async fn book(Extension(services): Extension<Arc<Services>>) -> (StatusCode, String) {
+        let charged = step("charge", async |s| {
+            Ok::<_, IdempotencyError>(services.charges.send(s.key()))
+        })
+        .await;
+        match charged {
+            Ok(charge) => (StatusCode::CREATED, charge),
+            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        }
+    }
+
+    let services = Arc::new(Services::new());
+    let mut app = Router::new()
+        .route("/rides", post(book))
+        .layer(Extension(Arc::clone(&services)))
+        .layer(IdempotencyLayer::unauthenticated(MemoryStore::new()));
+    let send = || {
+        let request = Request::post("/rides").header("idempotency-key", "\"r-1\"");
+        request.body(Body::empty()).unwrap()
+    };
+    for _ in 0..2 {
+        let response = app.call(send()).await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    assert_eq!(services.charges.sends.load(Ordering::SeqCst), 1);
+}
