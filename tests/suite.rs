@@ -69,6 +69,7 @@ mod reqwest_client;
 mod reqwest_connect;
 mod reqwest_middleware;
 mod retryable;
+mod rides;
 mod sql_bound_params;
 mod sqlite_idempotent;
 mod sqlite_transactional;
