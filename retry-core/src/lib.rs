@@ -335,8 +335,9 @@ pub use retry_macros::retryable;
 /// `biz_key = expr` (shown to people, any `Display`), `fingerprint = expr` (same key, other
 /// fingerprint → `KeyReused`), `scope = expr` (the tenant: a response is only returned within
 /// its scope), `lease = "30s"` (renewed every third of it while the body runs),
-/// `retention = "30d"`, `on_err = "keep" | "release" | path` (what a failed body leaves: by
-/// default its failure is kept for resends, see [`idempotency::OnErr`]),
+/// `retention = "30d"`, `on_err = "keep" | "release" | "resume" | path` (what a failed body
+/// leaves: by default its failure is kept for resends; `"resume"` runs the body again on a
+/// resend, skipping its finished [`idempotency::step`]s; see [`idempotency::OnErr`]),
 /// `namespace = "charge.v1"` (default: the function's name; two functions never share keys),
 /// `transaction = tx` (transactional mode) and `crate = path`. The function needs
 /// `T: Serialize + DeserializeOwned` and `E: From<IdempotencyError> + Debug`.

@@ -23,10 +23,17 @@
 //! | `Ok`                                                 | done: duplicates get the response | done, committed with the body's writes |
 //! | `Err`, `on_err = "keep"` (the default)               | failed: duplicates get the failure | rolled back: **key freed** |
 //! | `Err`, `on_err = "release"` / `OnErr::Release`       | **key freed**                | rolled back: **key freed** |
+//! | `Err`, `on_err = "resume"` / `OnErr::Resume`         | **key freed**; the resend skips finished [steps](step) | rolled back: **key freed** |
 //! | refused before the body ran (store down, `InProgress`, key too long) | nothing claimed | nothing claimed |
 //! | dropped mid-body (timeout, cancelled task, shut-down) | in progress until the lease runs out | rolled back: **key freed** |
 //! | process died mid-body                                | in progress until the lease runs out | rolled back by the database; the lease frees it |
 //! | body slower than its lease                           | lease renewed every `lease / 3`: never taken over while the process lives | the same |
+//!
+//! A body with several effects that no single transaction covers (the ride row, the charge,
+//! the receipt) makes each one a [`step`]: its output is journaled under the claim, so the next
+//! holder of the key (a takeover after a crash, a resend with `on_err = "resume"`, see
+//! [`OnErr::Resume`]) skips the finished steps and runs an unfinished one again in doubt, with the
+//! same derived key for its receiver to deduplicate.
 //!
 //! Keys are namespaced: the stored key is (namespace, scope, key), the namespace being the
 //! function's name unless `namespace = "charge.v1"` pins it, so two functions on one store never
@@ -43,6 +50,7 @@
 pub mod conformance;
 mod error;
 pub(crate) mod flow;
+mod forward;
 mod held;
 mod journal;
 mod key;
@@ -662,233 +670,5 @@ pub trait TransactionalStore: IdempotencyStore {
     /// renewal would only wait for that lock); `false` by default.
     fn transaction_holds_claim(&self) -> bool {
         false
-    }
-}
-
-impl<S: IdempotencyStore + ?Sized> IdempotencyStore for &S {
-    fn claim(
-        &self,
-        request: &ClaimRequest<'_>,
-    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send {
-        (**self).claim(request)
-    }
-    fn complete(
-        &self,
-        claim: &Claim,
-        response: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).complete(claim, response)
-    }
-    fn release(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).release(claim)
-    }
-    fn mark_failed(
-        &self,
-        claim: &Claim,
-        failure: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).mark_failed(claim, failure)
-    }
-    fn renew(
-        &self,
-        claim: &Claim,
-        lease: Duration,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).renew(claim, lease)
-    }
-    fn abandon(&self, claim: Claim) -> bool {
-        (**self).abandon(claim)
-    }
-    fn read_steps(
-        &self,
-        claim: &Claim,
-    ) -> impl Future<Output = Result<Vec<StepEntry>, StoreError>> + Send {
-        (**self).read_steps(claim)
-    }
-    fn write_step(
-        &self,
-        claim: &Claim,
-        label: &str,
-        write: StepWrite<'_>,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).write_step(claim, label, write)
-    }
-    fn purge_older_than(
-        &self,
-        age: Duration,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
-        (**self).purge_older_than(age)
-    }
-    fn limits(&self) -> Limits {
-        (**self).limits()
-    }
-    fn operation_timeout(&self) -> Duration {
-        (**self).operation_timeout()
-    }
-}
-
-impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
-    fn claim(
-        &self,
-        request: &ClaimRequest<'_>,
-    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send {
-        (**self).claim(request)
-    }
-    fn complete(
-        &self,
-        claim: &Claim,
-        response: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).complete(claim, response)
-    }
-    fn release(&self, claim: &Claim) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).release(claim)
-    }
-    fn mark_failed(
-        &self,
-        claim: &Claim,
-        failure: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).mark_failed(claim, failure)
-    }
-    fn renew(
-        &self,
-        claim: &Claim,
-        lease: Duration,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).renew(claim, lease)
-    }
-    fn abandon(&self, claim: Claim) -> bool {
-        (**self).abandon(claim)
-    }
-    fn read_steps(
-        &self,
-        claim: &Claim,
-    ) -> impl Future<Output = Result<Vec<StepEntry>, StoreError>> + Send {
-        (**self).read_steps(claim)
-    }
-    fn write_step(
-        &self,
-        claim: &Claim,
-        label: &str,
-        write: StepWrite<'_>,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).write_step(claim, label, write)
-    }
-    fn purge_older_than(
-        &self,
-        age: Duration,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
-        (**self).purge_older_than(age)
-    }
-    fn limits(&self) -> Limits {
-        (**self).limits()
-    }
-    fn operation_timeout(&self) -> Duration {
-        (**self).operation_timeout()
-    }
-}
-
-impl<S: TransactionalStore + ?Sized> TransactionalStore for &S {
-    type Transaction = S::Transaction;
-    fn begin(&self) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send {
-        (**self).begin()
-    }
-    fn begin_for(
-        &self,
-        claim: &Claim,
-    ) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send {
-        (**self).begin_for(claim)
-    }
-    fn claim_in_transaction(
-        &self,
-        request: &ClaimRequest<'_>,
-    ) -> impl Future<Output = Result<TransactionClaim<Self::Transaction>, StoreError>> + Send {
-        (**self).claim_in_transaction(request)
-    }
-    fn claim_answered_in_transaction(
-        &self,
-        request: &ClaimRequest<'_>,
-        response: &str,
-    ) -> impl Future<Output = Result<TransactionClaim<Self::Transaction>, StoreError>> + Send {
-        (**self).claim_answered_in_transaction(request, response)
-    }
-    fn commit_done(
-        &self,
-        transaction: Self::Transaction,
-        claim: &Claim,
-        response: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).commit_done(transaction, claim, response)
-    }
-    fn rollback(
-        &self,
-        transaction: Self::Transaction,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).rollback(transaction)
-    }
-    fn transaction_holds_claim(&self) -> bool {
-        (**self).transaction_holds_claim()
-    }
-    fn commit_step(
-        &self,
-        transaction: Self::Transaction,
-        claim: &Claim,
-        label: &str,
-        output: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).commit_step(transaction, claim, label, output)
-    }
-}
-
-impl<S: TransactionalStore + ?Sized> TransactionalStore for std::sync::Arc<S> {
-    type Transaction = S::Transaction;
-    fn begin(&self) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send {
-        (**self).begin()
-    }
-    fn begin_for(
-        &self,
-        claim: &Claim,
-    ) -> impl Future<Output = Result<Self::Transaction, StoreError>> + Send {
-        (**self).begin_for(claim)
-    }
-    fn claim_in_transaction(
-        &self,
-        request: &ClaimRequest<'_>,
-    ) -> impl Future<Output = Result<TransactionClaim<Self::Transaction>, StoreError>> + Send {
-        (**self).claim_in_transaction(request)
-    }
-    fn claim_answered_in_transaction(
-        &self,
-        request: &ClaimRequest<'_>,
-        response: &str,
-    ) -> impl Future<Output = Result<TransactionClaim<Self::Transaction>, StoreError>> + Send {
-        (**self).claim_answered_in_transaction(request, response)
-    }
-    fn commit_done(
-        &self,
-        transaction: Self::Transaction,
-        claim: &Claim,
-        response: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).commit_done(transaction, claim, response)
-    }
-    fn rollback(
-        &self,
-        transaction: Self::Transaction,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).rollback(transaction)
-    }
-    fn transaction_holds_claim(&self) -> bool {
-        (**self).transaction_holds_claim()
-    }
-    fn commit_step(
-        &self,
-        transaction: Self::Transaction,
-        claim: &Claim,
-        label: &str,
-        output: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).commit_step(transaction, claim, label, output)
     }
 }

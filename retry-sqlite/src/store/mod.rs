@@ -46,7 +46,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -737,7 +737,7 @@ impl IdempotencyStore for SqliteStore {
         let mut purged = 0u64;
         loop {
             let deleted = self
-                .write_store(move |conn, clock| steps::purge_batch(conn, clock, age))
+                .write_store(move |conn, clock| steps::purge_batch(conn, clock, age, PURGE_BATCH))
                 .await?;
             purged += deleted as u64;
             if deleted < PURGE_BATCH {

@@ -3,8 +3,15 @@
 //! each write fenced by the claim's token in the same transaction; deleted with its key by the
 //! purge.
 
-use super::*;
-use retry_core::idempotency::{StepEntry, StepState, StepWrite};
+use std::time::{Duration, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use retry_core::idempotency::{Claim, StepEntry, StepState, StepWrite, StoreError};
+use retry_core::time::{Clock, format_utc};
+
+/// Why a journal statement failed: SQLite's error, or the store's verdict (a fenced claim).
+type Fail = crate::sql::Fail<StoreError>;
 
 /// Version 3 of the layout: the journal. `WITHOUT ROWID`: rows are found by their key only.
 pub(super) const STEPS_TABLE: &str = "CREATE TABLE IF NOT EXISTS inbox_steps (
@@ -94,17 +101,18 @@ pub(super) fn owned_write(
     Ok((claim.key.clone(), token, label.to_owned(), output))
 }
 
-/// One batch of [`PURGE_BATCH`] rows older than `age` (and past their own retention), and
+/// One batch of at most `batch` rows older than `age` (and past their own retention), and
 /// their journals.
 pub(super) fn purge_batch(
     conn: &Connection,
     clock: &dyn Clock,
     age: Duration,
+    batch: usize,
 ) -> Result<usize, Fail> {
     let now = clock.now();
     let cutoff = format_utc(now.checked_sub(age).unwrap_or(UNIX_EPOCH));
     let now = format_utc(now);
-    let batch = i64::try_from(PURGE_BATCH).unwrap_or(i64::MAX);
+    let batch = i64::try_from(batch).unwrap_or(i64::MAX);
     let keys: Vec<String> = conn
         .prepare_cached(PURGE_RETURNING)?
         .query_map(params![cutoff, now, batch], |row| row.get(0))?
