@@ -308,3 +308,55 @@ async fn an_idempotency_layer_handler_runs_steps() {
     }
     assert_eq!(services.charges.sends.load(Ordering::SeqCst), 1);
 }
+
+#[derive(Debug)]
+#[allow(dead_code, reason = "read through Debug when a test fails")]
+enum Flaky {
+    Again,
+    Idempotency(IdempotencyError),
+}
+
+impl From<IdempotencyError> for Flaky {
+    fn from(e: IdempotencyError) -> Self {
+        Flaky::Idempotency(e)
+    }
+}
+
+impl From<retry_core::Elapsed> for Flaky {
+    fn from(_: retry_core::Elapsed) -> Self {
+        Flaky::Again
+    }
+}
+
+impl retry_core::Classify for Flaky {
+    fn classify(&self) -> retry_core::Decision {
+        match self {
+            Flaky::Again => retry_core::Decision::Retry,
+            Flaky::Idempotency(_) => retry_core::Decision::Stop,
+        }
+    }
+}
+
+#[idempotent(key = order, store = inbox, lease = "1m")]
+#[retryable(max = 3, base = "1ms", deadline = "20s", attempt_timeout = "5s")]
+async fn retried(inbox: &MemoryStore, services: &Services, order: u64) -> Result<String, Flaky> {
+    let charge = step("charge", async |s| {
+        Ok::<_, Flaky>(services.charges.send(s.key()))
+    })
+    .await?;
+    if services.mails.sends.fetch_add(1, Ordering::SeqCst) < 2 {
+        return Err(Flaky::Again);
+    }
+    Ok(charge)
+}
+
+/// Retries inside one claim run the body again: the charge that finished in the first attempt
+/// is answered from the journal, not refused as a second use of its label.
+#[tokio::test]
+async fn retries_inside_the_claim_answer_finished_steps_from_the_journal() {
+    let inbox = MemoryStore::new();
+    let services = Services::new();
+    assert_eq!(retried(&inbox, &services, 1).await.unwrap(), "effect-1");
+    assert_eq!(services.charges.sends.load(Ordering::SeqCst), 1);
+    assert_eq!(services.mails.sends.load(Ordering::SeqCst), 3);
+}

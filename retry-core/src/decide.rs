@@ -163,6 +163,12 @@ impl<'p> State<'p> {
             self.first_attempt();
         }
         scope::note_attempt(self.attempt, self.policy.knobs().max_attempts);
+        // An idempotent body retried inside its claim runs its steps again (not on the first
+        // attempt: the success path pays a comparison).
+        #[cfg(feature = "idempotency")]
+        if self.attempt > 1 {
+            crate::idempotency::attempt_retried();
+        }
         // The scope is read only by a caller that uses the answer (generated code with a
         // by-value argument); otherwise the compiler drops the read.
         self.attempt >= self.limit() || (self.attempt == 1 && scope::single_attempt_here())

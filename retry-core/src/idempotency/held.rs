@@ -36,6 +36,18 @@ pub(super) fn current_steps() -> Option<(Claim, Option<Recorder>)> {
         .ok()
 }
 
+/// A retry inside the claim (`#[idempotent]` above `#[retryable]`) starts another attempt of
+/// the body: its steps are a new run for the label check, and a step that finished in an
+/// earlier attempt is answered from the journal. (A retry nested deeper in the body does the
+/// same: the check is then looser, never the journal.)
+pub(crate) fn attempt_retried() {
+    let _ = CURRENT.try_with(|current| {
+        if let Some(recorder) = &current.recorder {
+            recorder.new_run();
+        }
+    });
+}
+
 /// The claim of the `#[idempotent]` call whose body is running in this task, if any: its key
 /// and fencing token. A body uses it to derive stable keys for its own downstream calls
 /// (`Claim::derive`, feature `http`), so idempotency carries on into the services it calls. Work spawned onto

@@ -69,6 +69,7 @@ pub use flow::{
     Begun, BegunTransaction, Idempotent, Once, Retries, Settings, begin_call, begin_transactional,
     begin_transactional_answered, finish_transactional,
 };
+pub(crate) use held::attempt_retried;
 pub use held::{HeldClaim, current, current_key};
 pub use journal::{StepEntry, StepState, StepWrite};
 pub(crate) use key::digest;
@@ -381,7 +382,7 @@ pub trait IdempotencyStore: Send + Sync {
     /// };
     /// let ClaimOutcome::Claimed(claim) = store.claim(&request).await.unwrap() else { panic!() };
     /// store.write_step(&claim, "charge", StepWrite::Started).await.unwrap();
-    /// store.write_step(&claim, "charge", StepWrite::Finished(""ch_1"")).await.unwrap();
+    /// store.write_step(&claim, "charge", StepWrite::Finished("\"ch_1\"")).await.unwrap();
     /// let journal = store.read_steps(&claim).await.unwrap();
     /// assert_eq!(journal[0].label, "charge");
     /// assert_eq!(journal[0].state, StepState::Finished("\"ch_1\"".into()));

@@ -35,6 +35,8 @@ pub(super) enum Request {
     /// A transactional step committed `output` with its writes: only the holder's copy of the
     /// journal is told.
     Committed { label: String, output: String },
+    /// The body starts again (a retry inside the claim): its labels may be used again.
+    NewRun,
 }
 
 /// What [`Request::Open`] found.
@@ -88,6 +90,11 @@ impl Recorder {
             label: label.to_owned(),
             output,
         });
+    }
+
+    /// Tells the holder that the body starts again (see [`Request::NewRun`]).
+    pub(super) fn new_run(&self) {
+        let _ = self.requests.send(Request::NewRun);
     }
 
     async fn ask<T>(
@@ -145,6 +152,7 @@ pub(super) async fn serve<S: IdempotencyStore + ?Sized>(
                     steps.insert(label, StepState::Finished(output));
                 }
             }
+            Request::NewRun => journal.ran.clear(),
         }
     }
 }
