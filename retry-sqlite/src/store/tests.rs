@@ -4,7 +4,7 @@ use rusqlite::ErrorCode;
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Instant, UNIX_EPOCH};
 
 struct TempDir(PathBuf);
 
