@@ -1054,7 +1054,7 @@ async fn dead_letters_share_a_database_and_a_pool_with_the_idempotency_store() {
         .collect();
     assert_eq!(
         versions,
-        [("dead_letters".to_owned(), 3), ("inbox_log".to_owned(), 3)]
+        [("dead_letters".to_owned(), 3), ("inbox_log".to_owned(), 4)]
     );
 
     // One pool for both; the server is named as it reports its address.

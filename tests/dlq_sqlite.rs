@@ -1090,7 +1090,7 @@ async fn dead_letters_and_the_idempotency_log_share_a_file() {
         .unwrap();
     assert_eq!(
         versions,
-        [("dead_letters".to_owned(), 2), ("inbox_log".to_owned(), 2)]
+        [("dead_letters".to_owned(), 2), ("inbox_log".to_owned(), 3)]
     );
 }
 

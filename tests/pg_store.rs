@@ -866,7 +866,7 @@ async fn instances_starting_together_migrate_once() {
         .iter()
         .map(|row| (row.get(0), row.get(1)))
         .collect();
-    assert_eq!(versions, [("inbox_log".to_owned(), 3)]);
+    assert_eq!(versions, [("inbox_log".to_owned(), 4)]);
     // The times are times, which the server compares as such.
     let types: Vec<(String, String)> = client
         .query(
@@ -891,7 +891,7 @@ async fn instances_starting_together_migrate_once() {
     );
 
     client
-        .execute("UPDATE retry_core_schema SET version = 4", &[])
+        .execute("UPDATE retry_core_schema SET version = 5", &[])
         .await
         .unwrap();
     let error = PgStore::connect(&schema.url).await.unwrap_err();
@@ -899,7 +899,7 @@ async fn instances_starting_together_migrate_once() {
     assert!(
         retry_core::error_chain(&error)
             .to_string()
-            .contains("has inbox_log schema version 4, newer than the 3"),
+            .contains("has inbox_log schema version 5, newer than the 4"),
         "{error}"
     );
     schema.drop_all().await;

@@ -463,7 +463,7 @@ async fn a_version_1_table_is_upgraded_and_keeps_its_claims() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
     assert_eq!(
         store
             .claim(&request("kept", Duration::from_secs(10)))

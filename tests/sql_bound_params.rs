@@ -76,7 +76,7 @@ fn idempotency_keys_and_responses_are_bound_not_spliced() {
     let dir = TempDir::new("sql-bound-inbox");
     let path = dir.file("inbox.sqlite3");
     let store = SqliteStore::open(&path).unwrap();
-    let expected_tables = set(&["inbox_log", "retry_core_schema"]);
+    let expected_tables = set(&["inbox_log", "inbox_steps", "retry_core_schema"]);
     assert_eq!(tables(&path), expected_tables);
     let raw = rusqlite::Connection::open(&path).unwrap();
     let stored = std::cell::Cell::new(0i64);
