@@ -642,7 +642,16 @@ pub trait TransactionalStore: IdempotencyStore {
     ///
     /// The default rolls the transaction back and answers [`StoreError::Unsupported`].
     ///
-    /// An example on a SQLite file: `retry_sqlite::SqliteStore`'s implementation.
+    /// ```
+    /// use retry_core::idempotency::{Claim, StoreError, TransactionalStore};
+    ///
+    /// /// What `step_in_transaction` does around the step's writes.
+    /// async fn ride<S: TransactionalStore>(store: &S, claim: &Claim) -> Result<(), StoreError> {
+    ///     let transaction = store.begin().await?;
+    ///     // ... the step's writes through `transaction` ...
+    ///     store.commit_step(transaction, claim, "ride", "{\"ride\":7}").await
+    /// }
+    /// ```
     fn commit_step(
         &self,
         transaction: Self::Transaction,
