@@ -3,7 +3,8 @@
 //! the `postgres` feature and `DATABASE_URL`) on `PgStore`, at 1 and 8 concurrent callers on a
 //! 2-worker Tokio runtime. The effects themselves cost nothing (a counter), so the difference
 //! is the journal: per step, `started` before the effect and the output after it (two fenced
-//! writes), and one read of the journal per call, at its first step.
+//! writes), and one read of the journal per call, at its first step; a transactional step
+//! (`step_in_transaction`) writes its output in its own transaction instead (one commit).
 //!
 //! `cargo bench --bench steps` (SQLite), `cargo bench --bench steps --features postgres`
 //! (both; needs DATABASE_URL). `STEPS_BENCH_CALLS` (default 400) and `STEPS_BENCH_ROUNDS`
@@ -13,7 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use retry_core::idempotency::{IdempotencyError, IdempotencyStore, step};
+use retry_core::idempotency::{
+    IdempotencyError, IdempotencyStore, TransactionalStore, step, step_in_transaction,
+};
 use retry_core::idempotent;
 
 #[derive(Debug)]
@@ -42,6 +45,16 @@ async fn stepped<S: IdempotencyStore>(store: &S, order: u64) -> Result<[u64; 3],
     let ride = step("ride", async |_| Ok::<_, Failed>(effect())).await?;
     let charge = step("charge", async |_| Ok::<_, Failed>(effect())).await?;
     let receipt = step("receipt", async |_| Ok::<_, Failed>(effect())).await?;
+    Ok([ride, charge, receipt])
+}
+
+#[idempotent(key = order, store = store, namespace = "bench.transactional_steps")]
+async fn transactional<S: TransactionalStore>(store: &S, order: u64) -> Result<[u64; 3], Failed> {
+    let ride = step_in_transaction("ride", store, async |_, _| Ok::<_, Failed>(effect())).await?;
+    let charge =
+        step_in_transaction("charge", store, async |_, _| Ok::<_, Failed>(effect())).await?;
+    let receipt =
+        step_in_transaction("receipt", store, async |_, _| Ok::<_, Failed>(effect())).await?;
     Ok([ride, charge, receipt])
 }
 
@@ -79,13 +92,14 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// One store's rows: for 1 and 8 clients, calls/s without and with steps.
-async fn measure<S: IdempotencyStore + 'static>(name: &str, store: Arc<S>) {
+/// One store's rows: for 1 and 8 clients, calls/s without steps, with three steps, and with
+/// three transactional steps.
+async fn measure<S: TransactionalStore + 'static>(name: &str, store: Arc<S>) {
     let calls: u64 = env("STEPS_BENCH_CALLS", 400);
     let rounds: u64 = env("STEPS_BENCH_ROUNDS", 5);
     let mut first = 0;
     for clients in [1, 8] {
-        let (mut without, mut with) = (Vec::new(), Vec::new());
+        let (mut without, mut with, mut with_tx) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             without.push(
                 run(
@@ -113,13 +127,29 @@ async fn measure<S: IdempotencyStore + 'static>(name: &str, store: Arc<S>) {
                 .await,
             );
             first += calls;
+            with_tx.push(
+                run(
+                    &store,
+                    clients,
+                    calls,
+                    first,
+                    async |store: Arc<S>, order| {
+                        transactional(&*store, order).await.expect("transactional");
+                    },
+                )
+                .await,
+            );
+            first += calls;
         }
-        let (without, with) = (median(without), median(with));
+        let (without, with, with_tx) = (median(without), median(with), median(with_tx));
+        // What one step adds to a call, at this concurrency.
+        let per_step = |rate: f64| (1e6 / rate - 1e6 / without) * clients as f64 / 3.0;
         println!(
-            "| {name} | {clients} | {without:.0} | {with:.0} | {:.2}x | {:.0} µs |",
+            "| {name} | {clients} | {without:.0} | {with:.0} ({:.2}x, {:.0} µs a step) | {with_tx:.0} ({:.2}x, {:.0} µs a step) |",
             with / without,
-            // What the three steps add to a call, at this concurrency.
-            (1e6 / with - 1e6 / without) * clients as f64 / 3.0
+            per_step(with),
+            with_tx / without,
+            per_step(with_tx),
         );
     }
 }
@@ -139,8 +169,10 @@ fn main() {
         .expect("a Tokio runtime");
     let dir = std::env::temp_dir().join(format!("retry-core-bench-steps-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temp dir");
-    println!("| store | clients | calls/s without steps | with 3 steps | ratio | per step |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| store | callers | calls/s without steps | with 3 steps | with 3 transactional steps |"
+    );
+    println!("|---|---:|---:|---:|---:|");
     rt.block_on(async {
         let sqlite = retry_sqlite::SqliteStore::open(dir.join("steps.sqlite3")).expect("open");
         measure("SqliteStore (synchronous=FULL)", Arc::new(sqlite)).await;
