@@ -49,8 +49,8 @@ impl Step {
         }
     }
 
-    /// The step's idempotency key for its downstream call: the claim's
-    /// [`derive`](Claim::derive)`(label)`, the same on every run of the key, whatever the
+    /// The step's idempotency key for its downstream call: what the claim's `derive(label)`
+    /// gives (with feature `http`), the same on every run of the key, whatever the
     /// fencing token, so the service the step calls deduplicates a step run again in doubt.
     /// 32 lowercase hex digits.
     ///
