@@ -43,8 +43,14 @@ fn effect<'t>(
 ) -> BoxFuture<'t, Result<(), Failed>> {
     Box::pin(async move {
         let id = message.message_id().unwrap_or_default();
+        // Prepared once per connection, as the hand-written side does: the effect costs the
+        // server the same on both sides.
+        let write = tx
+            .prepare_cached("INSERT INTO bench_effects (msg_id) VALUES ($1)")
+            .await
+            .map_err(|e| Failed(e.to_string()))?;
         tx.client()
-            .execute("INSERT INTO bench_effects (msg_id) VALUES ($1)", &[&id])
+            .execute(&write, &[&id])
             .await
             .map_err(|e| Failed(e.to_string()))?;
         Ok(())
@@ -123,7 +129,11 @@ async fn wait_for(channel: &Channel, store: &PgStore, queue: &str, n: usize) {
 
 /// The hand-written floor: one task per delivery (at most `prefetch` at once), dedup by
 /// `INSERT .. ON CONFLICT DO NOTHING` in the effect's transaction, ack after the commit.
-async fn hand_written(connection: &Connection, store: &PgStore, queue: &str, prefetch: u16) {
+async fn hand_written(amqp: &str, store: &PgStore, queue: &str, prefetch: u16) -> Connection {
+    // Its own connection, opened in the timed run as the library's `Consumer` opens its own.
+    let connection = Connection::connect(amqp, ConnectionProperties::default())
+        .await
+        .unwrap();
     let channel = connection.create_channel().await.unwrap();
     channel
         .basic_qos(prefetch, BasicQosOptions::default())
@@ -176,8 +186,9 @@ async fn hand_written(connection: &Connection, store: &PgStore, queue: &str, pre
             });
         }
     });
-    // The consumer runs until the process ends.
+    // The consumer runs until its connection is closed.
     drop(task);
+    connection
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -233,16 +244,21 @@ async fn main() {
         .unwrap_or_else(|| vec![1, 16, 128]);
     let side = std::env::var("BENCH_SIDE").unwrap_or_default();
     for prefetch in prefetches {
-        let n = if prefetch == 1 { 1000 } else { 4000 };
+        let n = match std::env::var("BENCH_MESSAGES").ok().and_then(|n| n.parse().ok()) {
+            Some(n) => n,
+            None if prefetch == 1 => 1000,
+            None => 4000,
+        };
         let (mut hand, mut lib) = (Vec::new(), Vec::new());
         for run in 0..runs {
             if side != "lib" {
                 let queue = format!("bench.hand.{prefetch}.{run}.{}", std::process::id());
                 publish(&channel, &queue, n).await;
                 let start = Instant::now();
-                hand_written(&connection, &store, &queue, prefetch).await;
+                let consumer = hand_written(&amqp, &store, &queue, prefetch).await;
                 wait_for(&channel, &store, &queue, n).await;
                 hand.push(n as f64 / start.elapsed().as_secs_f64());
+                let _ = consumer.close(200, "done".into()).await;
             } else {
                 hand.push(0.0);
             }
