@@ -2,11 +2,16 @@
 //! the effect and `done` in one commit) against a hand-written lapin consumer doing the same
 //! dedup in the same PostgreSQL through the same pool (`BEGIN; INSERT .. ON CONFLICT DO
 //! NOTHING; the effect; COMMIT`, ack after the commit), at prefetch 1, 16 and 128 (as many
-//! handlers at once as the prefetch). Needs `AMQP_URL` and `DATABASE_URL`:
+//! handlers at once as the prefetch). Each side opens its own AMQP connection inside the timed
+//! run. Needs `AMQP_URL` and `DATABASE_URL`:
 //!
 //! ```sh
 //! cargo bench -p retry-amqp --bench consumer
 //! ```
+//!
+//! `BENCH_PREFETCH=16,128`, `BENCH_SIDE=hand|lib`, `BENCH_RUNS` (3), `BENCH_MESSAGES` (1,000 at
+//! prefetch 1, else 4,000) and `BENCH_POOL` (the store's pool size, `PgStore`'s default 16)
+//! select what runs.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -129,7 +134,14 @@ async fn wait_for(channel: &Channel, store: &PgStore, queue: &str, n: usize) {
 
 /// The hand-written floor: one task per delivery (at most `prefetch` at once), dedup by
 /// `INSERT .. ON CONFLICT DO NOTHING` in the effect's transaction, ack after the commit.
-async fn hand_written(amqp: &str, store: &PgStore, queue: &str, prefetch: u16) -> Connection {
+/// Returns the connection and the permits of the deliveries in flight: all of them free means
+/// every delivery taken has been acked, and the connection can close.
+async fn hand_written(
+    amqp: &str,
+    store: &PgStore,
+    queue: &str,
+    prefetch: u16,
+) -> (Connection, Arc<tokio::sync::Semaphore>) {
     // Its own connection, opened in the timed run as the library's `Consumer` opens its own.
     let connection = Connection::connect(amqp, ConnectionProperties::default())
         .await
@@ -150,6 +162,7 @@ async fn hand_written(amqp: &str, store: &PgStore, queue: &str, prefetch: u16) -
         .unwrap();
     let pool = store.pool().clone();
     let permits = Arc::new(tokio::sync::Semaphore::new(usize::from(prefetch)));
+    let in_flight = Arc::clone(&permits);
     let task = tokio::spawn(async move {
         while let Some(Ok(delivery)) = std::future::poll_fn(|cx| {
             futures_core::Stream::poll_next(std::pin::Pin::new(&mut deliveries), cx)
@@ -188,7 +201,7 @@ async fn hand_written(amqp: &str, store: &PgStore, queue: &str, prefetch: u16) -
     });
     // The consumer runs until its connection is closed.
     drop(task);
-    connection
+    (connection, in_flight)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -198,7 +211,17 @@ async fn main() {
         eprintln!("the consumer bench needs AMQP_URL and DATABASE_URL (scripts/test starts both)");
         std::process::exit(2);
     };
-    let store = Arc::new(PgStore::connect(&database).await.unwrap());
+    let store = PgStore::connect(&database).await.unwrap();
+    // Both sides run on this pool.
+    let store = Arc::new(
+        match std::env::var("BENCH_POOL")
+            .ok()
+            .and_then(|p| p.parse().ok())
+        {
+            Some(n) => store.with_pool_size(n),
+            None => store,
+        },
+    );
     // Emptied first, and `bench_effects` indexed for `wait_for`'s count by prefix: a count
     // that scanned every row of every earlier run would take more and more of the server's
     // time.
@@ -214,6 +237,17 @@ async fn main() {
              TRUNCATE bench_effects, bench_dedup; \
              DELETE FROM inbox_log WHERE biz_key LIKE 'bench.%'",
         )
+        .await
+        .unwrap();
+    // The earlier runs' keys, deleted above, leave dead entries in `inbox_log`'s indexes that
+    // the library's side would otherwise pay for (the floor's table is truncated). A statement
+    // of its own: VACUUM cannot run in the implicit transaction of a multi-statement batch.
+    store
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .batch_execute("VACUUM inbox_log")
         .await
         .unwrap();
     let connection = Connection::connect(&amqp, ConnectionProperties::default())
@@ -244,7 +278,10 @@ async fn main() {
         .unwrap_or_else(|| vec![1, 16, 128]);
     let side = std::env::var("BENCH_SIDE").unwrap_or_default();
     for prefetch in prefetches {
-        let n = match std::env::var("BENCH_MESSAGES").ok().and_then(|n| n.parse().ok()) {
+        let n = match std::env::var("BENCH_MESSAGES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+        {
             Some(n) => n,
             None if prefetch == 1 => 1000,
             None => 4000,
@@ -255,9 +292,12 @@ async fn main() {
                 let queue = format!("bench.hand.{prefetch}.{run}.{}", std::process::id());
                 publish(&channel, &queue, n).await;
                 let start = Instant::now();
-                let consumer = hand_written(&amqp, &store, &queue, prefetch).await;
+                let (consumer, in_flight) = hand_written(&amqp, &store, &queue, prefetch).await;
                 wait_for(&channel, &store, &queue, n).await;
                 hand.push(n as f64 / start.elapsed().as_secs_f64());
+                // The last acks are sent before the connection closes, as the `Consumer`'s
+                // shutdown finishes its deliveries.
+                let _ = in_flight.acquire_many(u32::from(prefetch)).await;
                 let _ = consumer.close(200, "done".into()).await;
             } else {
                 hand.push(0.0);
