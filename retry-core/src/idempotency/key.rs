@@ -1,5 +1,6 @@
 //! Idempotency keys: an injective, stable text encoding of the values a request is identified by.
 
+use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use crate::time::format_utc;
@@ -89,9 +90,8 @@ pub fn encode_namespaced_key<S: KeyPart + ?Sized, K: KeyPart + ?Sized>(
 
 impl KeyPart for str {
     fn encode_into(&self, out: &mut String) {
-        out.push('s');
-        out.push_str(&self.len().to_string());
-        out.push(':');
+        // Writing to a `String` cannot fail.
+        let _ = write!(out, "s{}:", self.len());
         out.push_str(self);
     }
 }
@@ -143,8 +143,8 @@ macro_rules! integers {
     ($($t:ty),*) => {$(
         impl KeyPart for $t {
             fn encode_into(&self, out: &mut String) {
-                out.push('n');
-                out.push_str(&self.to_string());
+                // Writing to a `String` cannot fail.
+                let _ = write!(out, "n{self}");
             }
         }
     )*};
