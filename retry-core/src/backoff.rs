@@ -2,10 +2,8 @@
 
 use std::time::Duration;
 
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-
 use crate::policy::{Jitter, Policy};
+use crate::random::SmallRng;
 
 /// `min(cap, base · 2^(failed_attempt - 1))`, saturating instead of overflowing (waits past
 /// ~584 years saturate there).
@@ -164,7 +162,7 @@ pub(crate) fn jittered(
 
 /// The generator of a [`Backoff`] (and of a retrying call): from [`Policy::seed`], or seeded
 /// from the thread's generator. Both ways from one `u64` in a register, expanded inline: a
-/// generator returned through memory (`rand::make_rng`) would keep the `Backoff`'s in memory in
+/// generator returned through memory would keep the `Backoff`'s in memory in
 /// every step.
 #[inline]
 pub(crate) fn fresh_rng(seed: Option<u64>) -> SmallRng {
@@ -246,7 +244,7 @@ mod tests {
 
     #[test]
     fn the_written_out_draw_is_rands_random_range() {
-        use rand::RngExt;
+        use rand::{RngExt, SeedableRng};
         for (lo, hi) in [
             (0, 1),
             (0, 10),
@@ -255,7 +253,10 @@ mod tests {
             (1, u64::MAX),
             (0, u64::MAX),
         ] {
-            let (mut ours, mut rands) = (SmallRng::seed_from_u64(9), SmallRng::seed_from_u64(9));
+            let (mut ours, mut rands) = (
+                SmallRng::seed_from_u64(9),
+                rand::rngs::SmallRng::seed_from_u64(9),
+            );
             for _ in 0..1000 {
                 assert_eq!(draw(&mut ours, lo, hi), rands.random_range(lo..=hi));
             }

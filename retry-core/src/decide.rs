@@ -55,7 +55,7 @@ pub struct State<'p> {
 #[derive(Debug)]
 struct Failing {
     /// The jitter's generator, made at the first wait with a random part.
-    rng: Option<rand::rngs::SmallRng>,
+    rng: Option<crate::random::SmallRng>,
     /// The last wait, for decorrelated jitter (the policy's `base` before the first).
     prev: u64,
     gave_up: Option<GiveUp>,
