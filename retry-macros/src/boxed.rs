@@ -6,8 +6,9 @@
 //! the `async fn` it was (the async block's statements as the body, `R` as the output), so the
 //! retry loop is built as for any `async fn` and boxed in place of the original future.
 
-use syn::visit_mut::{self, VisitMut};
 use syn::{Expr, ItemFn, Pat, ReturnType, Signature, Stmt, Type};
+
+use crate::walk::{self, Walk};
 
 /// The signature `#[async_trait]` wrote, kept for the rewritten method.
 pub(crate) struct Boxed {
@@ -48,7 +49,7 @@ pub(crate) fn unbox(function: &mut ItemFn) -> Option<Boxed> {
     });
     if mut_receiver {
         // `let mut __self = self;` would move the `&mut self` into the first attempt.
-        Reborrow.visit_block_mut(&mut block);
+        walk::block(&mut Reborrow, &mut block);
     }
     let boxed = Boxed {
         sig: function.sig.clone(),
@@ -97,8 +98,8 @@ fn future_output(ty: &Type) -> Option<Type> {
 /// `let mut __self = self;` becomes `let mut __self = &mut *self;`, outside nested items.
 struct Reborrow;
 
-impl VisitMut for Reborrow {
-    fn visit_local_mut(&mut self, local: &mut syn::Local) {
+impl Walk for Reborrow {
+    fn local(&mut self, local: &mut syn::Local) {
         let is_self = matches!(&local.pat, Pat::Ident(p) if p.ident == "__self");
         if let (true, Some(init)) = (is_self, &mut local.init)
             && matches!(&*init.expr, Expr::Path(p) if p.path.is_ident("self"))
@@ -106,8 +107,5 @@ impl VisitMut for Reborrow {
             let span = syn::spanned::Spanned::span(&*init.expr);
             *init.expr = syn::parse_quote_spanned!(span=> &mut *self);
         }
-        visit_mut::visit_local_mut(self, local);
     }
-
-    fn visit_item_mut(&mut self, _: &mut syn::Item) {}
 }

@@ -391,7 +391,7 @@ fn rewrite(
                 brace_token: block.brace_token,
                 stmts,
             };
-            syn::visit_mut::VisitMut::visit_block_mut(&mut probes, &mut block);
+            crate::walk::block(&mut probes, &mut block);
             let stmts = &block.stmts;
             let body = AttemptBody {
                 items: probes.into_items(),

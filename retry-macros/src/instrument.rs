@@ -15,8 +15,9 @@
 
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
-use syn::visit_mut::{self, VisitMut};
 use syn::{Attribute, Block, Expr, Pat, Stmt};
+
+use crate::walk::{self, Walk};
 
 /// Removes the first `#[instrument]` / `#[tracing::instrument]` attribute.
 pub(crate) fn take(attrs: &mut Vec<Attribute>) -> Option<Attribute> {
@@ -77,7 +78,7 @@ pub(crate) fn split(block: &Block) -> Option<(Around, Expr)> {
     let mut future = (*local.init.as_ref()?.expr).clone();
     // Each attempt awaits the future at once: it borrows the attempt's arguments instead of
     // moving them, so a `&mut self` is reborrowed for each attempt, not moved into the first.
-    Borrowing.visit_expr_mut(&mut future);
+    walk::expr(&mut Borrowing, &mut future);
     let around = Around {
         before: block.stmts[..=at].to_vec(),
         future: local.pat.clone(),
@@ -90,21 +91,19 @@ pub(crate) fn split(block: &Block) -> Option<(Around, Expr)> {
 /// (the block that starts with tracing-attributes' fake return), whose blocks stay as written.
 struct Borrowing;
 
-impl VisitMut for Borrowing {
-    fn visit_expr_mut(&mut self, expr: &mut Expr) {
-        if let Expr::Async(block) = expr {
-            block.capture = None;
-            let users = block.block.stmts.first().is_some_and(|first| {
-                matches!(first, Stmt::Expr(Expr::If(_), _))
-                    && first
-                        .to_token_stream()
-                        .to_string()
-                        .contains("__tracing_attr_fake_return")
-            });
-            if users {
-                return;
-            }
-        }
-        visit_mut::visit_expr_mut(self, expr);
+impl Walk for Borrowing {
+    fn enter(&mut self, expr: &mut Expr) -> bool {
+        let Expr::Async(block) = expr else {
+            return true;
+        };
+        block.capture = None;
+        let users = block.block.stmts.first().is_some_and(|first| {
+            matches!(first, Stmt::Expr(Expr::If(_), _))
+                && first
+                    .to_token_stream()
+                    .to_string()
+                    .contains("__tracing_attr_fake_return")
+        });
+        !users
     }
 }

@@ -11,6 +11,7 @@ mod nesting;
 mod respan;
 mod retryable;
 mod suggest;
+mod walk;
 
 use proc_macro::TokenStream;
 

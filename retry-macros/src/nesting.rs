@@ -28,10 +28,10 @@ use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::visit_mut::{self, VisitMut};
-use syn::{Expr, Ident, Item, Macro, Token};
+use syn::{Expr, Ident, Macro, Token};
 
 use crate::respan::respan;
+use crate::walk::{self, Walk};
 
 pub(crate) struct AwaitProbes<'a> {
     private: &'a TokenStream,
@@ -106,33 +106,33 @@ impl<'a> AwaitProbes<'a> {
     }
 }
 
-impl VisitMut for AwaitProbes<'_> {
-    fn visit_expr_mut(&mut self, expr: &mut Expr) {
+impl Walk for AwaitProbes<'_> {
+    fn enter(&mut self, expr: &mut Expr) -> bool {
         match expr {
             // Work handed to another task, or marked independent: only what is evaluated here
             // to reach the call is this task's.
             Expr::Call(call) if path_hands_off(&call.func) => {
-                self.visit_expr_mut(&mut call.func);
-                return;
+                walk::expr(self, &mut call.func);
+                false
             }
             Expr::MethodCall(call) if hands_off(&call.method) => {
-                self.visit_expr_mut(&mut call.receiver);
-                return;
+                walk::expr(self, &mut call.receiver);
+                false
             }
-            _ => {}
+            _ => true,
         }
-        visit_mut::visit_expr_mut(self, expr);
+    }
+
+    fn leave(&mut self, expr: &mut Expr) {
         if let Expr::Await(awaited) = expr {
             let probed = self.probe(&awaited.base);
             *awaited.base = probed;
         }
     }
 
-    fn visit_item_mut(&mut self, _: &mut Item) {}
-
     // Only macros known to take a list of expressions and not to show them; `select!` arms and
     // everything else are left alone and covered at run time.
-    fn visit_macro_mut(&mut self, mac: &mut Macro) {
+    fn mac(&mut self, mac: &mut Macro) {
         let Some(name) = mac.path.segments.last() else {
             return;
         };
@@ -145,7 +145,7 @@ impl VisitMut for AwaitProbes<'_> {
         };
         let before = self.items.len();
         for expr in exprs.iter_mut() {
-            self.visit_expr_mut(expr);
+            walk::expr(self, expr);
         }
         if self.items.len() > before {
             mac.tokens = exprs.into_token_stream();
@@ -236,14 +236,13 @@ fn escape_braces(text: &str) -> String {
 mod tests {
     use super::AwaitProbes;
     use quote::{ToTokens, quote};
-    use syn::visit_mut::VisitMut;
 
     /// The number of probed sites in `block`, and the block after the rewrite.
     fn probe(block: proc_macro2::TokenStream) -> (usize, String) {
         let private = quote!(::retry_core::__private);
         let mut block: syn::Block = syn::parse2(block).expect("a block");
         let mut probes = AwaitProbes::new(&private, "outer".to_owned());
-        probes.visit_block_mut(&mut block);
+        crate::walk::block(&mut probes, &mut block);
         (probes.items.len(), block.into_token_stream().to_string())
     }
 
@@ -255,6 +254,32 @@ mod tests {
             tokio::join!(c().await, async { d().await });
         }));
         assert_eq!(sites, 5);
+    }
+
+    #[test]
+    fn probes_every_expression_of_the_body_but_nested_items() {
+        let (sites, _) = probe(quote!({
+            let Some(x) = a().await else { return b().await };
+            match c().await {
+                Some(y) if d(y).await => {}
+                _ => {}
+            }
+            let s = S {
+                f: e().await,
+                ..f().await
+            };
+            let g = async || g().await;
+            for i in h().await {
+                while i.await {}
+            }
+            if let Some(z) = k().await {
+                [m().await; 2];
+            }
+            fn nested() -> impl Future {
+                async { n().await }
+            }
+        }));
+        assert_eq!(sites, 11);
     }
 
     #[test]

@@ -20,7 +20,6 @@ use crate::args::RetryArgs;
 use crate::errors::Errors;
 use crate::nesting::AwaitProbes;
 use crate::respan::respan;
-use syn::visit_mut::VisitMut;
 
 // Called by `#[idempotent]` too, as `retryable::retry_loop` and `retryable::duration_tokens`.
 pub(crate) use body::{AttemptBody, attempt_statements};
@@ -211,7 +210,7 @@ fn rewrite(
         stmts,
     };
     let mut probes = AwaitProbes::new(&private, name.clone());
-    probes.visit_block_mut(&mut block);
+    crate::walk::block(&mut probes, &mut block);
     let items = probes.into_items();
     let stmts = &block.stmts;
     let body = match idempotent {

@@ -2,9 +2,8 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::quote_spanned;
-use syn::Type;
 use syn::spanned::Spanned;
-use syn::visit_mut::VisitMut;
+use syn::{GenericArgument, PathArguments, ReturnType, Type};
 
 /// `impl Future<Output = output>` for the rewritten signature. The `impl` token carries a span of
 /// this crate (edition 2024), so the opaque type captures every lifetime in scope, as an
@@ -18,20 +17,54 @@ pub(crate) fn opaque_future(output: &Type) -> TokenStream {
 /// `output` as it may be written in expression position (turbofish): every `impl Trait` in it,
 /// which only the signature may name, becomes `_` and is inferred from the body.
 pub(crate) fn inferred(output: &Type) -> Type {
-    struct Infer;
-    impl VisitMut for Infer {
-        fn visit_type_mut(&mut self, ty: &mut Type) {
-            if let Type::ImplTrait(opaque) = ty {
-                let span = opaque.impl_token.span;
-                *ty = syn::parse_quote_spanned!(span=> _);
-            } else {
-                syn::visit_mut::visit_type_mut(self, ty);
+    let mut output = output.clone();
+    infer(&mut output);
+    output
+}
+
+/// [`inferred`] in place, through the types `ty` is made of (references, tuples, arrays...) and
+/// the type arguments of its paths (`Result<impl Display, E>`). Trait objects and function
+/// pointers cannot hold an `impl Trait` and are left as written.
+fn infer(ty: &mut Type) {
+    match ty {
+        Type::ImplTrait(opaque) => {
+            let span = opaque.impl_token.span;
+            *ty = syn::parse_quote_spanned!(span=> _);
+        }
+        Type::Array(array) => infer(&mut array.elem),
+        Type::Group(group) => infer(&mut group.elem),
+        Type::Paren(paren) => infer(&mut paren.elem),
+        Type::Ptr(ptr) => infer(&mut ptr.elem),
+        Type::Reference(reference) => infer(&mut reference.elem),
+        Type::Slice(slice) => infer(&mut slice.elem),
+        Type::Tuple(tuple) => tuple.elems.iter_mut().for_each(infer),
+        Type::Path(path) => {
+            if let Some(qself) = &mut path.qself {
+                infer(&mut qself.ty);
+            }
+            for segment in &mut path.path.segments {
+                match &mut segment.arguments {
+                    PathArguments::AngleBracketed(args) => {
+                        for arg in &mut args.args {
+                            match arg {
+                                GenericArgument::Type(ty) => infer(ty),
+                                GenericArgument::AssocType(assoc) => infer(&mut assoc.ty),
+                                _ => {}
+                            }
+                        }
+                    }
+                    PathArguments::Parenthesized(args) => {
+                        args.inputs.iter_mut().for_each(|arg| infer(&mut arg.ty));
+                        if let ReturnType::Type(_, ty) = &mut args.output {
+                            infer(ty);
+                        }
+                    }
+                    PathArguments::None => {}
+                }
             }
         }
+        _ => {}
     }
-    let mut output = output.clone();
-    Infer.visit_type_mut(&mut output);
-    output
 }
 
 /// `crate = path`, or `::retry_core`.
