@@ -6,26 +6,46 @@
 //! the `async fn` it was (the async block's statements as the body, `R` as the output), so the
 //! retry loop is built as for any `async fn` and boxed in place of the original future.
 
+use proc_macro2::TokenStream;
+use quote::ToTokens;
 use syn::{Expr, ItemFn, Pat, ReturnType, Signature, Stmt, Type};
 
 use crate::walk::{self, Walk};
 
-/// The signature `#[async_trait]` wrote, kept for the rewritten method.
+/// What `#[async_trait]` wrote in the signature and [`unbox`] changed: the method is emitted
+/// with it.
 pub(crate) struct Boxed {
-    pub(crate) sig: Signature,
+    /// `-> Pin<Box<dyn Future<Output = R> + ..>>`.
+    output: ReturnType,
+}
+
+impl Boxed {
+    /// Gives `sig`, the `async fn` [`unbox`] made, the output `#[async_trait]` wrote, and takes
+    /// its `async` away again.
+    pub(crate) fn restore(self, sig: &mut Signature) {
+        sig.asyncness = None;
+        sig.output = self.output;
+    }
 }
 
 /// When `function` is an `#[async_trait]` method, makes it the `async fn` it was written as and
-/// returns the signature to emit; `None` leaves any other function alone.
+/// returns what [`Boxed::restore`] puts back in the signature to emit; `None` leaves any other
+/// function alone.
 pub(crate) fn unbox(function: &mut ItemFn) -> Option<Boxed> {
     if function.sig.asyncness.is_some() {
         return None;
     }
-    let ReturnType::Type(arrow, ty) = &function.sig.output else {
+    let mut_receiver = function.sig.receiver().is_some_and(|receiver| {
+        matches!(&receiver.kind, syn::ReceiverKind::Reference(_, _, Some(_)))
+    });
+    let ReturnType::Type(arrow, ty) = &mut function.sig.output else {
         return None;
     };
+    // Tokens are not `Copy` in syn without its `clone-impls`; their spans are.
+    let arrow = arrow.spans;
+    let written = ty.to_token_stream();
     let output = future_output(ty)?;
-    let Some(Stmt::Expr(Expr::Call(call), None)) = function.block.stmts.last() else {
+    let Some(Stmt::Expr(Expr::Call(call), None)) = function.block.stmts.last_mut() else {
         return None;
     };
     let Expr::Path(callee) = &*call.func else {
@@ -40,55 +60,68 @@ pub(crate) fn unbox(function: &mut ItemFn) -> Option<Boxed> {
     if !segments.ends_with(&["Box".to_owned(), "pin".to_owned()]) || call.args.len() != 1 {
         return None;
     }
-    let Some(Expr::Async(future)) = call.args.first() else {
+    let Some(Expr::Async(future)) = call.args.first_mut() else {
         return None;
     };
-    let mut block = future.block.clone();
-    let mut_receiver = function.sig.receiver().is_some_and(|receiver| {
-        matches!(&receiver.kind, syn::ReceiverKind::Reference(_, _, Some(_)))
-    });
+    // The method is one: from here on it is rewritten.
+    let mut block = syn::Block {
+        brace_token: syn::token::Brace {
+            span: future.block.brace_token.span,
+        },
+        stmts: std::mem::take(&mut future.block.stmts),
+    };
     if mut_receiver {
         // `let mut __self = self;` would move the `&mut self` into the first attempt.
         walk::block(&mut Reborrow, &mut block);
     }
-    let boxed = Boxed {
-        sig: function.sig.clone(),
-    };
-    let arrow = *arrow;
+    let output = std::mem::replace(output, Type::Verbatim(TokenStream::new()));
     function.sig.asyncness = Some(syn::Token![async](function.sig.fn_token.span));
-    function.sig.output = ReturnType::Type(arrow, Box::new(output));
+    function.sig.output = ReturnType::Type(syn::token::RArrow { spans: arrow }, Box::new(output));
     *function.block = block;
-    Some(boxed)
+    Some(Boxed {
+        output: ReturnType::Type(
+            syn::token::RArrow { spans: arrow },
+            Box::new(Type::Verbatim(written)),
+        ),
+    })
 }
 
 /// `R` of `Pin<Box<dyn Future<Output = R> + ..>>`.
-fn future_output(ty: &Type) -> Option<Type> {
+fn future_output(ty: &mut Type) -> Option<&mut Type> {
     let Type::Path(pin) = ty else { return None };
-    let pin = pin.path.segments.last().filter(|s| s.ident == "Pin")?;
-    let syn::PathArguments::AngleBracketed(args) = &pin.arguments else {
+    let pin = pin.path.segments.last_mut().filter(|s| s.ident == "Pin")?;
+    let syn::PathArguments::AngleBracketed(args) = &mut pin.arguments else {
         return None;
     };
-    let Some(syn::GenericArgument::Type(Type::Path(boxed))) = args.args.first() else {
+    let Some(syn::GenericArgument::Type(Type::Path(boxed))) = args.args.first_mut() else {
         return None;
     };
-    let boxed = boxed.path.segments.last().filter(|s| s.ident == "Box")?;
-    let syn::PathArguments::AngleBracketed(args) = &boxed.arguments else {
+    let boxed = boxed
+        .path
+        .segments
+        .last_mut()
+        .filter(|s| s.ident == "Box")?;
+    let syn::PathArguments::AngleBracketed(args) = &mut boxed.arguments else {
         return None;
     };
-    let Some(syn::GenericArgument::Type(Type::TraitObject(object))) = args.args.first() else {
+    let Some(syn::GenericArgument::Type(Type::TraitObject(object))) = args.args.first_mut() else {
         return None;
     };
-    object.bounds.iter().find_map(|bound| {
+    object.bounds.iter_mut().find_map(|bound| {
         let syn::TypeParamBound::Trait(bound) = bound else {
             return None;
         };
-        let future = bound.path.segments.last().filter(|s| s.ident == "Future")?;
-        let syn::PathArguments::AngleBracketed(args) = &future.arguments else {
+        let future = bound
+            .path
+            .segments
+            .last_mut()
+            .filter(|s| s.ident == "Future")?;
+        let syn::PathArguments::AngleBracketed(args) = &mut future.arguments else {
             return None;
         };
-        args.args.iter().find_map(|arg| match arg {
+        args.args.iter_mut().find_map(|arg| match arg {
             syn::GenericArgument::AssocType(assoc) if assoc.ident == "Output" => {
-                Some(assoc.ty.clone())
+                Some(&mut assoc.ty)
             }
             _ => None,
         })

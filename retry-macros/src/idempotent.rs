@@ -70,8 +70,8 @@ pub(crate) struct IdempotentArgs {
     namespace: Option<LitStr>,
     /// `transaction = tx`: the parameter that receives the store's transaction.
     transaction: Option<Ident>,
-    /// Its declared type, once taken out of the signature.
-    transaction_ty: Option<syn::Type>,
+    /// Its declared type.
+    transaction_ty: Option<TokenStream>,
     krate: Option<Path>,
     seen: Vec<String>,
     /// Where to point errors about the attribute as a whole.
@@ -207,34 +207,48 @@ pub(crate) fn check_below_retry(args: &IdempotentArgs, attr: &syn::Attribute, er
     }
 }
 
-/// Takes the `transaction = tx` parameter out of the signature: the caller does not pass it, the
-/// flow provides it.
-pub(crate) fn take_transaction_param(
+/// Checks `on_err` beside `transaction`, and that `transaction = tx` names a parameter, whose
+/// declared type the flow's transaction then gets. [`take_transaction_param`] takes the parameter
+/// out of the signature once the function is rewritten.
+pub(crate) fn check_transaction_param(
     args: &mut IdempotentArgs,
-    sig: &mut syn::Signature,
+    sig: &syn::Signature,
     errors: &mut Errors,
 ) {
     args.check_on_err(errors);
-    let Some(name) = args.transaction.clone() else {
+    let Some(name) = &args.transaction else {
         return;
     };
-    let position = sig.inputs.iter().position(|input| {
-        matches!(input, syn::FnArg::Typed(typed) if matches!(&*typed.pat, syn::Pat::Ident(p) if p.ident == name))
-    });
-    match position {
-        Some(index) => {
-            let inputs = std::mem::take(&mut sig.inputs);
-            for (i, input) in inputs.into_iter().enumerate() {
-                match input {
-                    syn::FnArg::Typed(typed) if i == index => args.transaction_ty = Some(*typed.ty),
-                    other => sig.inputs.push(other),
-                }
-            }
-        }
+    match sig.inputs.iter().find_map(|input| typed_param_named(input, name)) {
+        Some(typed) => args.transaction_ty = Some(typed.ty.to_token_stream()),
         None => errors.at(
             name.span(),
             format!("`transaction = {name}` names no parameter; add `{name}: &mut SqliteTransaction` (or your store's transaction type) to the function"),
         ),
+    }
+}
+
+/// Takes the `transaction = tx` parameter out of the signature: the caller does not pass it, the
+/// flow provides it.
+pub(crate) fn take_transaction_param(args: &IdempotentArgs, sig: &mut syn::Signature) {
+    let Some(name) = &args.transaction else {
+        return;
+    };
+    let inputs = std::mem::take(&mut sig.inputs);
+    for input in inputs {
+        if typed_param_named(&input, name).is_none() {
+            sig.inputs.push(input);
+        }
+    }
+}
+
+/// `input` when it is the parameter `name: T`.
+fn typed_param_named<'a>(input: &'a syn::FnArg, name: &Ident) -> Option<&'a syn::PatType> {
+    match input {
+        syn::FnArg::Typed(typed) if matches!(&*typed.pat, syn::Pat::Ident(p) if p.ident == *name) => {
+            Some(typed)
+        }
+        _ => None,
     }
 }
 
@@ -298,11 +312,9 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
             ),
         );
     }
-    // Emitted beside errors: `transaction = tx` takes a parameter out of the signature.
-    let written_sig = function.sig.clone();
     // `#[retryable]` below: one claim, retries inside it.
     let mut args = args;
-    take_transaction_param(&mut args, &mut function.sig, &mut errors);
+    check_transaction_param(&mut args, &function.sig, &mut errors);
     let consumed = retryable::take_attr(&mut function, "retryable");
     let retry = consumed.as_ref().map(|attr| {
         let tokens = match &attr.meta {
@@ -319,9 +331,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     if !errors.is_empty() {
         // The function without the `#[retryable]` this macro took (its arguments were checked
         // here).
-        let mut original = function;
-        original.sig = written_sig;
-        return retryable::with_errors(errors, retryable::fallback(original, consumed.as_ref()));
+        return retryable::with_errors(errors, retryable::fallback(function, consumed.as_ref()));
     }
     rewrite(&args, function, retry.as_ref(), boxed)
 }
@@ -369,16 +379,19 @@ fn rewrite(
     let krate = retryable::crate_path(args.krate.as_ref());
     let private = quote!(#krate::__private);
     let name = sig.ident.to_string();
-    let ReturnType::Type(arrow, output) = sig.output.clone() else {
+    let ReturnType::Type(arrow, output) = std::mem::replace(&mut sig.output, ReturnType::Default)
+    else {
         unreachable!("checked in check_async_result")
     };
     let output_span = output.span();
-    // `#[async_trait]`: its signature is the one to emit (and to rename arguments in).
-    let boxed = boxed.map(|boxed| sig = boxed.sig).is_some();
-    let stmts = &block.stmts;
+    // `#[async_trait]`: its signature is the one to emit (and to rename arguments in); it has no
+    // `transaction` parameter (an error in `expand`).
+    let boxed = boxed.map(|boxed| boxed.restore(&mut sig)).is_some();
+    take_transaction_param(args, &mut sig);
     let caller = Ident::new("__retry_caller", Span::mixed_site());
     let (body, kind) = match retry {
         None => {
+            let stmts = &block.stmts;
             let private_out = respan(private.clone(), output_span);
             let inferred = retryable::inferred(&output);
             let once = quote_spanned!(output_span=> #private_out::attempt::<#inferred, _>(async { #(#stmts)* }));
@@ -386,11 +399,11 @@ fn rewrite(
         }
         Some(retry) => {
             let mut probes = crate::nesting::AwaitProbes::new(&private, name.clone());
-            let (stmts, around) = retryable::attempt_statements((*block).clone());
-            let mut block = syn::Block {
-                brace_token: block.brace_token,
-                stmts,
+            let brace_token = syn::token::Brace {
+                span: block.brace_token.span,
             };
+            let (stmts, around) = retryable::attempt_statements(*block);
+            let mut block = syn::Block { brace_token, stmts };
             crate::walk::block(&mut probes, &mut block);
             let stmts = &block.stmts;
             let body = AttemptBody {

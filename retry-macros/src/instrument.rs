@@ -57,34 +57,47 @@ impl Around {
     }
 }
 
-fn local_named<'a>(stmt: &'a Stmt, name: &str) -> Option<&'a syn::Local> {
-    match stmt {
-        Stmt::Local(local) => match &local.pat {
-            Pat::Ident(ident) if ident.ident == name => Some(local),
-            _ => None,
-        },
-        _ => None,
-    }
+fn is_local_named(stmt: &Stmt, name: &str) -> bool {
+    matches!(stmt, Stmt::Local(local) if matches!(&local.pat, Pat::Ident(ident) if ident.ident == name))
 }
 
 /// An instrumented `async fn` body split into what goes around the attempts and the future each
-/// attempt awaits; `None` for any other body.
-pub(crate) fn split(block: &Block) -> Option<(Around, Expr)> {
-    let at = block.stmts.windows(2).position(|pair| {
-        local_named(&pair[0], "__tracing_attr_span").is_some()
-            && local_named(&pair[1], "__tracing_instrument_future").is_some()
-    })?;
-    let local = local_named(&block.stmts[at + 1], "__tracing_instrument_future")?;
-    let mut future = (*local.init.as_ref()?.expr).clone();
+/// attempt awaits; any other body is given back.
+pub(crate) fn split(block: Block) -> Result<(Around, Expr), Block> {
+    let Some(at) = block.stmts.windows(2).position(|pair| {
+        is_local_named(&pair[0], "__tracing_attr_span")
+            && is_local_named(&pair[1], "__tracing_instrument_future")
+    }) else {
+        return Err(block);
+    };
+    let Block { brace_token, stmts } = block;
+    let mut before = stmts;
+    let after = before.split_off(at + 2);
+    let (future, mut future_expr) = match before.pop() {
+        Some(Stmt::Local(syn::Local {
+            pat,
+            init: Some(init),
+            ..
+        })) => (pat, *init.expr),
+        // Without an initialiser: not tracing-attributes' body.
+        other => {
+            before.extend(other);
+            before.extend(after);
+            return Err(Block {
+                brace_token,
+                stmts: before,
+            });
+        }
+    };
     // Each attempt awaits the future at once: it borrows the attempt's arguments instead of
     // moving them, so a `&mut self` is reborrowed for each attempt, not moved into the first.
-    walk::expr(&mut Borrowing, &mut future);
+    walk::expr(&mut Borrowing, &mut future_expr);
     let around = Around {
-        before: block.stmts[..=at].to_vec(),
-        future: local.pat.clone(),
-        after: block.stmts[at + 2..].to_vec(),
+        before,
+        future,
+        after,
     };
-    Some((around, future))
+    Ok((around, future_expr))
 }
 
 /// Drops `move` from tracing-attributes' own `async move` blocks, stopping at the user's body

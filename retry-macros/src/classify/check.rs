@@ -146,10 +146,10 @@ fn find_field<'a>(
                 .ok()
                 .and_then(|i| unnamed.unnamed.get(i))
             {
-                let mut member = member.clone();
-                if let Member::Unnamed(index) = &mut member {
-                    index.span = field.ty.span();
-                }
+                let member = Member::Unnamed(syn::Index {
+                    index: index.index,
+                    span: field.ty.span(),
+                });
                 return Some((member, &field.ty));
             }
             let fix = match len {

@@ -4,7 +4,7 @@
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned as _;
-use syn::{GenericParam, Generics, Ident, Path, Type};
+use syn::{GenericParam, Generics, Ident, Path, Type, WhereClause};
 
 use super::check::Action;
 use crate::respan::respan;
@@ -128,7 +128,6 @@ impl Target<'_> {
         reason: Option<TokenStream>,
     ) -> TokenStream {
         let private = self.private();
-        let mut generics = self.generics.clone();
         let params: Vec<&Ident> = self
             .generics
             .params
@@ -140,6 +139,7 @@ impl Target<'_> {
             })
             .collect();
         let mut bounded: Vec<String> = Vec::new();
+        let mut bounds: Vec<TokenStream> = Vec::new();
         let mut waits = false;
         for action in actions {
             match action {
@@ -148,10 +148,7 @@ impl Target<'_> {
                     if mentions(ty.to_token_stream(), &params) && !bounded.contains(&key) {
                         bounded.push(key);
                         let classify = respan(quote!(#private::Classify), at(ty.span()));
-                        generics
-                            .make_where_clause()
-                            .predicates
-                            .push(syn::parse_quote_spanned!(ty.span()=> #ty: #classify));
+                        bounds.push(quote_spanned!(ty.span()=> #ty: #classify));
                     }
                 }
                 Action::RetryAfter(..) => waits = true,
@@ -159,7 +156,8 @@ impl Target<'_> {
             }
         }
         let wait_trait = waits.then(retry_after_trait);
-        let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
+        let (impl_generics, ty_generics, written) = self.generics.split_for_impl();
+        let where_clause = with_bounds(written, &bounds);
         let ident = self.ident;
         let reason = reason.map(|reason| {
             quote! {
@@ -181,6 +179,24 @@ impl Target<'_> {
             }
         }
     }
+}
+
+/// The type's own `where` clause (`written`) with `bounds` added.
+fn with_bounds(written: Option<&WhereClause>, bounds: &[TokenStream]) -> TokenStream {
+    if bounds.is_empty() {
+        return written.to_token_stream();
+    }
+    let (where_token, mut predicates) = match written {
+        Some(clause) => (
+            clause.where_token.to_token_stream(),
+            clause.predicates.to_token_stream(),
+        ),
+        None => (quote!(where), TokenStream::new()),
+    };
+    if written.is_some_and(|clause| !clause.predicates.empty_or_trailing()) {
+        predicates.extend(quote!(,));
+    }
+    quote!(#where_token #predicates #(#bounds),*)
 }
 
 /// A span at the user's token `span` with the macro's own hygiene: errors point at the user's

@@ -57,7 +57,7 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
             let target = Target {
                 ident: &item.ident,
                 generics: &item.generics,
-                krate: found.krate.clone(),
+                krate: found.krate.take(),
                 reason_display: found.reason_display,
             };
             fallback = Some(target.fallback());

@@ -3,7 +3,7 @@
 //! to run again with the same arguments.
 
 use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, Ident, Pat, Type};
 
@@ -26,16 +26,17 @@ pub(super) struct Argument {
     /// The name the signature binds the argument to.
     pub(super) outer: Ident,
     pub(super) passing: Passing,
-    pub(super) ty: Type,
+    /// Where its type is written: errors about the value point there.
+    pub(super) ty: Span,
     /// The parameter's `#[cfg]`/`#[cfg_attr]`, repeated on every statement that names it.
-    pub(super) cfgs: Vec<syn::Attribute>,
+    pub(super) cfgs: Vec<TokenStream>,
     /// Its lint attributes (`#[allow(..)]`...), on the binding the body sees.
-    pub(super) lints: Vec<syn::Attribute>,
+    pub(super) lints: Vec<TokenStream>,
 }
 
 /// The attributes of a parameter that must follow it into the generated statements: its
 /// `#[cfg]`s (a parameter compiled out has no slot either) and its lint levels.
-fn parameter_attributes(attrs: &[syn::Attribute]) -> (Vec<syn::Attribute>, Vec<syn::Attribute>) {
+fn parameter_attributes(attrs: &[syn::Attribute]) -> (Vec<TokenStream>, Vec<TokenStream>) {
     let named = |attr: &syn::Attribute, names: &[&str]| {
         attr.path()
             .get_ident()
@@ -44,12 +45,12 @@ fn parameter_attributes(attrs: &[syn::Attribute]) -> (Vec<syn::Attribute>, Vec<s
     let cfgs = attrs
         .iter()
         .filter(|a| named(a, &["cfg", "cfg_attr"]))
-        .cloned()
+        .map(ToTokens::to_token_stream)
         .collect();
     let lints = attrs
         .iter()
         .filter(|a| named(a, &["allow", "expect", "warn", "deny", "forbid"]))
-        .cloned()
+        .map(ToTokens::to_token_stream)
         .collect();
     (cfgs, lints)
 }
@@ -69,15 +70,14 @@ pub(super) fn take_arguments(sig: &mut syn::Signature) -> Vec<Argument> {
     let mut arguments = Vec::new();
     for (index, input) in sig.inputs.iter_mut().enumerate() {
         let FnArg::Typed(typed) = input else { continue };
-        let pat = (*typed.pat).clone();
-        let outer = match &pat {
+        let outer = match &*typed.pat {
             // Keep the user's name in the signature (rustdoc shows it); `mut` moves inside.
             Pat::Ident(ident) if ident.by_ref.is_none() && ident.subpat.is_none() => {
                 ident.ident.clone()
             }
             _ => format_ident!("__retry_arg{}", index, span = Span::mixed_site()),
         };
-        *typed.pat = syn::parse_quote!(#outer);
+        let pat = std::mem::replace(&mut *typed.pat, syn::parse_quote!(#outer));
         let passing = match &*typed.ty {
             Type::Reference(r) if r.mutability.is_some() => Passing::Reborrow,
             Type::Reference(_) => Passing::Copy,
@@ -88,7 +88,7 @@ pub(super) fn take_arguments(sig: &mut syn::Signature) -> Vec<Argument> {
             pat,
             outer,
             passing,
-            ty: (*typed.ty).clone(),
+            ty: typed.ty.span(),
             cfgs,
             lints,
         });
@@ -150,7 +150,8 @@ pub(super) fn per_attempt(
             cfgs,
             lints,
         } = argument;
-        let (slot, this_attempt) = (slot(i, ty.span()), this_attempt(i, ty.span()));
+        let ty = *ty;
+        let (slot, this_attempt) = (slot(i, ty), this_attempt(i, ty));
         match passing {
             Passing::Reborrow => {
                 per_attempt.push(quote!(#(#cfgs)* let #this_attempt = &mut *#outer;));
@@ -162,8 +163,8 @@ pub(super) fn per_attempt(
             // one too), so `id` and `original` can still be read when the call gives up; a
             // successful call never serialises its original.
             Passing::CloneUntilLast if args.dlq.is_some() => {
-                let private = private.at(ty.span());
-                per_attempt.push(quote_spanned! {ty.span()=>
+                let private = private.at(ty);
+                per_attempt.push(quote_spanned! {ty=>
                     #(#cfgs)* let #this_attempt = #private::clone_arg(&#outer);
                 });
             }
@@ -172,7 +173,7 @@ pub(super) fn per_attempt(
                 // Spanned on the type, so a missing `Clone` points at the argument: every token
                 // of the call has the slot's hygiene, or rustc would widen the span of the
                 // argument `&mut slot` to the whole attribute.
-                let at = Span::mixed_site().located_at(ty.span());
+                let at = Span::mixed_site().located_at(ty);
                 let private = private.at(at);
                 per_attempt.push(quote_spanned! {at=>
                     #(#cfgs)* let #this_attempt = #private::take_or_clone(&mut #slot, #last);

@@ -20,11 +20,11 @@ pub(crate) struct AttemptBody {
 pub(crate) fn attempt_statements(
     block: syn::Block,
 ) -> (Vec<syn::Stmt>, Option<crate::instrument::Around>) {
-    match crate::instrument::split(&block) {
-        Some((around, future)) => (
+    match crate::instrument::split(block) {
+        Ok((around, future)) => (
             vec![syn::Stmt::Expr(syn::parse_quote!(#future.await), None)],
             Some(around),
         ),
-        None => (block.stmts, None),
+        Err(block) => (block.stmts, None),
     }
 }

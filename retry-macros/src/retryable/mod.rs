@@ -69,21 +69,17 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     check_signature(&function, &mut errors);
     let mut function = strip_second_retryable(function);
     // `#[idempotent]` below: a claim per attempt.
-    // Emitted beside errors: `transaction = tx` takes a parameter out of the signature.
-    let written_sig = function.sig.clone();
     let consumed = take_attr(&mut function, "idempotent");
     let idempotent = consumed.as_ref().map(|attr| {
         let mut idempotent = crate::idempotent::parse_attr(attr, &mut errors);
-        crate::idempotent::take_transaction_param(&mut idempotent, &mut function.sig, &mut errors);
+        crate::idempotent::check_transaction_param(&mut idempotent, &function.sig, &mut errors);
         crate::idempotent::check_below_retry(&idempotent, attr, &mut errors);
         idempotent
     });
     if !errors.is_empty() {
         // The user's function keeps IDEs working and avoids a cascade of "cannot find
         // function" errors.
-        let mut original = function;
-        original.sig = written_sig;
-        return with_errors(errors, fallback(original, consumed.as_ref()));
+        return with_errors(errors, fallback(function, consumed.as_ref()));
     }
     rewrite(&args, function, idempotent.as_ref(), boxed)
 }
@@ -200,7 +196,8 @@ fn rewrite(
     let krate = crate_path(args.krate.as_ref());
     let private = quote!(#krate::__private);
     let name = sig.ident.to_string();
-    let ReturnType::Type(arrow, output) = sig.output.clone() else {
+    let ReturnType::Type(arrow, output) = std::mem::replace(&mut sig.output, ReturnType::Default)
+    else {
         unreachable!("checked in check_signature")
     };
     let output_span = output.span();
@@ -238,10 +235,13 @@ fn rewrite(
             }
         }
     };
-    // `#[async_trait]`: the loop goes into its own signature, boxed as its future was.
+    // `#[async_trait]`: the loop goes into its own signature, boxed as its future was; the trait
+    // fixes its parameters. Otherwise an `#[idempotent(transaction = tx)]` below provides `tx`.
     let is_boxed = boxed.is_some();
-    if let Some(boxed) = boxed {
-        sig = boxed.sig;
+    match (boxed, idempotent) {
+        (Some(boxed), _) => boxed.restore(&mut sig),
+        (None, Some(idempotent)) => crate::idempotent::take_transaction_param(idempotent, &mut sig),
+        (None, None) => {}
     }
     let retry = retry_loop(
         args,

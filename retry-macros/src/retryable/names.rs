@@ -11,7 +11,7 @@ use crate::respan::respan;
 pub(super) struct Private(TokenStream);
 
 impl Private {
-    pub(super) fn new(krate: &syn::Path) -> Self {
+    pub(super) fn new(krate: &TokenStream) -> Self {
         Private(quote!(#krate::__private))
     }
 

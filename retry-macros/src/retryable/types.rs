@@ -1,9 +1,9 @@
 //! How the emitted code names the runtime and the function's output type.
 
 use proc_macro2::{Span, TokenStream};
-use quote::quote_spanned;
+use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{GenericArgument, PathArguments, ReturnType, Type};
+use syn::{AngleBracketedGenericArguments, GenericArgument, PathArguments, Type};
 
 /// `impl Future<Output = output>` for the rewritten signature. The `impl` token carries a span of
 /// this crate (edition 2024), so the opaque type captures every lifetime in scope, as an
@@ -16,60 +16,100 @@ pub(crate) fn opaque_future(output: &Type) -> TokenStream {
 
 /// `output` as it may be written in expression position (turbofish): every `impl Trait` in it,
 /// which only the signature may name, becomes `_` and is inferred from the body.
-pub(crate) fn inferred(output: &Type) -> Type {
-    let mut output = output.clone();
-    infer(&mut output);
-    output
+pub(crate) fn inferred(output: &Type) -> TokenStream {
+    let mut tokens = TokenStream::new();
+    print_inferred(output, &mut tokens);
+    tokens
 }
 
-/// [`inferred`] in place, through the types `ty` is made of (references, tuples, arrays...) and
-/// the type arguments of its paths (`Result<impl Display, E>`). Trait objects and function
-/// pointers cannot hold an `impl Trait` and are left as written.
-fn infer(ty: &mut Type) {
+/// Prints `ty` as syn does, with each `impl Trait` as `_`: through the types `ty` is made of
+/// (references, tuples, arrays...) and the type arguments of its paths (`Result<impl Display,
+/// E>`). Trait objects, function pointers and the bounds of an `impl` cannot hold an `impl Trait`
+/// and are printed as written.
+fn print_inferred(ty: &Type, tokens: &mut TokenStream) {
     match ty {
-        Type::ImplTrait(opaque) => {
-            let span = opaque.impl_token.span;
-            *ty = syn::parse_quote_spanned!(span=> _);
+        Type::ImplTrait(opaque) => tokens.extend(quote_spanned!(opaque.impl_token.span=> _)),
+        Type::Array(array) => array.bracket_token.surround(tokens, |tokens| {
+            print_inferred(&array.elem, tokens);
+            array.semi_token.to_tokens(tokens);
+            array.len.to_tokens(tokens);
+        }),
+        Type::Group(group) => group
+            .group_token
+            .surround(tokens, |tokens| print_inferred(&group.elem, tokens)),
+        Type::Paren(paren) => paren
+            .paren_token
+            .surround(tokens, |tokens| print_inferred(&paren.elem, tokens)),
+        Type::Slice(slice) => slice
+            .bracket_token
+            .surround(tokens, |tokens| print_inferred(&slice.elem, tokens)),
+        Type::Ptr(ptr) => {
+            ptr.star_token.to_tokens(tokens);
+            ptr.mutability.to_tokens(tokens);
+            print_inferred(&ptr.elem, tokens);
         }
-        Type::Array(array) => infer(&mut array.elem),
-        Type::Group(group) => infer(&mut group.elem),
-        Type::Paren(paren) => infer(&mut paren.elem),
-        Type::Ptr(ptr) => infer(&mut ptr.elem),
-        Type::Reference(reference) => infer(&mut reference.elem),
-        Type::Slice(slice) => infer(&mut slice.elem),
-        Type::Tuple(tuple) => tuple.elems.iter_mut().for_each(infer),
-        Type::Path(path) => {
-            if let Some(qself) = &mut path.qself {
-                infer(&mut qself.ty);
+        Type::Reference(reference) => {
+            reference.and_token.to_tokens(tokens);
+            reference.lifetime.to_tokens(tokens);
+            reference.mutability.to_tokens(tokens);
+            print_inferred(&reference.elem, tokens);
+        }
+        Type::Tuple(tuple) => tuple.paren_token.surround(tokens, |tokens| {
+            for pair in tuple.elems.pairs() {
+                print_inferred(pair.value(), tokens);
+                pair.punct().to_tokens(tokens);
             }
-            for segment in &mut path.path.segments {
-                match &mut segment.arguments {
-                    PathArguments::AngleBracketed(args) => {
-                        for arg in &mut args.args {
-                            match arg {
-                                GenericArgument::Type(ty) => infer(ty),
-                                GenericArgument::AssocType(assoc) => infer(&mut assoc.ty),
-                                _ => {}
-                            }
-                        }
-                    }
-                    PathArguments::Parenthesized(args) => {
-                        args.inputs.iter_mut().for_each(|arg| infer(&mut arg.ty));
-                        if let ReturnType::Type(_, ty) = &mut args.output {
-                            infer(ty);
-                        }
-                    }
-                    PathArguments::None => {}
+            // `(T,)`, not `(T)`.
+            if tuple.elems.len() == 1 && !tuple.elems.trailing_punct() {
+                <syn::Token![,]>::default().to_tokens(tokens);
+            }
+        }),
+        Type::Path(path) if path.qself.is_none() => {
+            path.path.leading_colon.to_tokens(tokens);
+            for pair in path.path.segments.pairs() {
+                let segment = pair.value();
+                segment.ident.to_tokens(tokens);
+                match &segment.arguments {
+                    PathArguments::AngleBracketed(args) => print_arguments(args, tokens),
+                    other => other.to_tokens(tokens),
                 }
+                pair.punct().to_tokens(tokens);
             }
         }
-        _ => {}
+        other => other.to_tokens(tokens),
     }
 }
 
+/// `<'a, T, N>` as syn prints it (lifetimes first), each type argument through
+/// [`print_inferred`].
+fn print_arguments(args: &AngleBracketedGenericArguments, tokens: &mut TokenStream) {
+    args.colon2_token.to_tokens(tokens);
+    args.lt_token.to_tokens(tokens);
+    let mut trailing_or_empty = true;
+    let lifetimes_first = args
+        .args
+        .pairs()
+        .filter(|pair| matches!(pair.value(), GenericArgument::Lifetime(_)))
+        .chain(
+            args.args
+                .pairs()
+                .filter(|pair| !matches!(pair.value(), GenericArgument::Lifetime(_))),
+        );
+    for pair in lifetimes_first {
+        if !trailing_or_empty {
+            <syn::Token![,]>::default().to_tokens(tokens);
+        }
+        match pair.value() {
+            GenericArgument::Type(ty) => print_inferred(ty, tokens),
+            other => other.to_tokens(tokens),
+        }
+        pair.punct().to_tokens(tokens);
+        trailing_or_empty = pair.punct().is_some();
+    }
+    args.gt_token.to_tokens(tokens);
+}
+
 /// `crate = path`, or `::retry_core`.
-pub(crate) fn crate_path(krate: Option<&syn::Path>) -> syn::Path {
-    krate
-        .cloned()
-        .unwrap_or_else(|| syn::parse_quote!(::retry_core))
+pub(crate) fn crate_path(krate: Option<&syn::Path>) -> TokenStream {
+    krate.map_or_else(|| quote!(::retry_core), ToTokens::to_token_stream)
 }
