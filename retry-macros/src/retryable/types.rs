@@ -113,3 +113,51 @@ fn print_arguments(args: &AngleBracketedGenericArguments, tokens: &mut TokenStre
 pub(crate) fn crate_path(krate: Option<&syn::Path>) -> TokenStream {
     krate.map_or_else(|| quote!(::retry_core), ToTokens::to_token_stream)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::inferred;
+    use quote::ToTokens;
+
+    #[test]
+    fn every_impl_trait_becomes_an_inferred_type_and_the_rest_is_printed_as_syn_prints_it() {
+        for (written, expected) in [
+            ("Result<impl Display, E>", "Result < _ , E >"),
+            (
+                "::std::result::Result<(impl Debug, u8,), io::Error>",
+                ":: std :: result :: Result < (_ , u8 ,) , io :: Error >",
+            ),
+            ("Result<(impl Debug), E>", "Result < (_) , E >"),
+            ("Result<(impl Debug,), E>", "Result < (_ ,) , E >"),
+            (
+                "Result<&'a mut [impl Debug], Box<[impl Error; 2]>>",
+                "Result < & 'a mut [_] , Box < [_ ; 2] > >",
+            ),
+            ("Result<*const impl Debug, E>", "Result < * const _ , E >"),
+            (
+                "Result<Vec<impl Iterator<Item = impl Debug> + Send>, E>",
+                "Result < Vec < _ > , E >",
+            ),
+            (
+                "Result<Foo<T, 'a, 3>, E>",
+                "Result < Foo < 'a , T , 3 > , E >",
+            ),
+        ] {
+            let ty: syn::Type = syn::parse_str(written).expect("a type");
+            assert_eq!(inferred(&ty).to_string(), expected, "{written}");
+        }
+        for unchanged in [
+            "Result<u8, E>",
+            "Result<Box<dyn Fn(u8) -> u8 + Send>, E>",
+            "Result<<T as Trait>::Out, E>",
+            "Result<fn(u8) -> u8, E>",
+        ] {
+            let ty: syn::Type = syn::parse_str(unchanged).expect("a type");
+            assert_eq!(
+                inferred(&ty).to_string(),
+                ty.to_token_stream().to_string(),
+                "{unchanged}"
+            );
+        }
+    }
+}
