@@ -85,6 +85,10 @@ struct Shard {
     index: HashMap<u64, u64>,
     first: u64,
     capacity: usize,
+    /// `index`'s room as allocated. Its `capacity()` would not do: it counts the free slots,
+    /// and removed entries leave markers that take slots until the next in-place rehash,
+    /// while the allocation stays the same.
+    index_room: usize,
 }
 
 impl Table {
@@ -170,11 +174,13 @@ impl Table {
 
 impl Shard {
     fn new(capacity: usize) -> Shard {
+        // Twice the entries: with half its room free, the map rehashes in place as identities
+        // come and go, instead of growing (hashbrown's rule).
+        let index = HashMap::with_capacity(capacity.saturating_mul(2));
         Shard {
             ring: VecDeque::with_capacity(capacity),
-            // Twice the entries: with half its room free, the map rehashes in place as
-            // identities come and go, instead of growing (hashbrown's rule).
-            index: HashMap::with_capacity(capacity.saturating_mul(2)),
+            index_room: index.capacity(),
+            index,
             first: 0,
             capacity,
         }
@@ -236,7 +242,7 @@ impl Shard {
     fn footprint(&self) -> usize {
         self.ring.capacity() * size_of::<Entry>()
             // hashbrown: a control byte and a slot per bucket, about 8 buckets per 7 entries.
-            + self.index.capacity() * (size_of::<(u64, u64)>() + 1) * 8 / 7
+            + self.index_room * (size_of::<(u64, u64)>() + 1) * 8 / 7
             + size_of::<Mutex<Shard>>()
     }
 }
