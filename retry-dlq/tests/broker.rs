@@ -5,6 +5,8 @@
 //! letter, and a second redrive changes nothing.
 #![cfg(feature = "broker-tests")]
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -19,6 +21,8 @@ use retry_core::dlq::{AuditEntry, DeadLetter};
 use retry_core::idempotency::StoreError;
 use retry_core::{Classify, Decision, Policy};
 use retry_sqlite::{SqliteStore, SqliteTransaction};
+
+use common::{assert_status, stderr, stdout};
 
 /// The broker's URL, or a loud failure: this test is compiled only with `broker-tests`.
 fn amqp_url() -> String {
@@ -152,25 +156,6 @@ fn retry_dlq(args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).unwrap()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8(output.stderr.clone()).unwrap()
-}
-
-#[track_caller]
-fn assert_status(output: &Output, code: i32) {
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "stdout:\n{}\nstderr:\n{}",
-        stdout(output),
-        stderr(output)
-    );
 }
 
 fn temp_dir() -> PathBuf {

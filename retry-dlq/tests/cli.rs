@@ -5,6 +5,8 @@
 #[path = "../../tests/common/no_tls_server.rs"]
 mod no_tls_server;
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, SystemTime};
@@ -14,6 +16,8 @@ use retry_core::dlq::{
 };
 use retry_core::time::format_rfc3339;
 use retry_sqlite::SqliteDeadLetters;
+
+use common::{assert_status, stderr, stdout};
 
 /// A directory removed on drop.
 struct TempDir(PathBuf);
@@ -198,25 +202,6 @@ fn show(store: &Path, msg_id: &str) -> DeadLetter {
     let output = run(store, &["show", msg_id]);
     assert_status(&output, 0);
     serde_json::from_str(&stdout(&output)).unwrap()
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).unwrap()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8(output.stderr.clone()).unwrap()
-}
-
-#[track_caller]
-fn assert_status(output: &Output, code: i32) {
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "stdout:\n{}\nstderr:\n{}",
-        stdout(output),
-        stderr(output)
-    );
 }
 
 #[test]
