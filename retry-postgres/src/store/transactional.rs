@@ -287,6 +287,26 @@ impl PgStore {
         }
     }
 
+    /// Refuses a transaction of another store's pool, given to `method`: its commit would
+    /// write this store's rows on another server (or another pool of the same one).
+    fn own(&self, tx: &PgTransaction, method: &str) -> Result<(), StoreError> {
+        let same_pool = tx
+            .conn
+            .as_ref()
+            .and_then(Object::pool)
+            .is_some_and(|pool| std::ptr::eq(pool.manager(), self.db.pool.manager()));
+        if same_pool {
+            return Ok(());
+        }
+        Err(StoreError::Unavailable(
+            format!(
+                "the transaction given to {method} was begun by another store (PostgreSQL at {}), not this one (PostgreSQL at {})",
+                tx.server, self.db.server
+            )
+            .into(),
+        ))
+    }
+
     /// `BEGIN` on the transaction's connection.
     async fn begin_on(&self, mut tx: PgTransaction) -> Result<PgTransaction, StoreError> {
         tx.txid = self.begin_txid(tx.client()).await?;
@@ -506,21 +526,8 @@ impl TransactionalStore for PgStore {
         response: &str,
     ) -> Result<(), StoreError> {
         let tx = transaction;
-        let same_pool = tx
-            .conn
-            .as_ref()
-            .and_then(Object::pool)
-            .is_some_and(|pool| std::ptr::eq(pool.manager(), self.db.pool.manager()));
-        if !same_pool {
-            // Dropped: detached and rolled back.
-            return Err(StoreError::Unavailable(
-                format!(
-                    "the transaction given to commit_done was begun by another store (PostgreSQL at {}), not this one (PostgreSQL at {})",
-                    tx.server, self.db.server
-                )
-                .into(),
-            ));
-        }
+        // Dropped on refusal: detached and rolled back.
+        self.own(&tx, "commit_done")?;
         let token = i64::try_from(claim.token).unwrap_or(i64::MAX);
         let client = tx.pooled();
         // The row written `done` with this response when it was claimed: only the check that
@@ -606,20 +613,7 @@ impl TransactionalStore for PgStore {
         output: &str,
     ) -> Result<(), StoreError> {
         let tx = transaction;
-        let same_pool = tx
-            .conn
-            .as_ref()
-            .and_then(Object::pool)
-            .is_some_and(|pool| std::ptr::eq(pool.manager(), self.db.pool.manager()));
-        if !same_pool {
-            return Err(StoreError::Unavailable(
-                format!(
-                    "the transaction given to commit_step was begun by another store (PostgreSQL at {}), not this one (PostgreSQL at {})",
-                    tx.server, self.db.server
-                )
-                .into(),
-            ));
-        }
+        self.own(&tx, "commit_step")?;
         let write = retry_core::idempotency::StepWrite::Finished(output);
         let (Some(token), output) = super::steps::step_params(claim, write) else {
             return Err(StoreError::Fenced);
