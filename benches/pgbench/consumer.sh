@@ -15,8 +15,9 @@
 # Scripts (benches/pgbench/consumer/): floor (`BEGIN`, `INSERT .. ON CONFLICT DO NOTHING`, the
 # effect, `COMMIT`); consumer (`BEGIN ISOLATION LEVEL READ COMMITTED`, the claim written `done`
 # as `claim_answered_in_transaction` writes it, the effect, the check that the transaction is
-# the one begun, `COMMIT`); consumer_no_check, consumer_select_1 (`SELECT 1` for the check) and
-# consumer_plain_begin (`BEGIN`). Creates (and replaces) the schema pbc in that database.
+# the one begun, `COMMIT`); and consumer with one line changed: consumer_no_check,
+# consumer_select_1 (`SELECT 1` for the check), consumer_plain_begin (`BEGIN`). Creates (and
+# replaces) the schema pbc in that database.
 set -euo pipefail
 cd "$(dirname "$0")/consumer"
 : "${DATABASE_URL:?set DATABASE_URL to a throwaway PostgreSQL database on this machine}"
@@ -33,12 +34,28 @@ ticks() {
     done
     echo "$total"
 }
+# The script NAME's text: a file of consumer/, or consumer.sql with one line changed.
+text() {
+    case $1 in
+        consumer_no_check) grep -v '^SELECT CASE' consumer.sql ;;
+        consumer_select_1) sed 's/^SELECT CASE.*/SELECT 1;/' consumer.sql ;;
+        consumer_plain_begin) sed 's/^BEGIN ISOLATION LEVEL READ COMMITTED;/BEGIN;/' consumer.sql ;;
+        *) cat "$1.sql" ;;
+    esac
+}
 hz=$(getconf CLK_TCK)
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
 psql -X -q "$DATABASE_URL" -f schema.sql >/dev/null
 for script in "$@"; do
+    text "$script" >"$scratch/$script.sql"
+    if [[ $script == consumer_* ]] && cmp -s "$scratch/$script.sql" consumer.sql; then
+        echo "$script: consumer.sql no longer has the line it changes" >&2
+        exit 1
+    fi
     sql "TRUNCATE pbc.inbox_log, pbc.seen, pbc.effects; CHECKPOINT"
     before=$(ticks)
-    out=$(pgbench -n -M prepared -c "$C" -j 2 -T "$T" -f "$script.sql" "$DATABASE_URL" 2>&1)
+    out=$(pgbench -n -M prepared -c "$C" -j 2 -T "$T" -f "$scratch/$script.sql" "$DATABASE_URL" 2>&1)
     after=$(ticks)
     tps=$(awk '/^tps/ { printf "%.0f", $3 }' <<<"$out")
     tx=$(awk '/actually processed/ { split($NF, n, "/"); print n[1] }' <<<"$out")
