@@ -280,6 +280,7 @@ impl<S> Consumer<S> {
             key: Arc::clone(&self.key),
             lease: self.lease,
             retention: self.retention,
+            source: format!("amqp:{}", self.queue),
         }
     }
 }

@@ -136,12 +136,19 @@ pub(crate) struct Keys {
     pub(crate) key: KeyFn,
     pub(crate) lease: Duration,
     pub(crate) retention: Duration,
+    /// The letters' `source`: `amqp:<queue>`.
+    pub(crate) source: String,
 }
 
 impl Keys {
-    /// The key as read from the message, and the claim's settings.
-    fn settings(&self, message: &Message) -> Option<(String, Settings)> {
-        let raw = (self.key)(message)?;
+    /// The delivery's key as read from the message, and the claim's settings.
+    fn keyed(&self, message: &Message) -> Keyed {
+        let Some(raw) = (self.key)(message) else {
+            return Keyed {
+                call: None,
+                msg_id: message.message_id().unwrap_or_default().to_owned(),
+            };
+        };
         let mut call = Settings::new(
             encode_namespaced_key(&self.namespace, None::<&str>, raw.as_str()),
             Cow::Owned(self.queue.clone()),
@@ -149,11 +156,49 @@ impl Keys {
         call.biz_key = Some(raw.clone());
         call.lease = self.lease;
         call.retention = self.retention;
-        Some((raw, call))
+        Keyed {
+            call: Some(call),
+            msg_id: raw,
+        }
     }
+}
 
-    fn source(&self) -> String {
-        format!("amqp:{}", self.queue)
+/// One delivery's key: the claim's settings (none when the message has no key) and the
+/// letter's `msg_id` (the key as read from the message, else its `message_id`).
+struct Keyed {
+    call: Option<Settings>,
+    msg_id: String,
+}
+
+impl Keyed {
+    /// Runs `attempt` under the consumer's policy; a give-up parks the message's letter with
+    /// the broker.
+    async fn retry<F, Fut, E>(
+        &self,
+        ctx: &Ctx<'_>,
+        keys: &Keys,
+        message: &Message,
+        attempt: F,
+    ) -> Result<Done, DeliveryError<E>>
+    where
+        // `Policy::retry` takes an async closure; `run_with_dlq` names its future.
+        F: FnMut() -> Fut + AsyncFnMut() -> Result<Done, DeliveryError<E>>,
+        Fut: Future<Output = Result<Done, DeliveryError<E>>>,
+        E: Classify + fmt::Debug + Send + Sync + 'static,
+    {
+        let sink = DeliverySink {
+            channel: ctx.publisher,
+            route: ctx.route,
+            message,
+            idempotency_key: self.call.as_ref().map(|call| call.key.as_str()),
+            source: &keys.source,
+        };
+        ctx.policy
+            .retry(attempt)
+            .name(RETRY_NAME)
+            .on_retry(|_, _, _| ctx.counters.retries.increment(1))
+            .run_with_dlq(&sink, &self.msg_id, || body_json(message.body()))
+            .await
     }
 }
 
@@ -180,25 +225,16 @@ where
 {
     fn process<'a>(&'a self, ctx: Ctx<'a>, message: &'a Message) -> BoxFuture<'a, Outcome> {
         Box::pin(async move {
-            let settings = self.keys.settings(message);
-            let source = self.keys.source();
-            let sink = DeliverySink {
-                channel: ctx.publisher,
-                route: ctx.route,
-                message,
-                idempotency_key: settings.as_ref().map(|(_, call)| call.key.as_str()),
-                source: &source,
-            };
-            let msg_id = letter_id(settings.as_ref(), message);
+            let keyed = self.keys.keyed(message);
+            let msg_id = keyed.msg_id.as_str();
             let store = &*self.store;
             // The claim outlives the attempts (they run inside it); a lock, not a `&mut`, so
             // each attempt's future is an ordinary `Send` future.
             let held: tokio::sync::Mutex<Option<HeldClaim<'_, S>>> = tokio::sync::Mutex::new(None);
-            let (settings_ref, held_ref) = (&settings, &held);
-            let result = ctx
-                .policy
-                .retry(|| async move {
-                    let Some((_, call)) = settings_ref else {
+            let (call, held_ref) = (keyed.call.as_ref(), &held);
+            let result = keyed
+                .retry(&ctx, &self.keys, message, || async move {
+                    let Some(call) = call else {
                         return Err(DeliveryError::NoKey);
                     };
                     let mut claim = held_ref.lock().await;
@@ -218,11 +254,8 @@ where
                         Err(e) => Err(DeliveryError::Handler(e)),
                     }
                 })
-                .name(RETRY_NAME)
-                .on_retry(|_, _, _| ctx.counters.retries.increment(1))
-                .run_with_dlq(&sink, &msg_id, || body_json(message.body()))
                 .await;
-            let outcome = decide(&result, &msg_id);
+            let outcome = decide(&result, msg_id);
             if let Some(claim) = held.into_inner() {
                 match &result {
                     Ok(_) => {
@@ -267,22 +300,12 @@ where
 {
     fn process<'a>(&'a self, ctx: Ctx<'a>, message: &'a Message) -> BoxFuture<'a, Outcome> {
         Box::pin(async move {
-            let settings = self.keys.settings(message);
-            let source = self.keys.source();
-            let sink = DeliverySink {
-                channel: ctx.publisher,
-                route: ctx.route,
-                message,
-                idempotency_key: settings.as_ref().map(|(_, call)| call.key.as_str()),
-                source: &source,
-            };
-            let msg_id = letter_id(settings.as_ref(), message);
+            let keyed = self.keys.keyed(message);
             let store = &*self.store;
-            let settings_ref = &settings;
-            let result = ctx
-                .policy
-                .retry(|| async move {
-                    let Some((_, call)) = settings_ref else {
+            let call = keyed.call.as_ref();
+            let result = keyed
+                .retry(&ctx, &self.keys, message, || async move {
+                    let Some(call) = call else {
                         return Err(DeliveryError::<E>::NoKey);
                     };
                     // The handler answers nothing, so the key's row can be written `done`
@@ -302,20 +325,9 @@ where
                         Err(e) => Err(DeliveryError::Idempotency(e)),
                     }
                 })
-                .name(RETRY_NAME)
-                .on_retry(|_, _, _| ctx.counters.retries.increment(1))
-                .run_with_dlq(&sink, &msg_id, || body_json(message.body()))
                 .await;
-            decide(&result, &msg_id)
+            decide(&result, &keyed.msg_id)
         })
-    }
-}
-
-/// The letter's `msg_id`: the key as read from the message, else its `message_id`.
-fn letter_id(settings: Option<&(String, Settings)>, message: &Message) -> String {
-    match settings {
-        Some((raw, _)) => raw.clone(),
-        None => message.message_id().unwrap_or_default().to_owned(),
     }
 }
 
