@@ -308,6 +308,10 @@ async fn main() {
         .and_then(|r| r.parse().ok())
         .unwrap_or(3);
     println!(
+        "the store's pool: {} connections; {runs} runs a side, medians",
+        store.pool().status().max_size
+    );
+    println!(
         "| prefetch | messages | hand-written lapin (msg/s) | retry-amqp Consumer (msg/s) | ratio |"
     );
     println!("| ---: | ---: | ---: | ---: | ---: |");
