@@ -8,7 +8,8 @@
 
 use proc_macro2::TokenStream;
 use quote::ToTokens;
-use syn::{Expr, ItemFn, Pat, ReturnType, Signature, Stmt, Type};
+use syn::punctuated::Punctuated;
+use syn::{Expr, GenericArgument, ItemFn, Pat, ReturnType, Signature, Stmt, Type};
 
 use crate::walk::{self, Walk};
 
@@ -89,43 +90,39 @@ pub(crate) fn unbox(function: &mut ItemFn) -> Option<Boxed> {
 /// `R` of `Pin<Box<dyn Future<Output = R> + ..>>`.
 fn future_output(ty: &mut Type) -> Option<&mut Type> {
     let Type::Path(pin) = ty else { return None };
-    let pin = pin.path.segments.last_mut().filter(|s| s.ident == "Pin")?;
-    let syn::PathArguments::AngleBracketed(args) = &mut pin.arguments else {
+    let Some(GenericArgument::Type(Type::Path(boxed))) =
+        arguments_of(&mut pin.path, "Pin")?.first_mut()
+    else {
         return None;
     };
-    let Some(syn::GenericArgument::Type(Type::Path(boxed))) = args.args.first_mut() else {
-        return None;
-    };
-    let boxed = boxed
-        .path
-        .segments
-        .last_mut()
-        .filter(|s| s.ident == "Box")?;
-    let syn::PathArguments::AngleBracketed(args) = &mut boxed.arguments else {
-        return None;
-    };
-    let Some(syn::GenericArgument::Type(Type::TraitObject(object))) = args.args.first_mut() else {
+    let Some(GenericArgument::Type(Type::TraitObject(object))) =
+        arguments_of(&mut boxed.path, "Box")?.first_mut()
+    else {
         return None;
     };
     object.bounds.iter_mut().find_map(|bound| {
         let syn::TypeParamBound::Trait(bound) = bound else {
             return None;
         };
-        let future = bound
-            .path
-            .segments
-            .last_mut()
-            .filter(|s| s.ident == "Future")?;
-        let syn::PathArguments::AngleBracketed(args) = &mut future.arguments else {
-            return None;
-        };
-        args.args.iter_mut().find_map(|arg| match arg {
-            syn::GenericArgument::AssocType(assoc) if assoc.ident == "Output" => {
-                Some(&mut assoc.ty)
-            }
-            _ => None,
-        })
+        arguments_of(&mut bound.path, "Future")?
+            .iter_mut()
+            .find_map(|arg| match arg {
+                GenericArgument::AssocType(assoc) if assoc.ident == "Output" => Some(&mut assoc.ty),
+                _ => None,
+            })
     })
+}
+
+/// The `<..>` arguments of `path` when its last segment is `name` (`Pin<..>`, `Box<..>`).
+fn arguments_of<'a>(
+    path: &'a mut syn::Path,
+    name: &str,
+) -> Option<&'a mut Punctuated<GenericArgument, syn::Token![,]>> {
+    let last = path.segments.last_mut().filter(|s| s.ident == name)?;
+    match &mut last.arguments {
+        syn::PathArguments::AngleBracketed(args) => Some(&mut args.args),
+        _ => None,
+    }
 }
 
 /// `let mut __self = self;` becomes `let mut __self = &mut *self;`, outside nested items.
