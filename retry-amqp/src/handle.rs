@@ -172,11 +172,11 @@ struct Keyed {
 
 impl Keyed {
     /// Runs `attempt` under the consumer's policy; a give-up parks the message's letter with
-    /// the broker.
+    /// the broker, from `source`.
     async fn retry<F, Fut, E>(
         &self,
         ctx: &Ctx<'_>,
-        keys: &Keys,
+        source: &str,
         message: &Message,
         attempt: F,
     ) -> Result<Done, DeliveryError<E>>
@@ -191,7 +191,7 @@ impl Keyed {
             route: ctx.route,
             message,
             idempotency_key: self.call.as_ref().map(|call| call.key.as_str()),
-            source: &keys.source,
+            source,
         };
         ctx.policy
             .retry(attempt)
@@ -233,7 +233,7 @@ where
             let held: tokio::sync::Mutex<Option<HeldClaim<'_, S>>> = tokio::sync::Mutex::new(None);
             let (call, held_ref) = (keyed.call.as_ref(), &held);
             let result = keyed
-                .retry(&ctx, &self.keys, message, || async move {
+                .retry(&ctx, &self.keys.source, message, || async move {
                     let Some(call) = call else {
                         return Err(DeliveryError::NoKey);
                     };
@@ -304,7 +304,7 @@ where
             let store = &*self.store;
             let call = keyed.call.as_ref();
             let result = keyed
-                .retry(&ctx, &self.keys, message, || async move {
+                .retry(&ctx, &self.keys.source, message, || async move {
                     let Some(call) = call else {
                         return Err(DeliveryError::<E>::NoKey);
                     };
