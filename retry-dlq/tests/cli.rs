@@ -2246,7 +2246,7 @@ fn redrive_keeps_no_url_credentials_and_no_receiver_body() {
         "K3Y",
         "frag",
         "SECRET",
-        "4111",
+        "4111111111111111",
         "token=abc123",
     ] {
         assert!(!kept.contains(secret), "{secret:?} kept in:\n{kept}");
